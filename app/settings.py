@@ -1,0 +1,78 @@
+"""One typed place for Arbiter's configuration, read from ``ARBITER_*`` environment variables."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ROOT = Path(__file__).resolve().parent.parent
+PLACEHOLDER_SECRET = "change-me-development-only"  # noqa: S105 - refused outside development
+
+
+class Settings(BaseSettings):
+    """Arbiter's settings; every field is ``ARBITER_<NAME>`` in the environment.
+
+    Options of librdkafka and Spark pass through untouched, by their own dotted names, as JSON
+    objects: ``ARBITER_KAFKA_CONFIG='{"linger.ms": "5"}'``, ``ARBITER_SPARK_CONF='{"spark.ui.enabled": "true"}'``.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="ARBITER_", extra="ignore")
+
+    environment: Literal["development", "production"] = "development"
+
+    # --- directories -------------------------------------------------------------------------
+    home: Path = Field(default=ROOT, description="Project root; relative directories hang off it.")
+    cache_dir: Path = Field(default=Path(".cache"), description="Downloaded jars (git-ignored).")
+    var_dir: Path = Field(default=Path("var"), description="Runtime data: broker log dirs, state, pids.")
+
+    # --- Kafka ---------------------------------------------------------------------------------
+    kafka_bootstrap: str = "127.0.0.1:9092"
+    kafka_port: int = 9092
+    kafka_controller_port: int = 9093
+    kafka_heap: str = "768m"
+    kafka_config: dict[str, str] = Field(default_factory=dict, description="librdkafka options, dotted names.")
+    topic_commands: str = "commands"
+    topic_events: str = "events"
+    topic_rejections: str = "rejections"
+    partitions: int = Field(default=8, ge=1, le=10_000)
+    replication_factor: int = Field(default=1, ge=1)
+    min_insync_replicas: int = Field(default=1, ge=1)
+    retention_ms: int = Field(default=7 * 24 * 3600 * 1000, description="Retention of all three topics.")
+    schema_registry_url: str | None = None
+
+    # --- Spark / validator -------------------------------------------------------------------
+    spark_master: str = "local[2]"
+    spark_conf: dict[str, str] = Field(default_factory=dict, description="Spark options, dotted names.")
+
+    # --- API -------------------------------------------------------------------------------------
+    api_host: str = "127.0.0.1"
+    api_port: int = 8000
+    auth_secret: SecretStr = SecretStr(PLACEHOLDER_SECRET)
+
+    @model_validator(mode="after")
+    def _refuse_placeholder_secret(self) -> Settings:
+        if self.environment == "production" and self.auth_secret.get_secret_value() == PLACEHOLDER_SECRET:
+            raise ValueError("ARBITER_AUTH_SECRET still holds the development placeholder; set a real secret")
+        return self
+
+    def path(self, p: Path) -> Path:
+        """Resolve a configured directory against ``home`` unless it is absolute."""
+        return p if p.is_absolute() else self.home / p
+
+    @property
+    def jars_dir(self) -> Path:
+        return self.path(self.cache_dir) / "jars"
+
+    @property
+    def kafka_dir(self) -> Path:
+        return self.path(self.var_dir) / "kafka"
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Return the process-wide settings, read once from the environment."""
+    return Settings()

@@ -1,0 +1,32 @@
+"""The one exception root and the reason codes shared by rejections, HTTP answers and metrics."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ReasonCode(StrEnum):
+    """Why a command was rejected; the same codes appear on the rejections topic, in HTTP and metrics."""
+
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    NOT_FOUND = "NOT_FOUND"
+    DELETED = "DELETED"
+    VERSION_CONFLICT = "VERSION_CONFLICT"
+    FORBIDDEN = "FORBIDDEN"
+    DUPLICATE = "DUPLICATE"
+    TOO_LARGE = "TOO_LARGE"
+    MALFORMED = "MALFORMED"
+    UNSUPPORTED_SCHEMA = "UNSUPPORTED_SCHEMA"
+    MISROUTED = "MISROUTED"
+
+
+class ArbiterError(Exception):
+    """Root of every error Arbiter raises; ``code`` is machine-readable."""
+
+    code: str = "ARBITER_ERROR"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+        self.message = message
