@@ -1,1 +1,35 @@
 """Arbiter's domain: commands, compact object state and the one decision function. Pure Python."""
+
+from commands.command import Command, CreateObject, DeleteObject, GrantEditor, RevokeEditor, UpdateObject
+from commands.decide import Decision, decide
+from commands.errors import ArbiterError, ReasonCode
+from commands.event import Event, EventType
+from commands.ids import ARBITER_NAMESPACE
+from commands.merge_patch import merge_patch
+from commands.rejection import OriginalRecord, Rejection, reject_record
+from commands.state import ACCEPTED, DEFAULT_LIMITS, Limits, ObjectState, RecentCommand
+
+__all__ = [
+    "ACCEPTED",
+    "ARBITER_NAMESPACE",
+    "DEFAULT_LIMITS",
+    "ArbiterError",
+    "Command",
+    "CreateObject",
+    "Decision",
+    "DeleteObject",
+    "Event",
+    "EventType",
+    "GrantEditor",
+    "Limits",
+    "ObjectState",
+    "OriginalRecord",
+    "ReasonCode",
+    "RecentCommand",
+    "Rejection",
+    "RevokeEditor",
+    "UpdateObject",
+    "decide",
+    "merge_patch",
+    "reject_record",
+]

@@ -1,0 +1,38 @@
+"""The one event record: what happened to an object, with a deterministic id and the command's own time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+
+class EventType(StrEnum):
+    """What an accepted command did."""
+
+    CREATED = "CREATED"
+    UPDATED = "UPDATED"
+    DELETED = "DELETED"
+    EDITOR_GRANTED = "EDITOR_GRANTED"
+    EDITOR_REVOKED = "EDITOR_REVOKED"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """An accepted change; ``event_id`` is uuid5(object_id:version), ``occurred_at`` the command's issued_at.
+
+    ``document`` is set for CREATED, ``patch`` for UPDATED, ``editor`` for EDITOR_GRANTED/EDITOR_REVOKED.
+    ``owner`` is the object's owner after the event.
+    """
+
+    event_id: str
+    type: EventType
+    object_id: str
+    version: int
+    command_id: str
+    principal: str
+    occurred_at: datetime
+    owner: str
+    document: str | None = None
+    patch: str | None = None
+    editor: str | None = None

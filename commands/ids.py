@@ -1,0 +1,23 @@
+"""Deterministic identifiers: uuid5 names for events and rejections, so replays give the same ids."""
+
+from __future__ import annotations
+
+import uuid
+
+#: Fixed namespace of every Arbiter uuid5; changing it would change every event id ever emitted.
+ARBITER_NAMESPACE = uuid.UUID("6f1c2a4e-3b7d-5e8f-9a10-a7b1c2d3e4f5")
+
+
+def event_id(object_id: str, version: int) -> str:
+    """Return the id of the event that brought ``object_id`` to ``version``."""
+    return str(uuid.uuid5(ARBITER_NAMESPACE, f"{object_id}:{version}"))
+
+
+def command_rejection_id(command_id: str, object_id: str, state_version: int, reason: str) -> str:
+    """Return the id of the rejection of ``command_id`` against ``object_id`` at ``state_version``."""
+    return str(uuid.uuid5(ARBITER_NAMESPACE, f"rejection:{command_id}:{object_id}:{state_version}:{reason}"))
+
+
+def record_rejection_id(topic: str, partition: int, offset: int, reason: str) -> str:
+    """Return the id of the rejection of the Kafka record at ``topic[partition]@offset``."""
+    return str(uuid.uuid5(ARBITER_NAMESPACE, f"record:{topic}:{partition}:{offset}:{reason}"))
