@@ -47,6 +47,17 @@ class Settings(BaseSettings):
     # --- Spark / validator -------------------------------------------------------------------
     spark_master: str = "local[2]"
     spark_conf: dict[str, str] = Field(default_factory=dict, description="Spark options, dotted names.")
+    state_backend: Literal["spark", "rocksdb"] = Field(
+        default="spark", description="Validator state: Spark's transformWithState (reference) or per-partition rocksdict.")
+    checkpoint_location: str = Field(
+        default="", description="Spark checkpoint URI (any Hadoop-supported URI); empty = <var_dir>/checkpoints/validator.")
+    trigger_interval: str = Field(default="1 second", description="Micro-batch trigger interval.")
+    max_offsets_per_trigger: int | None = Field(default=None, description="Cap on commands read per micro-batch.")
+    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    shuffle_partitions: int | None = Field(
+        default=None, description="Spark shuffle partitions of the stateful step; default = partitions. Fixed by the first run.")
+    dedup_ttl_ms: int = Field(default=24 * 3600 * 1000, ge=1, description="How long a command id is remembered for dedup.")
+    tombstone_ttl_ms: int = Field(default=30 * 24 * 3600 * 1000, ge=1, description="How long a deleted object's state is kept.")
 
     # --- API -------------------------------------------------------------------------------------
     api_host: str = "127.0.0.1"
@@ -76,3 +87,8 @@ class Settings(BaseSettings):
 def get_settings() -> Settings:
     """Return the process-wide settings, read once from the environment."""
     return Settings()
+
+
+def checkpoint_uri(settings: Settings) -> str:
+    """The validator's checkpoint location: the configured URI, or a local directory under ``var_dir``."""
+    return settings.checkpoint_location or str(settings.path(settings.var_dir) / "checkpoints" / "validator")
