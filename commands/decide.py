@@ -30,7 +30,7 @@ the state now stands (e.g. it may succeed once the version it expected is curren
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from commands.command import Command, CreateObject, DeleteObject, GrantEditor, RevokeEditor, UpdateObject
 from commands.errors import ReasonCode
@@ -81,12 +81,24 @@ def _is_json_object(text: str) -> bool:
         return False
 
 
-def _accept(state: ObjectState | None, command: Command, etype: EventType, new_state: ObjectState, *,
-            limits: Limits, document: str | None = None, patch: str | None = None,
-            editor: str | None = None) -> Decision:
-    version = new_state.version
-    entry = RecentCommand(command.command_id, ACCEPTED, version, command.issued_at)
-    new_state = replace(new_state, recent=remember(state.recent if state else (), entry, limits))
+def _accept(state: ObjectState | None, command: Command, etype: EventType, limits: Limits, *,
+            owner: str, editors: tuple[str, ...], document_size: int, deleted: bool = False,
+            document: str | None = None, patch: str | None = None, editor: str | None = None) -> Decision:
+    at = command.issued_at
+    version = state.version + 1 if state is not None else 1
+    entry = RecentCommand(command.command_id, ACCEPTED, version, at)
+    new_state = ObjectState(
+        exists=True,
+        deleted=deleted,
+        version=version,
+        owner=owner,
+        editors=editors,
+        created_at=state.created_at if state is not None else at,
+        updated_at=at,
+        deleted_at=at if deleted else None,
+        document_size=document_size,
+        recent=remember(state.recent if state is not None else (), entry, limits),
+    )
     event = Event(
         event_id=event_id(command.object_id, version),
         type=etype,
@@ -94,8 +106,8 @@ def _accept(state: ObjectState | None, command: Command, etype: EventType, new_s
         version=version,
         command_id=command.command_id,
         principal=command.principal,
-        occurred_at=command.issued_at,
-        owner=new_state.owner,
+        occurred_at=at,
+        owner=owner,
         document=document,
         patch=patch,
         editor=editor,
@@ -160,33 +172,30 @@ def _decide_create(state: ObjectState | None, command: CreateObject, limits: Lim
     problem = _check_payload(command, limits)
     if problem is not None:
         return _reject(state, command, *problem)
-    at = command.issued_at
-    new_state = ObjectState(exists=True, deleted=False, version=1, owner=command.principal, created_at=at,
-                            updated_at=at, document_size=command.size)
-    return _accept(state, command, EventType.CREATED, new_state, limits=limits, document=command.document)
+    return _accept(state, command, EventType.CREATED, limits, owner=command.principal, editors=(),
+                   document_size=command.size, document=command.document)
 
 
 def _decide_change(state: ObjectState, command: Command, limits: Limits) -> Decision:
-    at = command.issued_at
-    version = state.version + 1
+    owner, editors, size = state.owner, state.editors, state.document_size
     if isinstance(command, UpdateObject):
-        new_state = replace(state, version=version, updated_at=at)
-        return _accept(state, command, EventType.UPDATED, new_state, limits=limits, patch=command.patch)
+        return _accept(state, command, EventType.UPDATED, limits, owner=owner, editors=editors,
+                       document_size=size, patch=command.patch)
     if isinstance(command, DeleteObject):
-        new_state = replace(state, deleted=True, version=version, updated_at=at, deleted_at=at, editors=())
-        return _accept(state, command, EventType.DELETED, new_state, limits=limits)
+        return _accept(state, command, EventType.DELETED, limits, owner=owner, editors=(), document_size=size,
+                       deleted=True)
     if isinstance(command, GrantEditor):
-        if command.editor == state.owner or command.editor in state.editors:
+        if command.editor == owner or command.editor in editors:
             return _reject(state, command, ReasonCode.ALREADY_EXISTS, f"{command.editor} may already edit")
-        if len(state.editors) >= limits.max_editors:
+        if len(editors) >= limits.max_editors:
             return _reject(state, command, ReasonCode.TOO_LARGE,
                            f"object already has the maximum of {limits.max_editors} editors")
-        new_state = replace(state, version=version, updated_at=at, editors=(*state.editors, command.editor))
-        return _accept(state, command, EventType.EDITOR_GRANTED, new_state, limits=limits, editor=command.editor)
+        return _accept(state, command, EventType.EDITOR_GRANTED, limits, owner=owner,
+                       editors=(*editors, command.editor), document_size=size, editor=command.editor)
     if isinstance(command, RevokeEditor):
-        if command.editor not in state.editors:
+        if command.editor not in editors:
             return _reject(state, command, ReasonCode.NOT_FOUND, f"{command.editor} is not an editor")
-        editors = tuple(e for e in state.editors if e != command.editor)
-        new_state = replace(state, version=version, updated_at=at, editors=editors)
-        return _accept(state, command, EventType.EDITOR_REVOKED, new_state, limits=limits, editor=command.editor)
+        return _accept(state, command, EventType.EDITOR_REVOKED, limits, owner=owner,
+                       editors=tuple(e for e in editors if e != command.editor), document_size=size,
+                       editor=command.editor)
     raise TypeError(f"not a command: {type(command).__name__}")  # pragma: no cover - exhaustive union

@@ -2,22 +2,33 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 
 #: Fixed namespace of every Arbiter uuid5; changing it would change every event id ever emitted.
 ARBITER_NAMESPACE = uuid.UUID("6f1c2a4e-3b7d-5e8f-9a10-a7b1c2d3e4f5")
+_NAMESPACE_BYTES = ARBITER_NAMESPACE.bytes
+
+
+def uuid5(name: str) -> str:
+    """Return ``str(uuid.uuid5(ARBITER_NAMESPACE, name))``, a few times faster than the stdlib route."""
+    digest = bytearray(hashlib.sha1(_NAMESPACE_BYTES + name.encode("utf-8"), usedforsecurity=False).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50
+    digest[8] = (digest[8] & 0x3F) | 0x80
+    h = digest.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def event_id(object_id: str, version: int) -> str:
     """Return the id of the event that brought ``object_id`` to ``version``."""
-    return str(uuid.uuid5(ARBITER_NAMESPACE, f"{object_id}:{version}"))
+    return uuid5(f"{object_id}:{version}")
 
 
 def command_rejection_id(command_id: str, object_id: str, state_version: int, reason: str) -> str:
     """Return the id of the rejection of ``command_id`` against ``object_id`` at ``state_version``."""
-    return str(uuid.uuid5(ARBITER_NAMESPACE, f"rejection:{command_id}:{object_id}:{state_version}:{reason}"))
+    return uuid5(f"rejection:{command_id}:{object_id}:{state_version}:{reason}")
 
 
 def record_rejection_id(topic: str, partition: int, offset: int, reason: str) -> str:
     """Return the id of the rejection of the Kafka record at ``topic[partition]@offset``."""
-    return str(uuid.uuid5(ARBITER_NAMESPACE, f"record:{topic}:{partition}:{offset}:{reason}"))
+    return uuid5(f"record:{topic}:{partition}:{offset}:{reason}")

@@ -1,0 +1,164 @@
+"""Encode and decode commands, events, rejections and state as Avro in the Confluent wire format.
+
+The module-level functions use the repository's schema ids (``schemas/ids.json``); adapters that honour
+``ARBITER_SCHEMA_REGISTRY_URL`` get a ``Codec`` from ``schemas.registry.from_env()`` instead. Data is
+always written with the newest version of its subject; data written with an older version (any id the
+catalog knows) is read with the newest schema through Avro schema resolution.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from typing import Any
+
+import fastavro
+
+from commands import Command, Event, ObjectState, ReasonCode, Rejection
+from schemas import records
+from schemas.catalog import COMMAND, EVENT, REJECTION, STATE, SchemaCatalog, SchemaVersion, subject_of
+from schemas.wire import HEADER_SIZE, DecodeError, header, schema_id_of
+
+__all__ = ["Codec", "DecodeError", "decode_command", "decode_event", "decode_outcome", "decode_rejection",
+           "decode_state", "default_codec", "encode_command", "encode_event", "encode_rejection", "encode_state",
+           "schema_id_of"]
+
+# What fastavro raises on bytes that do not match the schema, from truncation to bad unicode.
+_AVRO_ERRORS = (EOFError, ValueError, TypeError, KeyError, IndexError, OverflowError, StopIteration,
+                AttributeError, MemoryError)
+
+SchemaFetcher = Callable[[int], dict[str, Any] | None]
+
+
+class Codec:
+    """Encoder and decoder over one ``SchemaCatalog``; unknown ids may be fetched once from a registry."""
+
+    def __init__(self, catalog: SchemaCatalog, fetch: SchemaFetcher | None = None) -> None:
+        self.catalog = catalog
+        self._fetch = fetch
+        self._readers: dict[int, tuple[str, Any, Any]] = {}
+        self._writers: dict[str, tuple[bytes, Any]] = {}
+        for subject in (COMMAND, EVENT, REJECTION, STATE):
+            latest = catalog.latest(subject)
+            self._writers[subject] = (header(latest.schema_id), latest.parsed)
+
+    def _encode(self, subject: str, record: records.Record) -> bytes:
+        head, parsed = self._writers[subject]
+        buf = io.BytesIO()
+        buf.write(head)
+        fastavro.schemaless_writer(buf, parsed, record)
+        return buf.getvalue()
+
+    def _reader(self, schema_id: int) -> tuple[str, Any, Any]:
+        reader = self._readers.get(schema_id)
+        if reader is None:
+            version = self.catalog.by_id(schema_id) or self._fetched(schema_id)
+            if version is None:
+                raise DecodeError(f"unknown schema id {schema_id}", ReasonCode.UNSUPPORTED_SCHEMA)
+            latest = self.catalog.latest(version.subject)
+            resolved = None if latest.schema_id == schema_id else latest.parsed
+            reader = self._readers[schema_id] = (version.subject, version.parsed, resolved)
+        return reader
+
+    def _fetched(self, schema_id: int) -> SchemaVersion | None:
+        schema = self._fetch(schema_id) if self._fetch is not None else None
+        if schema is None:
+            return None
+        subject = subject_of(schema)
+        try:
+            self.catalog.latest(subject)
+        except KeyError:
+            return None
+        # A writer the registry knows but the repository does not: read it with our newest schema.
+        version = SchemaVersion(subject, 0, schema_id, schema)
+        self.catalog.add(version)
+        return version
+
+    def _decode(self, data: bytes, *subjects: str) -> tuple[str, records.Record]:
+        schema_id = schema_id_of(data)
+        subject, writer, reader = self._reader(schema_id)
+        if subject not in subjects:
+            raise DecodeError(f"schema id {schema_id} is {subject}, expected {' or '.join(subjects)}",
+                              ReasonCode.UNSUPPORTED_SCHEMA)
+        buf = io.BytesIO(data)
+        buf.seek(HEADER_SIZE)
+        try:
+            record = fastavro.schemaless_reader(buf, writer, reader)
+        except _AVRO_ERRORS as e:
+            raise DecodeError(f"undecodable {subject} body: {e!r}", ReasonCode.MALFORMED) from e
+        if buf.tell() != len(data):
+            raise DecodeError(f"{len(data) - buf.tell()} trailing bytes after {subject}", ReasonCode.MALFORMED)
+        if not isinstance(record, dict):
+            raise DecodeError(f"{subject} body is not a record", ReasonCode.MALFORMED)
+        return subject, record
+
+    def _convert(self, subject: str, record: records.Record) -> Any:
+        try:
+            if subject == COMMAND:
+                return records.command_from_record(record)
+            if subject == EVENT:
+                return records.event_from_record(record)
+            if subject == REJECTION:
+                return records.rejection_from_record(record)
+            return records.state_from_record(record)
+        except (ValueError, KeyError, TypeError) as e:
+            raise DecodeError(f"invalid {subject}: {e}", ReasonCode.MALFORMED) from e
+
+    def encode_command(self, cmd: Command) -> bytes:
+        """Return ``cmd`` in the wire format."""
+        return self._encode(COMMAND, records.command_to_record(cmd))
+
+    def decode_command(self, data: bytes) -> Command:
+        """Return the command in ``data``; raise ``DecodeError``."""
+        cmd: Command = self._convert(*self._decode(data, COMMAND))
+        return cmd
+
+    def encode_event(self, ev: Event) -> bytes:
+        """Return ``ev`` in the wire format."""
+        return self._encode(EVENT, records.event_to_record(ev))
+
+    def decode_event(self, data: bytes) -> Event:
+        """Return the event in ``data``; raise ``DecodeError``."""
+        ev: Event = self._convert(*self._decode(data, EVENT))
+        return ev
+
+    def encode_rejection(self, rej: Rejection) -> bytes:
+        """Return ``rej`` in the wire format."""
+        return self._encode(REJECTION, records.rejection_to_record(rej))
+
+    def decode_rejection(self, data: bytes) -> Rejection:
+        """Return the rejection in ``data``; raise ``DecodeError``."""
+        rej: Rejection = self._convert(*self._decode(data, REJECTION))
+        return rej
+
+    def encode_state(self, st: ObjectState) -> bytes:
+        """Return ``st`` in the wire format."""
+        return self._encode(STATE, records.state_to_record(st))
+
+    def decode_state(self, data: bytes) -> ObjectState:
+        """Return the state in ``data``; raise ``DecodeError``."""
+        st: ObjectState = self._convert(*self._decode(data, STATE))
+        return st
+
+    def encode_outcome(self, outcome: Event | Rejection) -> bytes:
+        """Return an event or a rejection in the wire format."""
+        return self.encode_event(outcome) if isinstance(outcome, Event) else self.encode_rejection(outcome)
+
+    def decode_outcome(self, data: bytes) -> Event | Rejection:
+        """Return the event or rejection in ``data``, told apart by schema id; raise ``DecodeError``."""
+        outcome: Event | Rejection = self._convert(*self._decode(data, EVENT, REJECTION))
+        return outcome
+
+
+default_codec = Codec(SchemaCatalog.repository())
+
+encode_command = default_codec.encode_command
+decode_command = default_codec.decode_command
+encode_event = default_codec.encode_event
+decode_event = default_codec.decode_event
+encode_rejection = default_codec.encode_rejection
+decode_rejection = default_codec.decode_rejection
+encode_state = default_codec.encode_state
+decode_state = default_codec.decode_state
+encode_outcome = default_codec.encode_outcome
+decode_outcome = default_codec.decode_outcome

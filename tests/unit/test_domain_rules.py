@@ -1,0 +1,243 @@
+"""One test per decision rule and per reason code of ``commands.decide``."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+
+from commands import (
+    ARBITER_NAMESPACE,
+    ArbiterError,
+    CreateObject,
+    DeleteObject,
+    Event,
+    EventType,
+    GrantEditor,
+    Limits,
+    ObjectState,
+    OriginalRecord,
+    ReasonCode,
+    Rejection,
+    RevokeEditor,
+    UpdateObject,
+    decide,
+    reject_record,
+)
+
+pytestmark = pytest.mark.unit
+
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def created(owner: str = "alice", object_id: str = "o1") -> ObjectState:
+    state = decide(None, CreateObject("c-create", object_id, owner, T0, document='{"a": 1}')).state
+    assert state is not None
+    return state
+
+
+def rejected(state: ObjectState | None, cmd: object, limits: Limits | None = None) -> Rejection:
+    decision = decide(state, cmd, limits) if limits else decide(state, cmd)  # type: ignore[arg-type]
+    assert not decision.accepted
+    assert decision.state is state
+    assert isinstance(decision.outcome, Rejection)
+    return decision.outcome
+
+
+def test_create_gives_version_1_owned_by_sender() -> None:
+    d = decide(None, CreateObject("c1", "o1", "alice", T0, document='{"a": 1}'))
+    assert d.accepted and isinstance(d.outcome, Event)
+    assert d.outcome.type is EventType.CREATED and d.outcome.version == 1 and d.outcome.owner == "alice"
+    assert d.outcome.document == '{"a": 1}' and d.outcome.occurred_at == T0
+    assert d.outcome.event_id == str(uuid.uuid5(ARBITER_NAMESPACE, "o1:1"))
+    assert d.state is not None and d.state.version == 1 and d.state.document_size == 8
+
+
+def test_update_delete_grant_revoke_each_raise_version_by_one() -> None:
+    s = created()
+    for i, (cmd, etype) in enumerate([
+        (UpdateObject("u", "o1", "alice", at(1), patch='{"a": 2}'), EventType.UPDATED),
+        (GrantEditor("g", "o1", "alice", at(2), editor="bob"), EventType.EDITOR_GRANTED),
+        (RevokeEditor("r", "o1", "alice", at(3), editor="bob"), EventType.EDITOR_REVOKED),
+        (DeleteObject("d", "o1", "alice", at(4)), EventType.DELETED),
+    ], start=2):
+        d = decide(s, cmd)
+        assert isinstance(d.outcome, Event) and d.outcome.type is etype and d.outcome.version == i
+        assert d.state is not None
+        s = d.state
+    assert s.deleted and s.deleted_at == at(4)
+
+
+def test_already_exists() -> None:
+    r = rejected(created(), CreateObject("c2", "o1", "bob", at(1), document="{}"))
+    assert r.reason is ReasonCode.ALREADY_EXISTS and r.current_version == 1
+
+
+def test_create_on_deleted_object_is_deleted_ids_not_reused() -> None:
+    s = decide(created(), DeleteObject("d", "o1", "alice", at(1))).state
+    assert rejected(s, CreateObject("c2", "o1", "alice", at(2), document="{}")).reason is ReasonCode.DELETED
+
+
+@pytest.mark.parametrize("cmd", [
+    UpdateObject("u", "o1", "alice", T0, patch="{}"),
+    DeleteObject("d", "o1", "alice", T0),
+    GrantEditor("g", "o1", "alice", T0, editor="bob"),
+    RevokeEditor("r", "o1", "alice", T0, editor="bob"),
+])
+def test_not_found_for_anything_but_create_on_unknown(cmd: object) -> None:
+    assert rejected(None, cmd).reason is ReasonCode.NOT_FOUND
+
+
+@pytest.mark.parametrize("cmd", [
+    UpdateObject("u", "o1", "alice", at(5), patch="{}"),
+    DeleteObject("d2", "o1", "alice", at(5)),
+    GrantEditor("g", "o1", "alice", at(5), editor="bob"),
+    RevokeEditor("r", "o1", "alice", at(5), editor="bob"),
+])
+def test_nothing_modifies_a_deleted_object(cmd: object) -> None:
+    s = decide(created(), DeleteObject("d", "o1", "alice", at(1))).state
+    assert rejected(s, cmd).reason is ReasonCode.DELETED
+
+
+def test_version_conflict() -> None:
+    r = rejected(created(), UpdateObject("u", "o1", "alice", at(1), expected_version=3, patch="{}"))
+    assert r.reason is ReasonCode.VERSION_CONFLICT and r.current_version == 1
+    assert decide(created(), UpdateObject("u", "o1", "alice", at(1), expected_version=1, patch="{}")).accepted
+
+
+def test_create_with_expected_version_other_than_zero_conflicts() -> None:
+    assert rejected(None, CreateObject("c", "o1", "a", T0, expected_version=1, document="{}")).reason \
+        is ReasonCode.VERSION_CONFLICT
+    assert decide(None, CreateObject("c", "o1", "a", T0, expected_version=0, document="{}")).accepted
+
+
+@pytest.mark.parametrize("cmd", [
+    DeleteObject("d", "o1", "bob", at(1)),
+    GrantEditor("g", "o1", "bob", at(1), editor="carol"),
+    RevokeEditor("r", "o1", "bob", at(1), editor="bob"),
+    UpdateObject("u", "o1", "mallory", at(1), patch="{}"),
+])
+def test_forbidden_only_owner_shares_and_deletes_only_owner_and_editors_update(cmd: object) -> None:
+    s = decide(created(), GrantEditor("g0", "o1", "alice", at(0.5), editor="bob")).state
+    assert rejected(s, cmd).reason is ReasonCode.FORBIDDEN
+
+
+def test_editor_may_update() -> None:
+    s = decide(created(), GrantEditor("g0", "o1", "alice", at(0.5), editor="bob")).state
+    assert decide(s, UpdateObject("u", "o1", "bob", at(1), patch="{}")).accepted
+
+
+def test_duplicate_names_the_original_outcome_and_version() -> None:
+    s = decide(created(), UpdateObject("u", "o1", "alice", at(1), patch='{"a": 2}')).state
+    s = decide(s, UpdateObject("u2", "o1", "alice", at(2), patch='{"a": 3}')).state
+    r = rejected(s, UpdateObject("u", "o1", "alice", at(3), patch='{"a": 2}'))
+    assert r.reason is ReasonCode.DUPLICATE
+    assert (r.original_outcome, r.original_version, r.current_version) == ("ACCEPTED", 2, 3)
+
+
+def test_duplicate_is_checked_before_everything_else() -> None:
+    s = decide(created(), DeleteObject("d", "o1", "alice", at(1))).state
+    assert rejected(s, DeleteObject("d", "o1", "alice", at(2))).reason is ReasonCode.DUPLICATE
+    assert rejected(s, CreateObject("c-create", "o1", "x", at(2), document="{}")).reason is ReasonCode.DUPLICATE
+
+
+def test_duplicate_expires_after_ttl_in_event_time() -> None:
+    limits = Limits(dedup_ttl=timedelta(minutes=5))
+    s = decide(created(), UpdateObject("u", "o1", "alice", at(1), patch="{}"), limits).state
+    assert rejected(s, UpdateObject("u", "o1", "alice", at(301), patch="{}"), limits).reason is ReasonCode.DUPLICATE
+    late = decide(s, UpdateObject("u", "o1", "alice", at(302), patch="{}"), limits)
+    assert late.accepted and late.state is not None
+    assert [r.command_id for r in late.state.recent] == ["u"]  # c-create and the first u pruned
+
+
+def test_recent_is_bounded_fifo() -> None:
+    limits = Limits(max_recent=3, dedup_ttl=None)
+    s = created()
+    for i in range(5):
+        s = decide(s, UpdateObject(f"u{i}", "o1", "alice", at(i + 1), patch="{}"), limits).state  # type: ignore[assignment]
+    assert [r.command_id for r in s.recent] == ["u2", "u3", "u4"]
+    assert decide(s, UpdateObject("u0", "o1", "alice", at(9), patch="{}"), limits).accepted
+
+
+def test_retry_of_rejected_command_is_decided_again() -> None:
+    s = created()
+    cmd = UpdateObject("u", "o1", "alice", at(1), expected_version=2, patch="{}")
+    assert rejected(s, cmd).reason is ReasonCode.VERSION_CONFLICT
+    s = decide(s, UpdateObject("other", "o1", "alice", at(2), patch="{}")).state
+    assert decide(s, cmd).accepted
+
+
+def test_too_large_document_and_patch() -> None:
+    limits = Limits(max_document_bytes=10)
+    assert rejected(None, CreateObject("c", "o1", "a", T0, document='{"k": "ééééé"}'), limits).reason \
+        is ReasonCode.TOO_LARGE
+    assert rejected(created(), UpdateObject("u", "o1", "alice", at(1), patch='{"k": "0123456789"}'), limits).reason \
+        is ReasonCode.TOO_LARGE
+
+
+def test_too_many_editors() -> None:
+    limits = Limits(max_editors=2)
+    s = created()
+    for name in ("b", "c"):
+        s = decide(s, GrantEditor(f"g{name}", "o1", "alice", at(1), editor=name), limits).state  # type: ignore[assignment]
+    assert rejected(s, GrantEditor("gd", "o1", "alice", at(2), editor="d"), limits).reason is ReasonCode.TOO_LARGE
+
+
+def test_grant_existing_editor_or_owner_is_already_exists_revoke_stranger_is_not_found() -> None:
+    s = decide(created(), GrantEditor("g", "o1", "alice", at(1), editor="bob")).state
+    assert rejected(s, GrantEditor("g2", "o1", "alice", at(2), editor="bob")).reason is ReasonCode.ALREADY_EXISTS
+    assert rejected(s, GrantEditor("g3", "o1", "alice", at(2), editor="alice")).reason is ReasonCode.ALREADY_EXISTS
+    assert rejected(s, RevokeEditor("r", "o1", "alice", at(2), editor="carol")).reason is ReasonCode.NOT_FOUND
+
+
+@pytest.mark.parametrize("cmd", [
+    CreateObject("c", "o2", "a", T0, document="[1, 2]"),
+    CreateObject("c", "o2", "a", T0, document="{not json"),
+    CreateObject("", "o2", "a", T0, document="{}"),
+    CreateObject("c", "", "a", T0, document="{}"),
+])
+def test_malformed_create(cmd: object) -> None:
+    assert rejected(None, cmd).reason is ReasonCode.MALFORMED
+
+
+@pytest.mark.parametrize("patch", ["{oops", "42", "null", ""])
+def test_malformed_patch(patch: str) -> None:
+    assert rejected(created(), UpdateObject("u", "o1", "alice", at(1), patch=patch)).reason is ReasonCode.MALFORMED
+
+
+def test_malformed_empty_editor() -> None:
+    assert rejected(created(), GrantEditor("g", "o1", "alice", at(1), editor="")).reason is ReasonCode.MALFORMED
+
+
+def test_naive_timestamp_refused_and_other_zones_normalised() -> None:
+    with pytest.raises(ArbiterError) as err:
+        DeleteObject("d", "o1", "a", datetime(2025, 1, 1))  # noqa: DTZ001
+    assert err.value.code == ReasonCode.MALFORMED
+    cet = DeleteObject("d", "o1", "a", datetime(2025, 1, 1, 13, tzinfo=timezone(timedelta(hours=1))))
+    assert cet.issued_at == datetime(2025, 1, 1, 12, tzinfo=UTC) and cet.issued_at.tzinfo is UTC
+
+
+def test_size_is_utf8_bytes() -> None:
+    assert CreateObject("c", "o", "a", T0, document='{"é": 1}').size == 9
+    assert UpdateObject("c", "o", "a", T0, patch="{}").size == 2
+    assert DeleteObject("c", "o", "a", T0).size == 0
+
+
+@pytest.mark.parametrize("reason", [ReasonCode.MALFORMED, ReasonCode.UNSUPPORTED_SCHEMA, ReasonCode.MISROUTED])
+def test_reject_record_keeps_bytes_and_coordinates_with_deterministic_id(reason: ReasonCode) -> None:
+    original = OriginalRecord("commands", 3, 42, b"k", b"\x01garbage")
+    r1 = reject_record(original, reason, "bad", object_id="o1")
+    r2 = reject_record(original, reason, "bad again", object_id="o1")
+    assert r1.rejection_id == r2.rejection_id and r1.original == original and r1.reason is reason
+    assert r1.rejection_id != reject_record(replace(original, offset=43), reason, "bad").rejection_id
+
+
+def test_rejection_ids_are_deterministic() -> None:
+    cmd = UpdateObject("u", "o1", "alice", at(1), expected_version=7, patch="{}")
+    assert decide(created(), cmd) == decide(created(), cmd)
