@@ -1,0 +1,59 @@
+"""Decide one object's records of a micro-batch in (partition, offset) order: the loop both backends share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from app.settings import Settings
+from app.validator.decode import to_command
+from app.validator.outputs import outcome_record
+from commands import Limits, ObjectState, Rejection, decide
+
+
+def limits_for(settings: Settings) -> Limits:
+    """Return the domain limits with the event-time dedup TTL set to ``settings.dedup_ttl_ms``."""
+    return Limits(dedup_ttl=timedelta(milliseconds=settings.dedup_ttl_ms))
+
+
+@dataclass(frozen=True, slots=True)
+class InputRecord:
+    """One record of the commands topic as the source gives it."""
+
+    key: bytes | None
+    value: bytes | None
+    topic: str
+    partition: int
+    offset: int
+
+
+OutputRecord = tuple[str, bytes | None, bytes, int]
+
+
+def fold(load: Callable[[], ObjectState | None], records: Iterable[InputRecord], settings: Settings,
+         limits: Limits | None = None) -> tuple[list[OutputRecord], ObjectState | None, bool]:
+    """Return (output records, new state, whether any command was accepted) for one key's records.
+
+    Records are sorted by (partition, offset) first: Spark does not promise row order within a group.
+    ``load`` is called once, at the first record that decodes: a record that does not decode into a
+    command becomes a rejection and never touches the state.
+    """
+    limits = limits or limits_for(settings)
+    out: list[OutputRecord] = []
+    changed = False
+    loaded = False
+    state: ObjectState | None = None
+    for rec in sorted(records, key=lambda r: (r.partition, r.offset)):
+        item = to_command(rec.key, rec.value, rec.topic, rec.partition, rec.offset, partitions=settings.partitions)
+        if isinstance(item, Rejection):
+            out.append(outcome_record(item, settings, rec.partition))
+            continue
+        if not loaded:
+            state, loaded = load(), True
+        decision = decide(state, item, limits)
+        if decision.accepted:
+            changed = True
+            state = decision.state
+        out.append(outcome_record(decision.outcome, settings, rec.partition))
+    return out, state, changed

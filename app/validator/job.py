@@ -1,0 +1,97 @@
+"""Build and run the validator query: Kafka commands -> decide per object -> Kafka events and rejections.
+
+``build_query`` dispatches on ``settings.state_backend``: "spark" is the reference backend here
+(``transformWithState``), "rocksdb" lives in ``app.validator.rocks``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from app.errors import ArbiterError
+from app.settings import Settings, checkpoint_uri
+from app.validator.layout import check_layout
+from app.validator.progress import listener_for, progress_path
+from app.validator.sink import SINK_COLUMNS, SINK_DDL, sink_options
+from app.validator.source import kafka_source
+
+log = logging.getLogger("arbiter.validator")
+
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+class DrainTimeout(ArbiterError):
+    """``drain`` did not process every available command in time."""
+
+    code = "DRAIN_TIMEOUT"
+
+
+def query_name(settings: Settings) -> str:
+    """Return the validator query's name (unique per commands topic, so tests can run side by side)."""
+    return f"arbiter-validator-{settings.topic_commands}"
+
+
+def shuffle_partitions(settings: Settings) -> int:
+    """Return the shuffle partitions of the stateful step: the setting, else the topic's partition count."""
+    return settings.shuffle_partitions or settings.partitions
+
+
+def streaming_conf(settings: Settings) -> dict[str, str]:
+    """Return the session options the reference backend needs from its very first run."""
+    return {
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        "spark.sql.streaming.stateStore.encodingFormat": "avro",
+        # With processing-time mode, availableNow would otherwise run empty batches forever.
+        "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions(settings)),
+    }
+
+
+def build_query(spark, settings: Settings, *, available_now: bool = False):  # noqa: ANN001, ANN201
+    """Start the validator query for ``settings.state_backend`` and return its StreamingQuery."""
+    uri = checkpoint_uri(settings)
+    if settings.state_backend == "rocksdb":
+        check_layout(spark, uri, {"state_backend": "rocksdb", "partitions": settings.partitions})
+        from app.validator import rocks
+
+        return rocks.build_query(spark, settings, available_now=available_now)
+    conf = streaming_conf(settings)
+    check_layout(spark, uri, {"state_backend": "spark", "partitions": settings.partitions,
+                              "shuffle_partitions": shuffle_partitions(settings),
+                              "state_store_provider": ROCKSDB_PROVIDER})
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    from app.validator.processor import ValidatorProcessor
+
+    src = kafka_source(spark, settings).selectExpr("coalesce(key, X'') AS gkey", "key", "value", "topic", "partition",
+                                                  "offset")
+    outcomes = src.groupBy("gkey").transformWithState(
+        statefulProcessor=ValidatorProcessor(settings), outputStructType=SINK_DDL, outputMode="Append",
+        timeMode="ProcessingTime")
+    name = query_name(settings)
+    listener_for(spark).watch(name, progress_path(settings))
+    writer = outcomes.select(*SINK_COLUMNS).writeStream.format("kafka").queryName(name) \
+        .option("checkpointLocation", uri).outputMode("append")
+    for k, v in sink_options(settings).items():
+        writer = writer.option(k, v)
+    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=settings.trigger_interval)
+    query = writer.start()
+    log.info("validator started: backend=spark query=%s checkpoint=%s", name, uri)
+    return query
+
+
+def drain(spark, settings: Settings, timeout: float = 300) -> None:  # noqa: ANN001
+    """Process every command available now (trigger availableNow), then stop; raise DrainTimeout if it takes longer."""
+    query = build_query(spark, settings, available_now=True)
+    try:
+        if not query.awaitTermination(timeout):
+            raise DrainTimeout(f"validator did not drain {settings.topic_commands} within {timeout:.0f} s")
+    finally:
+        if query.isActive:
+            query.stop()
+
+
+def run(spark, settings: Settings) -> None:  # noqa: ANN001
+    """Run the validator until it is stopped or fails."""
+    build_query(spark, settings).awaitTermination()

@@ -1,0 +1,102 @@
+"""Exclusive file locks: one process writes a shard, one job owns a checkpoint (``fcntl.flock``)."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import time
+from pathlib import Path
+
+from pyarrow import fs as pafs
+
+from app.errors import ArbiterError
+
+
+class ShardBusy(ArbiterError):
+    """Another process holds the shard; it was not opened."""
+
+    code = "SHARD_BUSY"
+
+
+class CheckpointInUse(ArbiterError):
+    """Another job runs on this checkpoint location; this one was refused before touching any state."""
+
+    code = "CHECKPOINT_IN_USE"
+
+
+class FileLock:
+    """An exclusive ``flock`` on one file, released by ``release`` or by the process's death (even ``kill -9``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def try_acquire(self) -> bool:
+        """Take the lock if it is free; return whether this object now holds it."""
+        if self._fd is not None:
+            return True
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return True
+
+    def acquire(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for the lock; raise ``ShardBusy`` naming the holder's pid."""
+        deadline = time.monotonic() + timeout_s
+        delay = 0.005
+        while not self.try_acquire():
+            if time.monotonic() >= deadline:
+                raise ShardBusy(f"{self.path} is held by pid {self.holder()} for more than {timeout_s} s")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+    def holder(self) -> str:
+        """Return the pid written by the current holder, or '?'."""
+        try:
+            return self.path.read_text().strip() or "?"
+        except OSError:
+            return "?"
+
+    def release(self) -> None:
+        """Release the lock (idempotent)."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+
+def job_lock_path(checkpoint: str, rocks_dir: Path) -> Path:
+    """Return the lock file guarding ``checkpoint``: inside it when it is a local directory, else under ``rocks_dir``.
+
+    A lock file on the checkpoint's own disk refuses a second job on any host that mounts it; for a remote
+    URI (HDFS, S3) only jobs on this host are refused, so run one driver per checkpoint there (README).
+    """
+    try:
+        filesystem, path = pafs.FileSystem.from_uri(checkpoint)
+    except (ValueError, TypeError, OSError):
+        filesystem, path = pafs.LocalFileSystem(), os.path.abspath(checkpoint)
+    if isinstance(filesystem, pafs.LocalFileSystem):
+        return Path(path) / "rocks" / "job.lock"
+    digest = hashlib.sha256(checkpoint.encode()).hexdigest()[:16]
+    return rocks_dir / f"job-{digest}.lock"
+
+
+def acquire_job_lock(checkpoint: str, rocks_dir: Path) -> FileLock:
+    """Take the job lock for ``checkpoint`` or raise ``CheckpointInUse`` at once."""
+    lock = FileLock(job_lock_path(checkpoint, rocks_dir))
+    if not lock.try_acquire():
+        raise CheckpointInUse(f"checkpoint {checkpoint} is in use by another validator job (pid {lock.holder()}, "
+                              f"lock {lock.path}); stop it first")
+    return lock

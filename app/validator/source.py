@@ -1,0 +1,33 @@
+"""Spark's Kafka source on the commands topic, keeping key, value and the record's coordinates."""
+
+from __future__ import annotations
+
+from app.settings import Settings
+
+
+def source_options(settings: Settings) -> dict[str, str]:
+    """Return the Kafka source options: subscription, starting offsets, per-trigger cap, pass-through kafka.* options.
+
+    ``minPartitions`` is never set: each topic partition is then read by one task in offset order.
+    """
+    opts = {
+        "kafka.bootstrap.servers": settings.kafka_bootstrap,
+        "subscribe": settings.topic_commands,
+        "startingOffsets": settings.starting_offsets,
+        "failOnDataLoss": "true",
+        "includeHeaders": "false",
+    }
+    if settings.max_offsets_per_trigger is not None:
+        opts["maxOffsetsPerTrigger"] = str(settings.max_offsets_per_trigger)
+    for k, v in settings.kafka_config.items():
+        if k.startswith("security.") or k.startswith("sasl.") or k.startswith("ssl."):
+            opts[f"kafka.{k}"] = v
+    return opts
+
+
+def kafka_source(spark, settings: Settings):  # noqa: ANN001, ANN201 - pyspark types are untyped here
+    """Return the streaming DataFrame of ``commands``: key, value, topic, partition, offset, timestamp."""
+    reader = spark.readStream.format("kafka")
+    for k, v in source_options(settings).items():
+        reader = reader.option(k, v)
+    return reader.load().select("key", "value", "topic", "partition", "offset", "timestamp")
