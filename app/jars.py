@@ -8,14 +8,18 @@ import subprocess
 from pathlib import Path
 
 from app.errors import SetupError
-from app.settings import ROOT, Settings
+from app.settings import Settings
 
-MAVEN_DIR = ROOT / "build" / "maven"
+MAVEN_SUBDIR = ("build", "maven")
 BUNDLES = {"kafka": "kafka-broker.xml", "spark": "spark-kafka.xml"}
 
 
-def _stamp(bundle: str) -> str:
-    pom = (MAVEN_DIR / BUNDLES[bundle]).read_bytes()
+def _maven_dir(settings: Settings) -> Path:
+    return settings.home.joinpath(*MAVEN_SUBDIR)
+
+
+def _stamp(settings: Settings, bundle: str) -> str:
+    pom = (_maven_dir(settings) / BUNDLES[bundle]).read_bytes()
     return hashlib.sha256(pom).hexdigest()
 
 
@@ -31,7 +35,7 @@ def fetch(settings: Settings, bundle: str) -> Path:
     """
     target = bundle_dir(settings, bundle)
     marker = target / ".complete"
-    if marker.exists() and marker.read_text().strip() == _stamp(bundle):
+    if marker.exists() and marker.read_text().strip() == _stamp(settings, bundle):
         return target
     mvn = shutil.which("mvn")
     if mvn is None:
@@ -39,13 +43,13 @@ def fetch(settings: Settings, bundle: str) -> Path:
     staging = target.with_name(target.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     cmd = [
-        mvn, "-q", "-B", "-s", str(MAVEN_DIR / "settings.xml"), "-f", str(MAVEN_DIR / BUNDLES[bundle]),
+        mvn, "-q", "-B", "-s", str(_maven_dir(settings) / "settings.xml"), "-f", str(_maven_dir(settings) / BUNDLES[bundle]),
         "dependency:copy-dependencies", f"-DoutputDirectory={staging}", "-DincludeScope=runtime",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
     if proc.returncode != 0:
         raise SetupError(f"fetching {bundle} jars from Maven Central failed:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}")
-    (staging / ".complete").write_text(_stamp(bundle))
+    (staging / ".complete").write_text(_stamp(settings, bundle))
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     return target

@@ -1,0 +1,16 @@
+# One image for every Arbiter process (validator, projections, API): Python 3.11, a JRE for Spark, the project,
+# and the Spark Kafka connector fetched from Maven Central at build time.
+FROM python:3.11-slim-bookworm
+RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-headless maven procps \
+    && rm -rf /var/lib/apt/lists/*
+WORKDIR /opt/arbiter
+COPY pyproject.toml README.md ./
+COPY app app
+COPY commands commands
+COPY projections projections
+COPY schemas schemas
+COPY build/maven build/maven
+RUN pip install --no-cache-dir . && ARBITER_HOME=/opt/arbiter arbiter kafka fetch
+ENV ARBITER_HOME=/opt/arbiter ARBITER_VAR_DIR=/data PYSPARK_PYTHON=python3
+VOLUME ["/data"]
+ENTRYPOINT ["arbiter"]
