@@ -1,0 +1,1 @@
+"""The live status page: what the pipeline is doing now, served by the API at ``/``."""

@@ -1,0 +1,133 @@
+"""Gather the figures of the status page: topic rates, validator progress, lag, rejections by reason, hot keys."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from app.settings import Settings
+from app.status.hotkeys import HotKeys
+from commands import Event, Rejection
+
+
+def validator_progress_path(settings: Settings):  # noqa: ANN201
+    return settings.path(settings.var_dir) / "status" / "validator-progress.json"
+
+
+class StatusCollector:
+    """Fed with every decision the API's outcome consumer sees; samples watermarks when asked (at most 1/s)."""
+
+    def __init__(self, settings: Settings, min_interval: float = 1.0) -> None:
+        self.settings = settings
+        self.min_interval = min_interval
+        self.hot = HotKeys()
+        self.reasons: Counter[str] = Counter()
+        self.accepted = 0
+        self._lock = threading.Lock()
+        self._consumer: Consumer | None = None
+        self._last: tuple[float, dict[str, int]] | None = None
+        self._rates: dict[str, float] = {}
+        self._cached: tuple[float, dict[str, Any]] | None = None
+
+    def observe(self, outcome: Event | Rejection, partition: int) -> None:
+        """Count one decision read from the events or rejections topic."""
+        key = outcome.object_id or "(no object id)"
+        self.hot.add(partition, key)
+        with self._lock:
+            if isinstance(outcome, Event):
+                self.accepted += 1
+            else:
+                self.reasons[str(outcome.reason)] += 1
+
+    def _watermarks(self) -> dict[str, dict[int, int]]:
+        if self._consumer is None:
+            self._consumer = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
+                                       "group.id": "arbiter-status", "log_level": 0})
+        s = self.settings
+        out: dict[str, dict[int, int]] = {}
+        md = self._consumer.list_topics(timeout=5)
+        for topic in (s.topic_commands, s.topic_events, s.topic_rejections):
+            meta = md.topics.get(topic)
+            parts = sorted(meta.partitions) if meta is not None and meta.error is None else []
+            out[topic] = {p: self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1] for p in parts}
+        return out
+
+    def _validator(self) -> dict[str, Any]:
+        try:
+            progress = json.loads(validator_progress_path(self.settings).read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return {}
+        ops = progress.get("stateOperators") or []
+        custom = [o.get("customMetrics") or {} for o in ops]
+        end: dict[str, int] = {}
+        for src in progress.get("sources") or []:
+            offsets = src.get("endOffset")
+            if isinstance(offsets, str):
+                try:
+                    offsets = json.loads(offsets)
+                except json.JSONDecodeError:
+                    offsets = None
+            if isinstance(offsets, dict):
+                for p, off in (offsets.get(self.settings.topic_commands) or {}).items():
+                    end[str(p)] = int(off)
+        return {
+            "batch_id": progress.get("batchId"),
+            "timestamp": progress.get("timestamp"),
+            "input_rows": progress.get("numInputRows", 0),
+            "rows_per_s": round(float(progress.get("processedRowsPerSecond") or 0.0), 1),
+            "batch_duration_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
+            "state_rows": sum(int(o.get("numRowsTotal", 0)) for o in ops),
+            "state_memory_bytes": sum(int(o.get("memoryUsedBytes", 0)) for o in ops),
+            "ttl_evictions": sum(int(c.get("numValuesRemovedDueToTTLExpiry", 0)) for c in custom),
+            "end_offsets": end,
+        }
+
+    def snapshot(self) -> dict[str, Any]:
+        """The page's figures; recomputed at most every ``min_interval`` seconds."""
+        now = time.monotonic()
+        with self._lock:
+            if self._cached is not None and now - self._cached[0] < self.min_interval:
+                return self._cached[1]
+        s = self.settings
+        try:
+            marks = self._watermarks()
+            broker = "up"
+        except KafkaException:
+            marks, broker = {}, "unreachable"
+        totals = {t: sum(v.values()) for t, v in marks.items()}
+        if self._last is not None and totals:
+            dt = now - self._last[0]
+            if dt > 0:
+                self._rates = {t: max(0.0, (totals[t] - self._last[1].get(t, 0)) / dt) for t in totals}
+        if totals:
+            self._last = (now, totals)
+        validator = self._validator()
+        ends = validator.get("end_offsets", {})
+        lag = {str(p): hi - ends.get(str(p), 0) for p, hi in (marks.get(s.topic_commands) or {}).items()}
+        with self._lock:
+            data = {
+                "broker": broker,
+                "commands_in_per_s": round(self._rates.get(s.topic_commands, 0.0), 1),
+                "events_out_per_s": round(self._rates.get(s.topic_events, 0.0), 1),
+                "rejections_out_per_s": round(self._rates.get(s.topic_rejections, 0.0), 1),
+                "totals": {"commands": totals.get(s.topic_commands, 0), "events": totals.get(s.topic_events, 0),
+                           "rejections": totals.get(s.topic_rejections, 0)},
+                "accepted_seen": self.accepted,
+                "rejections_by_reason": dict(sorted(self.reasons.items())),
+                "lag_by_partition": lag,
+                "validator": {k: v for k, v in validator.items() if k != "end_offsets"},
+                "hot_keys": {str(p): [{"object_id": k, "count": c, "error": e} for k, c, e in top]
+                             for p, top in self.hot.top(5).items()},
+            }
+            self._cached = (now, data)
+        return data
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
