@@ -59,6 +59,15 @@ class Settings(BaseSettings):
     dedup_ttl_ms: int = Field(default=24 * 3600 * 1000, ge=1, description="How long a command id is remembered for dedup.")
     tombstone_ttl_ms: int = Field(default=30 * 24 * 3600 * 1000, ge=1, description="How long a deleted object's state is kept.")
 
+    # --- projections (issue 7): empty dirs default to <var_dir>/audit; read_model_dir is in the API block below ---
+    audit_dir: Path | None = Field(default=None, description="Audit store (rocksdict with per-partition hash chains).")
+    log_file: Path | None = Field(default=None, description="Decision log file (rotated); unset = stdout.")
+    log_file_max_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    log_file_backups: int = Field(default=5, ge=0)
+    projection_group_prefix: str = Field(default="arbiter", description="Consumer groups are <prefix>-db|audit|log.")
+    projection_batch_size: int = Field(default=2000, ge=1, le=100_000)
+    projection_sync_writes: bool = Field(default=True, description="fsync the read model/audit WAL per batch.")
+
     # --- API -------------------------------------------------------------------------------------
     api_host: str = "127.0.0.1"
     api_port: int = 8000

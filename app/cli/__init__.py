@@ -13,6 +13,8 @@ from commands.errors import ArbiterError
 SUBCOMMANDS = [
     "app.cli.kafka",
     "app.cli.run",
+    "app.cli.project",
+    "app.cli.audit",
 ]
 
 

@@ -1,0 +1,62 @@
+"""The audit store: chain entries, chain heads and a by-object index in one rocksdict, appended in atomic batches.
+
+rocksdict rather than Avro container files: an append of entries, heads and index is one atomic WriteBatch (so
+the stored heads double as the consumed offsets, exactly once), and ``show`` reads one object's history through
+the index without scanning segments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+from rocksdict import AccessType, Options, Rdict, WriteBatch, WriteOptions
+
+from projections.audit.chain import Head, head_key, parse_chain_key, unpack_head
+
+TP = tuple[str, int]
+
+
+def options() -> Options:
+    opts = Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.set_max_open_files(-1)
+    return opts
+
+
+def open_primary(path: Path) -> Rdict:
+    path.mkdir(parents=True, exist_ok=True)
+    return Rdict(str(path), options())
+
+
+def open_reader(path: Path, secondary: Path) -> Rdict:
+    """Open ``path`` as a secondary instance caught up with the writing projection, if any."""
+    db = Rdict(str(path), options(), access_type=AccessType.secondary(str(secondary)))
+    db.try_catch_up_with_primary()
+    return db
+
+
+def write_options(sync: bool) -> WriteOptions:
+    wo = WriteOptions()
+    wo.sync = sync
+    return wo
+
+
+def new_batch() -> WriteBatch:
+    return WriteBatch(raw_mode=True)
+
+
+def prefixed(db: Rdict, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+    for k, v in db.items(from_key=prefix):
+        if not k.startswith(prefix):
+            break
+        yield k, v
+
+
+def heads(db: Rdict) -> dict[TP, Head]:
+    return {parse_chain_key(k): unpack_head(v) for k, v in prefixed(db, b"h")}
+
+
+def head_of(db: Rdict, tp: TP) -> Head | None:
+    raw = db.get(head_key(*tp))
+    return unpack_head(raw) if raw is not None else None

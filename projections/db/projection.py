@@ -1,0 +1,92 @@
+"""The DB projection: events folded into the read model, offsets stored in the same atomic batch."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from commands import Event
+from projections.db.apply import Status, apply_event
+from projections.db.store import TP, ReadModelStore, current_generation, gap_detail
+from projections.db.view import ObjectView
+from projections.runner import Item, Projection
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DbCounts:
+    applied: int = 0
+    stale: int = 0
+    gaps: int = 0
+    invalid: int = 0
+    skipped: int = 0  # rejections and undecodable records: nothing to apply, offset still advances
+
+
+class DbProjection(Projection):
+    """Apply events to ``<root>/current``; with ``generation`` set, fill that one instead (a rebuild)."""
+
+    name = "db"
+    stores_offsets = True
+
+    def __init__(self, root: Path, *, sync: bool = True, generation: Path | None = None) -> None:
+        self.root = root
+        self.sync = sync
+        self.follow_swaps = generation is None
+        self.store = ReadModelStore(generation, sync=sync) if generation else ReadModelStore.open_current(root, sync=sync)
+        self.counts = DbCounts()
+
+    def start_offsets(self, partitions: Sequence[TP]) -> dict[TP, int]:
+        stored = self.store.offsets()
+        return {tp: stored[tp] for tp in partitions if tp in stored}
+
+    def apply(self, items: Sequence[Item]) -> None:
+        ids = {it.outcome.object_id for it in items if isinstance(it.outcome, Event)}
+        views: dict[str, ObjectView | None] = self.store.get_many(ids)
+        changed: dict[str, ObjectView] = {}
+        gaps: dict[str, str] = {}
+        offsets: dict[TP, int] = {}
+        for it in items:
+            rec = it.record
+            offsets[(rec.topic, rec.partition)] = rec.offset + 1
+            ev = it.outcome
+            if not isinstance(ev, Event):
+                self.counts.skipped += 1
+                continue
+            res = apply_event(views[ev.object_id], ev)
+            if res.status is Status.APPLIED:
+                assert res.view is not None
+                views[ev.object_id] = changed[ev.object_id] = res.view
+                self.counts.applied += 1
+            elif res.status is Status.STALE:
+                self.counts.stale += 1
+            else:
+                # Never papered over: the object stays at its last good version and the gap is kept in the store.
+                if res.status is Status.GAP:
+                    self.counts.gaps += 1
+                else:
+                    self.counts.invalid += 1
+                log.error("db projection: %s for object %r at %s: %s (event %s %s v%d not applied)", res.status.value,
+                          ev.object_id, rec.where, res.detail, ev.event_id, ev.type.value, ev.version)
+                gaps[ev.object_id] = gap_detail(status=res.status.value, detail=res.detail, topic=rec.topic,
+                                                partition=rec.partition, offset=rec.offset, version=ev.version)
+        self.store.write(changed, offsets, gaps)
+
+    def reseek(self) -> dict[TP, int] | None:
+        if not self.follow_swaps:
+            return None
+        gen = current_generation(self.root)
+        if gen is None or gen == self.store.path:
+            return None
+        old = self.store.path
+        self.store.close()
+        self.store = ReadModelStore(gen, sync=self.sync)
+        shutil.rmtree(old, ignore_errors=True)
+        log.info("db projection: read model swapped to %s; %s removed", gen.name, old.name)
+        return self.store.offsets()
+
+    def close(self) -> None:
+        self.store.close()

@@ -1,0 +1,95 @@
+"""Read the read model from another process (the API) while the DB projection writes it.
+
+Each ``ReadModel`` is a RocksDB *secondary* instance of the current generation with its own small directory for
+its info log. It sees the primary's writes (WAL included) after ``try_catch_up_with_primary``, which ``get`` calls
+at most every ``refresh_s`` seconds, so a read lags the projection by at most that much beyond the projection's own
+lag. A rebuild swaps ``current``; the reader notices the new target on its next refresh and reopens.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from rocksdict import AccessType, Rdict
+
+from projections.db.store import current_generation, doc_key, iter_gaps, iter_views, options
+from projections.db.view import ObjectView
+
+log = logging.getLogger(__name__)
+
+
+class ReadModel:
+    """Read-only access to ``<root>/current`` for any number of processes; one instance per thread."""
+
+    def __init__(self, root: Path, *, refresh_s: float = 0.05) -> None:
+        self.root = root
+        self.refresh_s = refresh_s
+        self._db: Rdict | None = None
+        self._gen: Path | None = None
+        self._secondary: Path | None = None
+        self._last = 0.0
+
+    def _open(self) -> Rdict | None:
+        gen = current_generation(self.root)
+        if gen is None:
+            return None
+        if self._db is not None and gen == self._gen:
+            return self._db
+        self.close()
+        readers = self.root / "readers"  # a killed reader leaves its (tiny) directory here; safe to delete
+        readers.mkdir(exist_ok=True)
+        self._secondary = Path(tempfile.mkdtemp(prefix="secondary-", dir=readers))
+        self._db = Rdict(str(gen), options(), access_type=AccessType.secondary(str(self._secondary)))
+        self._gen, self._last = gen, time.monotonic()
+        return self._db
+
+    def refresh(self) -> None:
+        """Catch up with the projection now (and follow a rebuild swap)."""
+        db = self._open()
+        if db is not None:
+            try:
+                db.try_catch_up_with_primary()
+            except Exception:  # noqa: BLE001 - a swapped-out generation vanishing under us; reopen next time
+                log.warning("read model: catch-up failed on %s, reopening", self._gen, exc_info=True)
+                self.close()
+        self._last = time.monotonic()
+
+    def _db_now(self) -> Rdict | None:
+        if self._db is None or time.monotonic() - self._last >= self.refresh_s:
+            self.refresh()
+        return self._db
+
+    def get(self, object_id: str) -> ObjectView | None:
+        """Return the object's view (deleted objects included, with ``deleted=True``), or None if never created."""
+        db = self._db_now()
+        raw = db.get(doc_key(object_id)) if db is not None else None
+        return ObjectView.from_bytes(raw) if raw is not None else None
+
+    def views(self) -> Iterator[tuple[str, ObjectView]]:
+        db = self._db_now()
+        if db is not None:
+            yield from iter_views(db)
+
+    def gaps(self) -> dict[str, str]:
+        """Return objects whose events had a gap or could not be applied (they need attention or a rebuild)."""
+        db = self._db_now()
+        return iter_gaps(db) if db is not None else {}
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        if self._secondary is not None:
+            shutil.rmtree(self._secondary, ignore_errors=True)
+            self._secondary = None
+
+    def __enter__(self) -> ReadModel:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()

@@ -1,0 +1,147 @@
+"""The read model's rocksdict store: documents, consumed offsets and gap reports, written in one WriteBatch.
+
+On disk, ``<root>/current`` is a symlink to one generation directory ``<root>/gen-<ns>`` (a RocksDB). A rebuild
+fills a fresh generation and swaps the symlink atomically (``os.replace``); readers and the live projection notice
+the new target and reopen.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from rocksdict import Options, Rdict, WriteBatch, WriteOptions
+
+from projections.db.view import ObjectView
+
+TP = tuple[str, int]
+CURRENT = "current"
+DOC, OFFSET, GAP = b"d", b"o", b"g"
+
+
+def options() -> Options:
+    opts = Options(raw_mode=True)
+    opts.create_if_missing(True)
+    opts.set_max_open_files(-1)  # required by secondary readers; also avoids table-cache churn
+    return opts
+
+
+def doc_key(object_id: str) -> bytes:
+    return DOC + object_id.encode()
+
+
+def offset_key(tp: TP) -> bytes:
+    return OFFSET + tp[0].encode() + b"\x00" + str(tp[1]).encode()
+
+
+def current_generation(root: Path) -> Path | None:
+    """Return the generation ``<root>/current`` points at, or None before the first start."""
+    try:
+        return root / os.readlink(root / CURRENT)
+    except FileNotFoundError:
+        return None
+
+
+def new_generation(root: Path) -> Path:
+    """Return a fresh, not yet existing generation directory under ``root``."""
+    root.mkdir(parents=True, exist_ok=True)
+    return root / f"gen-{time.time_ns()}"
+
+
+def swap_in(root: Path, generation: Path) -> None:
+    """Point ``<root>/current`` at ``generation`` atomically, durable across a crash."""
+    tmp = root / f".{CURRENT}-{time.time_ns()}"
+    os.symlink(generation.name, tmp)
+    os.replace(tmp, root / CURRENT)
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ReadModelStore:
+    """The primary (writing) instance of one generation. One process at a time (RocksDB's LOCK file enforces it)."""
+
+    def __init__(self, path: Path, *, sync: bool = True) -> None:
+        self.path = path
+        self._db = Rdict(str(path), options())
+        self._write_opts = WriteOptions()
+        self._write_opts.sync = sync  # fsync the WAL per batch: survives a machine crash, not only a process crash
+        self._sync = sync
+
+    @classmethod
+    def open_current(cls, root: Path, *, sync: bool = True) -> ReadModelStore:
+        """Open the current generation under ``root``, creating the first one if there is none."""
+        gen = current_generation(root)
+        if gen is None:
+            gen = new_generation(root)
+            store = cls(gen, sync=sync)
+            swap_in(root, gen)
+            return store
+        return cls(gen, sync=sync)
+
+    def get(self, object_id: str) -> ObjectView | None:
+        raw = self._db.get(doc_key(object_id))
+        return ObjectView.from_bytes(raw) if raw is not None else None
+
+    def get_many(self, object_ids: Iterable[str]) -> dict[str, ObjectView | None]:
+        ids = list(object_ids)
+        raws = self._db[[doc_key(i) for i in ids]] if ids else []
+        return {i: ObjectView.from_bytes(r) if r is not None else None for i, r in zip(ids, raws, strict=True)}
+
+    def offsets(self) -> dict[TP, int]:
+        """Return the next offset to read per partition, as last written with the documents."""
+        out: dict[TP, int] = {}
+        for k, v in self._db.items(from_key=OFFSET):
+            if not k.startswith(OFFSET):
+                break
+            topic, _, part = k[1:].rpartition(b"\x00")
+            out[(topic.decode(), int(part))] = int(v)
+        return out
+
+    def write(self, views: dict[str, ObjectView], offsets: dict[TP, int], gaps: dict[str, str] | None = None) -> None:
+        """Write documents, offsets and gap reports in one atomic WriteBatch."""
+        wb = WriteBatch(raw_mode=True)
+        for object_id, view in views.items():
+            wb.put(doc_key(object_id), view.to_bytes())
+        for tp, off in offsets.items():
+            wb.put(offset_key(tp), str(off).encode())
+        for object_id, detail in (gaps or {}).items():
+            wb.put(GAP + object_id.encode(), detail.encode())
+        self._db.write(wb, self._write_opts)
+
+    def views(self) -> Iterator[tuple[str, ObjectView]]:
+        """Yield every (object_id, view), in key order."""
+        yield from iter_views(self._db)
+
+    def gaps(self) -> dict[str, str]:
+        return iter_gaps(self._db)
+
+    def close(self) -> None:
+        if not self._sync:
+            self._db.flush_wal(True)
+        self._db.close()
+
+
+def iter_views(db: Rdict) -> Iterator[tuple[str, ObjectView]]:
+    for k, v in db.items(from_key=DOC):
+        if not k.startswith(DOC):
+            break
+        yield k[1:].decode(), ObjectView.from_bytes(v)
+
+
+def iter_gaps(db: Rdict) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in db.items(from_key=GAP):
+        if not k.startswith(GAP):
+            break
+        out[k[1:].decode()] = v.decode()
+    return out
+
+
+def gap_detail(**fields: object) -> str:
+    return json.dumps(fields, sort_keys=True)

@@ -1,0 +1,263 @@
+"""A small confluent-kafka projection runner: batches, graceful SIGTERM, lag per partition, bad records kept as data."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_STORED, Consumer, KafkaError, KafkaException, TopicPartition
+
+from commands import Event, Rejection
+from schemas import codec
+from schemas.codec import DecodeError
+
+log = logging.getLogger(__name__)
+
+TP = tuple[str, int]
+Decoder = Callable[[bytes], Event | Rejection]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One Kafka record as the runner saw it, free of confluent-kafka types."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int
+
+    @property
+    def where(self) -> str:
+        return f"{self.topic}[{self.partition}]@{self.offset}"
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """A record and what it decoded to: ``outcome`` is None and ``error`` says why when it did not decode."""
+
+    record: Record
+    outcome: Event | Rejection | None
+    error: str | None = None
+
+
+class Projection:
+    """What a runner feeds. A projection that stores its offsets (``stores_offsets``) is the source of truth for them."""
+
+    name = "projection"
+    stores_offsets = False
+
+    def start_offsets(self, partitions: Sequence[TP]) -> dict[TP, int]:
+        """Return the next offset to read for each partition this projection has seen (none: Kafka decides)."""
+        return {}
+
+    def apply(self, items: Sequence[Item]) -> None:
+        """Apply one batch; with ``stores_offsets``, atomically with the offsets after the batch."""
+        raise NotImplementedError
+
+    def reseek(self) -> dict[TP, int] | None:
+        """Return offsets to jump to when the projection's store changed under it (a rebuild swap), else None."""
+        return None
+
+    def close(self) -> None:
+        """Release the projection's resources."""
+
+
+@dataclass
+class RunnerConfig:
+    """Plain configuration: no Settings, so ``projections`` stays independent of ``app``.
+
+    ``assign_all`` reads every partition of ``topics`` with a manual assignment (each embedded store replica
+    needs all of them); otherwise the group subscribes and Kafka spreads partitions over the members.
+    """
+
+    bootstrap: str
+    topics: tuple[str, ...]
+    group_id: str
+    kafka_config: dict[str, str] = field(default_factory=dict)
+    assign_all: bool = True
+    batch_size: int = 2000
+    poll_timeout_s: float = 0.5
+    lag_interval_s: float = 15.0
+    stop_when_caught_up: bool = False
+
+
+@dataclass
+class RunStats:
+    """Counters of one run; ``lag`` is the last measured lag per partition."""
+
+    records: int = 0
+    batches: int = 0
+    undecodable: int = 0
+    lag: dict[TP, int] = field(default_factory=dict)
+
+
+class Runner:
+    """Consume ``config.topics`` in batches into one projection until stopped (or caught up)."""
+
+    def __init__(self, config: RunnerConfig, projection: Projection, decode: Decoder = codec.decode_outcome) -> None:
+        self.config = config
+        self.projection = projection
+        self.decode = decode
+        self.stats = RunStats()
+        self._stop = False
+        self._assigned: list[TP] = []
+        self._next: dict[TP, int] = {}
+        self._consumer: Any = None
+
+    def request_stop(self, *_: object) -> None:
+        """Finish the batch in hand, then stop (safe from a signal handler)."""
+        self._stop = True
+
+    def install_signal_handlers(self) -> None:
+        """Stop gracefully on SIGTERM and SIGINT."""
+        def handler(signum: int, _frame: FrameType | None) -> None:
+            log.info("%s projection: signal %d, stopping after the current batch", self.projection.name, signum)
+            self.request_stop()
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    # --- assignment ------------------------------------------------------------------------------
+    def _resolve(self, tps: list[TP]) -> list[TopicPartition]:
+        stored = self.projection.start_offsets(tps)
+        default = OFFSET_BEGINNING if self.projection.stores_offsets else OFFSET_STORED
+        self._next.update({tp: off for tp, off in stored.items()})
+        log.info("%s projection: assigned %s, starting at %s", self.projection.name,
+                 ", ".join(f"{t}[{p}]" for t, p in tps), {f"{t}[{p}]": o for (t, p), o in sorted(stored.items())} or "the start")
+        return [TopicPartition(t, p, stored.get((t, p), default)) for t, p in tps]
+
+    def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        tps = [(tp.topic, tp.partition) for tp in partitions]
+        self._assigned = sorted(set(self._assigned) | set(tps))
+        consumer.assign(self._resolve(tps))
+
+    def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        gone = {(tp.topic, tp.partition) for tp in partitions}
+        self._assigned = [tp for tp in self._assigned if tp not in gone]
+
+    def _assign_all(self, consumer: Any) -> None:
+        tps: list[TP] = []
+        for topic in self.config.topics:
+            md = consumer.list_topics(topic, timeout=10).topics[topic]
+            if md.error is not None:
+                raise KafkaException(md.error)
+            tps += [(topic, p) for p in sorted(md.partitions)]
+        self._assigned = tps
+        consumer.assign(self._resolve(tps))
+
+    # --- the loop --------------------------------------------------------------------------------
+    def _consumer_config(self) -> dict[str, Any]:
+        conf: dict[str, Any] = {
+            "bootstrap.servers": self.config.bootstrap,
+            "group.id": self.config.group_id,
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+        }
+        conf.update(self.config.kafka_config)
+        return conf
+
+    def run(self) -> RunStats:
+        """Consume until ``request_stop`` (or caught up with ``stop_when_caught_up``); return the counters."""
+        consumer = self._consumer = Consumer(self._consumer_config())
+        try:
+            if self.config.assign_all:
+                self._assign_all(consumer)
+            else:
+                consumer.subscribe(list(self.config.topics), on_assign=self._on_assign, on_revoke=self._on_revoke)
+            next_lag = time.monotonic() + self.config.lag_interval_s
+            while not self._stop:
+                msgs = consumer.consume(self.config.batch_size, self.config.poll_timeout_s)
+                items = self._items(msgs)
+                if items:
+                    self.projection.apply(items)
+                    self._after_batch(consumer, items)
+                reseek = self.projection.reseek()
+                if reseek is not None:
+                    self._seek(consumer, reseek)
+                if len(msgs) < self.config.batch_size and self.config.stop_when_caught_up and self._caught_up(consumer):
+                    break
+                if time.monotonic() >= next_lag:
+                    self.report_lag(consumer)
+                    next_lag = time.monotonic() + self.config.lag_interval_s
+            self.report_lag(consumer)
+        finally:
+            self.projection.close()
+            consumer.close()
+            self._consumer = None
+        return self.stats
+
+    def _items(self, msgs: list[Any]) -> list[Item]:
+        items: list[Item] = []
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                if err.fatal():
+                    raise KafkaException(err)
+                log.warning("%s projection: consumer error %s", self.projection.name, err)
+                continue
+            ts = m.timestamp()[1]
+            rec = Record(m.topic(), m.partition(), m.offset(), m.key(), m.value(), ts)
+            if rec.value is None:
+                items.append(self._bad(rec, "record has no value"))
+                continue
+            try:
+                items.append(Item(rec, self.decode(rec.value)))
+            except DecodeError as e:
+                items.append(self._bad(rec, f"{e.reason.value}: {e}"))
+        return items
+
+    def _bad(self, rec: Record, why: str) -> Item:
+        self.stats.undecodable += 1
+        log.error("%s projection: undecodable record %s (%s); kept as data, moving on", self.projection.name, rec.where, why)
+        return Item(rec, None, why)
+
+    def _after_batch(self, consumer: Any, items: list[Item]) -> None:
+        last: dict[TP, int] = {}
+        for it in items:
+            last[(it.record.topic, it.record.partition)] = it.record.offset + 1
+        self._next.update(last)
+        self.stats.records += len(items)
+        self.stats.batches += 1
+        offsets = [TopicPartition(t, p, o) for (t, p), o in last.items()]
+        # Offsets a projection keeps in its own store are committed to Kafka only for monitoring (lag tools).
+        consumer.commit(offsets=offsets, asynchronous=self.projection.stores_offsets)
+
+    def _seek(self, consumer: Any, offsets: dict[TP, int]) -> None:
+        self._next.update(offsets)
+        tps = [TopicPartition(t, p, offsets.get((t, p), OFFSET_BEGINNING)) for t, p in self._assigned]
+        if self.config.assign_all:
+            consumer.assign(tps)
+        else:
+            for tp in tps:
+                consumer.seek(tp)
+        log.info("%s projection: store changed, resumed at its offsets", self.projection.name)
+
+    def lag(self, consumer: Any) -> dict[TP, int]:
+        """Return high watermark minus next offset to read, per assigned partition."""
+        out: dict[TP, int] = {}
+        positions = {(tp.topic, tp.partition): tp.offset
+                     for tp in consumer.position([TopicPartition(t, p) for t, p in self._assigned])}
+        for t, p in self._assigned:
+            low, high = consumer.get_watermark_offsets(TopicPartition(t, p), timeout=5, cached=False)
+            # The client's position also steps over transaction markers, which no record of ours covers.
+            pos = max(self._next.get((t, p), low), positions.get((t, p), -1), low)
+            out[(t, p)] = max(0, high - pos)
+        return out
+
+    def report_lag(self, consumer: Any) -> None:
+        self.stats.lag = self.lag(consumer)
+        log.info("%s projection: lag %s (records %d, undecodable %d)", self.projection.name,
+                 " ".join(f"{t}[{p}]={n}" for (t, p), n in sorted(self.stats.lag.items())),
+                 self.stats.records, self.stats.undecodable)
+
+    def _caught_up(self, consumer: Any) -> bool:
+        return bool(self._assigned) and not any(self.lag(consumer).values())
