@@ -12,6 +12,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from app.settings import Settings
 from app.status.hotkeys import HotKeys
+from app.validator.murmur2 import partition_for
 from commands import Event, Rejection
 
 
@@ -34,9 +35,11 @@ class StatusCollector:
         self._rates: dict[str, float] = {}
         self._cached: tuple[float, dict[str, Any]] | None = None
 
-    def observe(self, outcome: Event | Rejection, partition: int) -> None:
-        """Count one decision read from the events or rejections topic."""
+    def observe(self, outcome: Event | Rejection, partition: int | None = None) -> None:
+        """Count one decision read from the events or rejections topic (partition: the object's, by murmur2)."""
         key = outcome.object_id or "(no object id)"
+        if partition is None:
+            partition = partition_for(key.encode(), self.settings.partitions)
         self.hot.add(partition, key)
         with self._lock:
             if isinstance(outcome, Event):
