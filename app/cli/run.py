@@ -1,28 +1,107 @@
-"""``arbiter run``: the whole pipeline on embedded defaults, for a newcomer's first look."""
+"""``arbiter run``: the whole pipeline on embedded defaults, a scripted scenario, then serve until Ctrl-C."""
 
 from __future__ import annotations
 
 import argparse
+import signal
+import threading
+import time
+from pathlib import Path
 
+import httpx
+
+from app.api.auth import issue_token
 from app.kafka_broker import LocalBroker
-from app.settings import get_settings
-from app.topics import describe, ensure_topics
+from app.scenario import Scenario, table
+from app.settings import Settings, get_settings
+from app.supervisor import Service, Supervisor, arbiter_argv
+from app.topics import ensure_topics
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("run", help="start the local pipeline and show it working")
+    p = sub.add_parser("run", help="start broker, validator, projections and API; play a scenario; serve until Ctrl-C")
+    p.add_argument("--exit-after-scenario", action="store_true", help="stop everything once the scenario is shown")
+    p.add_argument("--no-scenario", action="store_true", help="only start the pipeline")
     p.set_defaults(handler=_run)
 
 
-def _run(_: argparse.Namespace) -> int:
-    s = get_settings()
+def _log_says(path: Path, text: str) -> bool:
+    try:
+        return text in path.read_text(errors="replace")
+    except FileNotFoundError:
+        return False
+
+
+def _healthy(url: str) -> bool:
+    return httpx.get(url, timeout=2.0).status_code == 200
+
+
+def _local_broker(s: Settings) -> LocalBroker | None:
+    """The embedded broker when the bootstrap points at it; None when the user brought their own Kafka."""
     broker = LocalBroker.from_settings(s)
-    print(f"[1/2] starting Kafka broker on {broker.bootstrap} ...", flush=True)
-    pid = broker.start(s)
-    print(f"      running, pid {pid}")
-    print("[2/2] creating topics ...", flush=True)
-    ensure_topics(s)
-    for t in describe(s):
-        print(f"      {t.name:<12} partitions={t.partitions:<3} messages={t.messages}")
-    print("broker left running; stop it with: .venv/bin/arbiter kafka stop")
-    return 0
+    return broker if s.kafka_bootstrap == broker.bootstrap else None
+
+
+def _run(args: argparse.Namespace) -> int:
+    s = get_settings()
+    var = s.path(s.var_dir)
+    sup = Supervisor(var / "run", var / "logs")
+    broker = _local_broker(s)
+    started_broker = False
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    api_url = f"http://{s.api_host}:{s.api_port}"
+    t0 = time.monotonic()
+    try:
+        if broker is not None:
+            print(f"[1/6] Kafka broker on {broker.bootstrap} (data {broker.directory}) ...", flush=True)
+            started_broker = broker.running_pid() is None
+            pid = broker.start(s)
+            print(f"      ready (pid {pid}{'' if started_broker else ', already running'})")
+        else:
+            print(f"[1/6] using the Kafka cluster at {s.kafka_bootstrap}")
+        print(f"[2/6] topics {s.topic_commands}, {s.topic_events}, {s.topic_rejections} "
+              f"({s.partitions} partitions) ...", flush=True)
+        ensure_topics(s)
+        print(f"[3/6] validator (Spark {s.spark_master}, state backend {s.state_backend}) ...", flush=True)
+        sup.start(Service("validator", arbiter_argv("validator"), timeout=240,
+                          ready=lambda: _log_says(sup.log_of("validator"), "validator started")))
+        print("[4/6] projections: db, audit, log ...", flush=True)
+        for kind in ("db", "audit", "log"):
+            sup.start(Service(f"project-{kind}", arbiter_argv("project", kind), timeout=60,
+                              ready=lambda k=kind: _log_says(sup.log_of(f"project-{k}"), "projection: assigned")))
+        print(f"[5/6] API on {api_url} ...", flush=True)
+        sup.start(Service("api", arbiter_argv("api"), timeout=60, ready=lambda: _healthy(f"{api_url}/healthz")))
+        print(f"      pipeline up in {time.monotonic() - t0:.0f}s; logs in {var / 'logs'}")
+        if not args.no_scenario:
+            _scenario(s, api_url)
+        print(f"\nStatus page: {api_url}/   API docs: {api_url}/docs")
+        print(f"Development token (principal alice): {issue_token(s.auth_secret.get_secret_value(), 'alice', 86400)}")
+        if args.exit_after_scenario:
+            return 0
+        print("Serving; press Ctrl-C to stop every process started here.", flush=True)
+        while not stop.wait(1.0):
+            for svc in sup.services:
+                if svc.proc is not None and svc.proc.poll() is not None:
+                    print(f"{svc.name} exited with code {svc.proc.returncode}; see {sup.log_of(svc.name)}")
+                    return 1
+        return 0
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        print("\nstopping ...", flush=True)
+        sup.stop_all()
+        if broker is not None and started_broker:
+            broker.stop()
+        print("stopped every process started by this run.")
+
+
+def _scenario(s: Settings, api_url: str) -> None:
+    print("[6/6] scenario: two users, one shared document ...", flush=True)
+    sc = Scenario(s, api_url)
+    rows = sc.play()
+    print()
+    print(table(rows))
+    print("\nRead model afterwards (GET /objects/{id}, from the DB projection):")
+    for oid, status, body in sc.read_model({sc.doc: None, sc.notes: 2}):
+        print(f"  {oid:<16} HTTP {status}  {body}")

@@ -1,0 +1,156 @@
+"""The demo scenario of ``arbiter run``: what Arbiter does with racing, stale, retried, forbidden and broken input."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from app.api.auth import issue_token
+from app.settings import Settings
+from schemas import codec
+from schemas.wire import DecodeError
+
+WAIT = "wait=20"
+
+
+@dataclass
+class Step:
+    """One row of the scenario's table."""
+
+    what: str
+    principal: str
+    http: int | str
+    outcome: str
+    reason: str
+    version: str
+
+
+class Scenario:
+    """Plays the scripted scenario against a running API (and, for garbage bytes, the commands topic)."""
+
+    def __init__(self, settings: Settings, base_url: str) -> None:
+        self.s = settings
+        self.http = httpx.Client(base_url=base_url, timeout=60.0)
+        secret = settings.auth_secret.get_secret_value()
+        self.tokens = {p: issue_token(secret, p, 3600) for p in ("alice", "bob", "mallory")}
+        self.rows: list[Step] = []
+        tag = uuid.uuid4().hex[:6]
+        self.doc, self.notes = f"plan-{tag}", f"notes-{tag}"
+
+    def _call(self, what: str, who: str, method: str, path: str, body: Any = None, *,  # noqa: ANN401
+              if_match: int | None = None, key: str | None = None, raw: bytes | None = None) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {self.tokens[who]}", "Prefer": WAIT}
+        if if_match is not None:
+            headers["If-Match"] = f'"{if_match}"'
+        if key is not None:
+            headers["Idempotency-Key"] = key
+        content = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        if content is not None:
+            headers["Content-Type"] = "application/merge-patch+json" if method == "PATCH" else "application/json"
+        r = self.http.request(method, path, headers=headers, content=content)
+        self.rows.append(_row(what, who, r))
+        return r
+
+    def play(self, progress: Callable[[str], None] = print) -> list[Step]:
+        d, n = self.doc, self.notes
+        self._call("create the shared document", "alice", "POST", "/objects",
+                   {"id": d, "document": {"title": "Launch plan", "owner_note": "draft"}})
+        self._call("share it with bob", "alice", "PUT", f"/objects/{d}/editors/bob")
+        with ThreadPoolExecutor(2) as pool:  # both read version 2 and race to write version 3
+            races = [pool.submit(self._call, f"race: {w} updates at If-Match 2", w, "PATCH", f"/objects/{d}",
+                                 {"status": f"{w}'s edit"}, if_match=2) for w in ("alice", "bob")]
+            for f in races:
+                f.result()
+        self._call("bob updates with a stale If-Match 1", "bob", "PATCH", f"/objects/{d}", {"status": "stale"},
+                   if_match=1)
+        key = f"retry-{uuid.uuid4().hex[:8]}"
+        self._call("alice updates (Idempotency-Key K)", "alice", "PATCH", f"/objects/{d}", {"reviewed": True}, key=key)
+        self._call("alice's client retries K", "alice", "PATCH", f"/objects/{d}", {"reviewed": True}, key=key)
+        self._call("mallory (not an editor) edits", "mallory", "PATCH", f"/objects/{d}", {"status": "hacked"})
+        self._call("malformed JSON body", "alice", "POST", "/objects", raw=b'{"id": "x", "document": ')
+        self._call("bob creates his notes", "bob", "POST", "/objects", {"id": n, "document": {"text": "hello"}})
+        self._call("bob updates his notes", "bob", "PATCH", f"/objects/{n}", {"text": "hello, world"})
+        self._call("alice deletes the document", "alice", "DELETE", f"/objects/{d}")
+        self._call("bob updates after delete", "bob", "PATCH", f"/objects/{d}", {"status": "too late"})
+        self.rows.append(self._garbage())
+        return self.rows
+
+    def _garbage(self) -> Step:
+        """Put bytes no codec can read straight onto the commands topic and find their rejection."""
+        s = self.s
+        p = Producer({"bootstrap.servers": s.kafka_bootstrap, "acks": "all", "partitioner": "murmur2_random"})
+        placed: dict[str, int] = {}
+        p.produce(s.topic_commands, key=self.doc.encode(), value=b"\xde\xad\xbe\xef not avro",
+                  on_delivery=lambda err, m: placed.update(partition=m.partition(), offset=m.offset()) if not err else None)
+        p.flush(30)
+        c = Consumer({"bootstrap.servers": s.kafka_bootstrap, "group.id": f"scenario-{uuid.uuid4().hex}",
+                      "enable.auto.commit": False, "log_level": 0})
+        c.assign([TopicPartition(s.topic_rejections, placed["partition"], 0)])
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                for m in c.consume(200, timeout=0.5):
+                    try:
+                        rej = codec.decode_rejection(m.value())
+                    except DecodeError:
+                        continue
+                    o = rej.original
+                    if o is not None and o.topic == s.topic_commands and (o.partition, o.offset) == (
+                            placed["partition"], placed["offset"]):
+                        return Step("garbage bytes put on the topic", "-", "-", "rejected", rej.reason.value,
+                                    f"kept {len(o.value or b'')} bytes @p{o.partition}/o{o.offset}")
+        finally:
+            c.close()
+        return Step("garbage bytes put on the topic", "-", "-", "no decision within 60s", "", "")
+
+    def read_model(self, wait_for: dict[str, int | None], timeout: float = 30.0) -> list[tuple[str, int, str]]:
+        """GET each object until the read model shows the expected version (None: gone), then report it."""
+        out = []
+        for oid, version in wait_for.items():
+            deadline = time.monotonic() + timeout
+            while True:
+                r = self.http.get(f"/objects/{oid}")
+                etag = r.headers.get("ETag", "").strip('"')
+                done = (r.status_code == 410) if version is None else (r.status_code == 200 and etag == str(version))
+                if done or time.monotonic() > deadline:
+                    body = r.text if r.status_code == 200 else r.json().get("code", r.text)
+                    out.append((oid, r.status_code, f"ETag {etag} {body}" if etag else str(body)))
+                    break
+                time.sleep(0.3)
+        return out
+
+
+def _row(what: str, who: str, r: httpx.Response) -> Step:
+    etag = r.headers.get("ETag", "").strip('"')
+    if r.status_code in (200, 201, 204):
+        return Step(what, who, r.status_code, "accepted", "", etag)
+    if r.status_code == 202:
+        return Step(what, who, 202, "queued (no decision in time)", "", "")
+    try:
+        body = r.json()
+    except ValueError:
+        body = {}
+    version = body.get("current_version")
+    return Step(what, who, r.status_code, "rejected", str(body.get("code", "")), "" if version is None else str(version))
+
+
+def table(rows: list[Step]) -> str:
+    """Render the steps as a fixed-width table."""
+    head = Step("step", "who", "HTTP", "outcome", "reason", "version")
+    cols = [max(len(str(getattr(r, f))) for r in [head, *rows]) for f in ("what", "principal", "http", "outcome",
+                                                                           "reason", "version")]
+    lines = []
+    for i, r in enumerate([head, *rows]):
+        vals = [r.what, r.principal, r.http, r.outcome, r.reason, r.version]
+        lines.append("  ".join(str(v).ljust(w) for v, w in zip(vals, cols, strict=True)))
+        if i == 0:
+            lines.append("  ".join("-" * w for w in cols))
+    return "\n".join(lines)
