@@ -72,6 +72,15 @@ class Settings(BaseSettings):
     api_host: str = "127.0.0.1"
     api_port: int = 8000
     auth_secret: SecretStr = SecretStr(PLACEHOLDER_SECRET)
+    # --- API (issue 6: app/api/) --------------------------------------------------------------
+    token_ttl_s: int = Field(default=30 * 24 * 3600, ge=1, description="Lifetime of tokens `arbiter token` signs.")
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1, description="Largest request body; larger is 413.")
+    batch_max_commands: int = Field(default=50_000, ge=1, description="Most commands in one POST /commands:batch.")
+    produce_timeout_s: float = Field(default=10.0, gt=0, description="Delivery wait before a write answers 503.")
+    retry_after_s: int = Field(default=2, ge=1, description="Retry-After of a 503.")
+    wait_max_s: float = Field(default=30.0, ge=0, description="Cap on `Prefer: wait=<seconds>`.")
+    outcome_cache_size: int = Field(default=200_000, ge=1, description="Recent outcomes kept for GET /commands/{id}.")
+    read_model_dir: Path | None = Field(default=None, description="DB projection's read model; empty = <var_dir>/read_model.")
 
     @model_validator(mode="after")
     def _refuse_placeholder_secret(self) -> Settings:

@@ -13,6 +13,7 @@ from commands.errors import ArbiterError
 SUBCOMMANDS = [
     "app.cli.kafka",
     "app.cli.run",
+    "app.cli.api",
     "app.cli.load",
     "app.cli.project",
     "app.cli.audit",

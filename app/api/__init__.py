@@ -1,0 +1,1 @@
+"""The Command API: HTTP onto the keyed commands topic, synchronous outcomes and the query side."""

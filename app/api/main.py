@@ -1,0 +1,92 @@
+"""The FastAPI application factory: ``create_app(settings)`` wires producer, outcomes consumer and read model."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+
+from app.api import problems
+from app.api.body_limit import BodyLimit
+from app.api.deps import ReadModelPort
+from app.api.metrics import ApiMetrics, RequestMetrics
+from app.api.models import Problem
+from app.api.outcomes import OutcomeCache, OutcomeConsumer
+from app.api.producer import CommandProducer
+from app.api.routes import commands, objects, ops
+from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = """\
+Commands about shared objects go onto Kafka keyed by object id; a validator decides each one.
+Writes answer **202** once the broker acknowledged the command (`Location: /commands/{id}`), or the
+decision itself with `Prefer: wait=<seconds>`. Every error is `application/problem+json` with a `code`.
+Authenticate with `Authorization: Bearer <token>` (`arbiter token <principal>`).
+"""
+
+
+def read_model_root(settings: Settings) -> Any:
+    """Return the DB projection's read model directory (``read_model_dir``, else ``<var_dir>/read_model``)."""
+    return settings.read_model_dir or settings.path(settings.var_dir) / "read_model"
+
+
+def open_read_model(settings: Settings) -> ReadModelPort | None:
+    """Open the DB projection's read model (a RocksDB secondary), or None if it cannot be opened."""
+    try:
+        from projections.db import ReadModel
+    except ImportError:  # pragma: no cover - the projection package is part of this repository
+        return None
+    root = read_model_root(settings)
+    root.mkdir(parents=True, exist_ok=True)
+    rm: ReadModelPort = ReadModel(root)
+    return rm
+
+
+def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -> FastAPI:
+    """Return the API for ``settings``; the producer and the outcomes consumer start with the app's lifespan."""
+    metrics = ApiMetrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.producer = CommandProducer(settings)
+        app.state.outcome_consumer = OutcomeConsumer(
+            settings.kafka_bootstrap, [settings.topic_events, settings.topic_rejections], settings.partitions,
+            app.state.outcomes, settings.kafka_config)
+        owned = read_model is None
+        app.state.read_model = read_model if read_model is not None else open_read_model(settings)
+        try:
+            yield
+        finally:
+            app.state.outcome_consumer.close()
+            left = app.state.producer.close()
+            if left:
+                log.error("%d commands were still unacknowledged at shutdown", left)
+            if owned and app.state.read_model is not None and hasattr(app.state.read_model, "close"):
+                app.state.read_model.close()
+
+    app = FastAPI(title="Arbiter Command API", version="1", description=DESCRIPTION, lifespan=lifespan)
+    app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.outcomes = OutcomeCache(settings.outcome_cache_size, metrics.outcome)
+    app.state.read_model = read_model
+    app.state.outcome_consumer = None
+    problems.install(app)
+    app.include_router(objects.router)
+    app.include_router(commands.router)
+    app.include_router(ops.router)
+    app.add_middleware(RequestMetrics, metrics=metrics)
+    app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes)
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = FastAPI.openapi(app)
+            schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = Problem.model_json_schema()
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app

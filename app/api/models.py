@@ -1,0 +1,134 @@
+"""Request and response bodies of the API (pydantic); unknown fields are refused everywhere."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.api.auth import PRINCIPAL_PATTERN
+
+OBJECT_ID_PATTERN = r"^[A-Za-z0-9._~:@+\-]{1,256}$"
+IDEMPOTENCY_KEY_PATTERN = r"^[\x21-\x7e]{1,200}$"
+
+ObjectId = Annotated[str, Field(pattern=OBJECT_ID_PATTERN, description="Object id: 1-256 URL-safe characters.")]
+Principal = Annotated[str, Field(pattern=PRINCIPAL_PATTERN, description="A principal (user or service) name.")]
+Version = Annotated[int, Field(ge=0, le=2**62)]
+IdempotencyKey = Annotated[str, Field(pattern=IDEMPOTENCY_KEY_PATTERN)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class CreateRequest(_Strict):
+    """Create an object; ``id`` is the client's choice or a fresh uuid."""
+
+    id: ObjectId | None = None
+    document: dict[str, Any] = Field(description="The object's JSON document.")
+
+
+class CommandQueued(_Strict):
+    """The command is durably on the commands topic; its outcome will be at ``Location``."""
+
+    command_id: str
+    object_id: str
+    status: Literal["queued"] = "queued"
+    partition: int
+    offset: int
+
+
+class CommandDecided(_Strict):
+    """The validator accepted the command (an answer to ``Prefer: wait``)."""
+
+    command_id: str
+    object_id: str
+    status: Literal["accepted"] = "accepted"
+    version: int
+    event: str | None = Field(default=None, description="Event type; null when answered from a DUPLICATE.")
+
+
+class CommandOutcome(_Strict):
+    """What became of a command, as seen by this API process."""
+
+    command_id: str
+    object_id: str | None
+    status: Literal["accepted", "rejected"]
+    version: int | None = Field(description="Version produced (accepted) or current (rejected).")
+    event: str | None = None
+    reason: str | None = None
+    message: str | None = None
+
+
+# --- batch ---------------------------------------------------------------------------------------
+
+class _BatchBase(_Strict):
+    idempotency_key: IdempotencyKey | None = Field(default=None, description="Becomes the command_id.")
+    expected_version: Version | None = None
+
+
+class BatchCreate(_BatchBase):
+    kind: Literal["create"]
+    object_id: ObjectId | None = None
+    document: dict[str, Any]
+
+
+class BatchUpdate(_BatchBase):
+    kind: Literal["update"]
+    object_id: ObjectId
+    patch: dict[str, Any]
+
+
+class BatchDelete(_BatchBase):
+    kind: Literal["delete"]
+    object_id: ObjectId
+
+
+class BatchGrant(_BatchBase):
+    kind: Literal["grant_editor"]
+    object_id: ObjectId
+    editor: Principal
+
+
+class BatchRevoke(_BatchBase):
+    kind: Literal["revoke_editor"]
+    object_id: ObjectId
+    editor: Principal
+
+
+BatchItem = Annotated[BatchCreate | BatchUpdate | BatchDelete | BatchGrant | BatchRevoke, Field(discriminator="kind")]
+
+
+class BatchRequest(_Strict):
+    commands: list[BatchItem] = Field(min_length=1)
+
+
+class BatchResult(_Strict):
+    command_id: str
+    object_id: str
+    status: int = Field(description="202 when queued, 503 when the broker did not take it (retry it).")
+    partition: int | None = None
+    offset: int | None = None
+    error: str | None = None
+
+
+class BatchResponse(_Strict):
+    results: list[BatchResult]
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem details; ``code`` is the reason code."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: str
+    instance: str | None = None
+
+
+class Health(_Strict):
+    ok: bool
+    broker: bool
+    read_model: bool
+    outcomes_consumer: bool

@@ -1,0 +1,146 @@
+"""RFC 9457 problem details: the one place where error codes become HTTP statuses and problem+json bodies."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from commands import Rejection
+from commands.errors import ArbiterError, ReasonCode
+
+PROBLEM_JSON = "application/problem+json"
+
+#: Every code an answer can carry and its HTTP status: the domain's reason codes and the API's own.
+STATUS: dict[str, int] = {
+    ReasonCode.ALREADY_EXISTS: 409,
+    ReasonCode.VERSION_CONFLICT: 409,  # 412 instead when the client sent If-Match (see status_of)
+    ReasonCode.NOT_FOUND: 404,
+    ReasonCode.DELETED: 410,
+    ReasonCode.FORBIDDEN: 403,
+    ReasonCode.DUPLICATE: 409,
+    ReasonCode.TOO_LARGE: 413,
+    ReasonCode.MALFORMED: 422,
+    ReasonCode.UNSUPPORTED_SCHEMA: 422,
+    ReasonCode.MISROUTED: 422,
+    "UNAUTHORIZED": 401,
+    "BAD_REQUEST": 400,
+    "INVALID_JSON": 400,
+    "INVALID_REQUEST": 422,
+    "BODY_TOO_LARGE": 413,
+    "PRECONDITION_FAILED": 412,
+    "ROUTE_NOT_FOUND": 404,
+    "METHOD_NOT_ALLOWED": 405,
+    "UNSUPPORTED_MEDIA_TYPE": 415,
+    "BROKER_UNAVAILABLE": 503,
+    "READ_MODEL_UNAVAILABLE": 503,
+}
+
+_TITLES: dict[str, str] = {
+    ReasonCode.ALREADY_EXISTS: "The object (or editor) already exists",
+    ReasonCode.VERSION_CONFLICT: "The object is at another version",
+    ReasonCode.NOT_FOUND: "No such object (or editor)",
+    ReasonCode.DELETED: "The object was deleted",
+    ReasonCode.FORBIDDEN: "The principal may not do this",
+    ReasonCode.DUPLICATE: "The command was already decided",
+    ReasonCode.TOO_LARGE: "Too large",
+    ReasonCode.MALFORMED: "The command is malformed",
+    "UNAUTHORIZED": "A valid bearer token is required",
+    "BROKER_UNAVAILABLE": "The command could not be stored; retry with the same Idempotency-Key",
+    "READ_MODEL_UNAVAILABLE": "The read model is not open",
+}
+
+
+class ApiError(ArbiterError):
+    """An error answered over HTTP: its ``code`` picks the status; ``headers`` and ``extra`` go into the answer."""
+
+    def __init__(self, message: str, *, code: str, headers: Mapping[str, str] | None = None,
+                 **extra: Any) -> None:
+        super().__init__(message, code=code)
+        self.headers = dict(headers or {})
+        self.extra = extra
+
+
+class Rejected(ArbiterError):
+    """The validator rejected the command the client waited on."""
+
+    def __init__(self, rejection: Rejection, *, expected_version: int | None) -> None:
+        super().__init__(rejection.message, code=rejection.reason.value)
+        self.rejection = rejection
+        self.expected_version = expected_version
+
+
+def status_of(code: str, *, expected_version: int | None = None) -> int:
+    """Return the HTTP status of ``code``; a version conflict after If-Match is 412 Precondition Failed."""
+    if code == ReasonCode.VERSION_CONFLICT and expected_version is not None:
+        return 412
+    return STATUS.get(code, 400)
+
+
+def problem(status: int, code: str, detail: str, *, instance: str | None = None,
+            headers: Mapping[str, str] | None = None, **extra: Any) -> JSONResponse:
+    """Return an ``application/problem+json`` answer naming ``code``."""
+    body: dict[str, Any] = {
+        "type": f"urn:arbiter:problem:{code.lower().replace('_', '-')}",
+        "title": _TITLES.get(code, code.replace("_", " ").capitalize()),
+        "status": status,
+        "detail": detail,
+        "code": code,
+    }
+    if instance:
+        body["instance"] = instance
+    body.update({k: v for k, v in extra.items() if v is not None})
+    return JSONResponse(body, status_code=status, headers=dict(headers or {}), media_type=PROBLEM_JSON)
+
+
+def _arbiter_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ArbiterError)
+    if isinstance(exc, Rejected):
+        rej = exc.rejection
+        headers = {"ETag": f'"{rej.current_version}"'} if rej.current_version is not None else {}
+        return problem(status_of(rej.reason, expected_version=exc.expected_version), rej.reason.value, rej.message,
+                       instance=f"/commands/{rej.command_id}", headers=headers, command_id=rej.command_id,
+                       object_id=rej.object_id, current_version=rej.current_version,
+                       expected_version=exc.expected_version)
+    headers, extra = (exc.headers, exc.extra) if isinstance(exc, ApiError) else ({}, {})
+    status = status_of(exc.code)
+    if status == 401:
+        headers = {"WWW-Authenticate": 'Bearer realm="arbiter"', **headers}
+    return problem(status, exc.code, exc.message, instance=request.url.path, headers=headers, **extra)
+
+
+def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
+              for e in exc.errors()[:50]]
+    if any(e["type"] == "json_invalid" for e in errors):
+        return problem(400, "INVALID_JSON", "the request body is not valid JSON", instance=request.url.path,
+                       errors=errors)
+    return problem(422, "INVALID_REQUEST", "the request does not match the API's schema", instance=request.url.path,
+                   errors=errors)
+
+
+def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    code = {404: "ROUTE_NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 415: "UNSUPPORTED_MEDIA_TYPE"}.get(
+        exc.status_code, "BAD_REQUEST")
+    return problem(exc.status_code, code, str(exc.detail), instance=request.url.path, headers=exc.headers)
+
+
+def install(app: FastAPI) -> None:
+    """Route every error to problem+json: Arbiter's coded errors, schema violations, unknown routes."""
+    app.add_exception_handler(ArbiterError, _arbiter_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+
+
+PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"description": text, "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+    for status, text in [(400, "Bad request (e.g. invalid JSON, bad If-Match)"), (401, "Missing or bad bearer token"),
+                         (413, "Body larger than ARBITER_MAX_BODY_BYTES"), (422, "Request does not match the schema"),
+                         (503, "Broker unreachable or produce timed out; retry after Retry-After seconds")]
+}

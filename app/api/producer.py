@@ -1,0 +1,186 @@
+"""The commands producer: acks=all, idempotent, murmur2 partitioning; answers only after the broker acknowledged.
+
+Delivery reports are served by one poll thread and handed to the event loop with ``call_soon_threadsafe``:
+once per command for single writes, once per batch for ``produce_many``. A delivery error or no report
+within ``produce_timeout_s`` raises ``BrokerUnavailable`` (→ 503): the command may or may not be stored,
+which is why clients retry with the same Idempotency-Key and the validator deduplicates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from app.api.problems import ApiError
+from app.errors import BrokerUnavailable
+from app.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: Options that make "202" mean "durably in Kafka, on the partition a Java client would pick"; not overridable.
+SAFETY = {"acks": "all", "enable.idempotence": True, "partitioner": "murmur2_random"}
+_TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, getattr(KafkaError, "RECORD_LIST_TOO_LARGE", -1)}
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """Where the broker stored a record."""
+
+    partition: int
+    offset: int
+
+
+def producer_config(settings: Settings) -> dict[str, Any]:
+    """Return the librdkafka configuration: defaults, then ``kafka_config`` pass-through, then SAFETY."""
+    timeout_ms = int(settings.produce_timeout_s * 1000)
+    return {
+        "bootstrap.servers": settings.kafka_bootstrap,
+        "linger.ms": 2,
+        "queue.buffering.max.messages": 2_000_000,
+        "message.max.bytes": settings.max_body_bytes + 64 * 1024,
+        "message.timeout.ms": timeout_ms,
+        "request.timeout.ms": min(timeout_ms, 30_000),
+        "socket.connection.setup.timeout.ms": min(timeout_ms, 10_000),
+        **settings.kafka_config,
+        **SAFETY,
+    }
+
+
+ArbiterExc = ApiError | BrokerUnavailable
+
+
+def _failure(err: KafkaError) -> ArbiterExc:
+    if err.code() in _TOO_LARGE:
+        return ApiError(f"the broker refused the record as too large: {err.str()}", code="TOO_LARGE")
+    return BrokerUnavailable(f"the broker did not acknowledge the command: {err.str()}")
+
+
+class _Batch:
+    """Delivery reports of one batch; the loop is woken once, when the last report arrives."""
+
+    __slots__ = ("fut", "loop", "pending", "results")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, n: int) -> None:
+        self.loop = loop
+        self.fut: asyncio.Future[None] = loop.create_future()
+        self.pending = n
+        self.results: list[Delivered | KafkaError | None] = [None] * n
+
+    def report(self, i: int, err: KafkaError | None, msg: Any) -> None:
+        self.results[i] = err if err is not None else Delivered(msg.partition(), msg.offset())
+        self.pending -= 1  # reports arrive on the poll thread only
+        if self.pending == 0:
+            self.loop.call_soon_threadsafe(_settle, self.fut)
+
+
+def _settle(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class CommandProducer:
+    """One confluent-kafka producer per API process and the thread that serves its delivery reports."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.topic = settings.topic_commands
+        self._config = producer_config(settings)
+        self._fatal: KafkaError | None = None
+        self._producer = self._new_producer()
+        self._running = True
+        self._thread = threading.Thread(target=self._poll_loop, name="arbiter-api-producer", daemon=True)
+        self._thread.start()
+
+    def _new_producer(self) -> Producer:
+        return Producer({**self._config, "error_cb": self._on_error, "logger": log})
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            log.error("producer fatal error, it will be replaced: %s", err.str())
+            self._fatal = err
+        else:
+            log.warning("producer: %s", err.str())
+
+    def _poll_loop(self) -> None:
+        while self._running:
+            self._producer.poll(0.05)
+
+    def _live(self) -> Producer:
+        if self._fatal is not None:  # an idempotent producer that hit a fatal error must be replaced
+            old, self._fatal = self._producer, None
+            self._producer = self._new_producer()
+            old.purge()
+        return self._producer
+
+    async def _produce(self, key: bytes, value: bytes, callback: Any) -> None:
+        producer = self._live()
+        while True:
+            try:
+                producer.produce(self.topic, value, key, on_delivery=callback)
+                return
+            except BufferError:  # local queue full: let the poll thread drain it
+                await asyncio.sleep(0.005)
+            except KafkaException as e:
+                raise BrokerUnavailable(f"cannot produce to {self.topic!r}: {e}") from e
+
+    async def send(self, key: str, value: bytes) -> Delivered:
+        """Produce one record keyed ``key`` and return where it was stored once the broker acknowledged it."""
+        loop = asyncio.get_running_loop()
+        batch = _Batch(loop, 1)
+        await self._produce(key.encode("utf-8"), value, partial(batch.report, 0))
+        await self._await(batch)
+        result = batch.results[0]
+        if isinstance(result, Delivered):
+            return result
+        assert isinstance(result, KafkaError)
+        raise _failure(result)
+
+    async def send_many(self, records: Sequence[tuple[str, bytes]]) -> list[Delivered | ArbiterExc]:
+        """Produce all records, then await all reports; one result per record, in order."""
+        loop = asyncio.get_running_loop()
+        batch = _Batch(loop, len(records))
+        producer = self._live()
+        produce, topic = producer.produce, self.topic
+        for i, (key, value) in enumerate(records):
+            cb = partial(batch.report, i)
+            try:
+                produce(topic, value, key.encode("utf-8"), on_delivery=cb)
+            except BufferError:
+                await self._produce(key.encode("utf-8"), value, cb)
+            except KafkaException as e:
+                raise BrokerUnavailable(f"cannot produce to {self.topic!r}: {e}") from e
+        await self._await(batch)
+        return [r if isinstance(r, Delivered) else _failure(r) if isinstance(r, KafkaError)
+                else BrokerUnavailable("no delivery report") for r in batch.results]
+
+    async def _await(self, batch: _Batch) -> None:
+        # librdkafka fails undelivered records at message.timeout.ms; the margin covers the report's trip here.
+        try:
+            await asyncio.wait_for(asyncio.shield(batch.fut), self.settings.produce_timeout_s + 2)
+        except TimeoutError as e:
+            raise BrokerUnavailable(f"no acknowledgement within {self.settings.produce_timeout_s}s") from e
+
+    def broker_reachable(self, timeout: float = 2.0) -> bool:
+        """Return True if the broker answers a metadata request for the commands topic."""
+        try:
+            md = self._producer.list_topics(self.topic, timeout=timeout)
+        except KafkaException:
+            return False
+        t = md.topics.get(self.topic)
+        return bool(md.brokers) and t is not None and t.error is None
+
+    def close(self, timeout: float = 10.0) -> int:
+        """Flush what is queued, stop the poll thread; return the number of records left undelivered."""
+        deadline = time.monotonic() + timeout
+        left = self._producer.flush(timeout)
+        self._running = False
+        self._thread.join(max(0.0, deadline - time.monotonic()) + 1)
+        return int(left)

@@ -1,0 +1,134 @@
+"""Object routes: create, merge-patch, delete, grant/revoke editors (commands) and read (the read model)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Header, Path, Request, Response
+
+from app.api.auth import PRINCIPAL_PATTERN
+from app.api.deps import MetricsDep, OutcomesDep, PrincipalDep, ProducerDep, ReadModelDep, SettingsDep
+from app.api.models import (
+    IDEMPOTENCY_KEY_PATTERN,
+    OBJECT_ID_PATTERN,
+    CommandDecided,
+    CommandQueued,
+    CreateRequest,
+)
+from app.api.problems import PROBLEM_RESPONSES, ApiError
+from app.api.submit import IF_MATCH_PATTERN, command_id, expected_version, now, prefer_wait, submit
+from commands import Command, CreateObject, DeleteObject, GrantEditor, RevokeEditor, UpdateObject
+
+router = APIRouter(prefix="/objects", tags=["objects"])
+
+ObjectIdPath = Annotated[str, Path(pattern=OBJECT_ID_PATTERN)]
+EditorPath = Annotated[str, Path(pattern=PRINCIPAL_PATTERN)]
+IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", pattern=IDEMPOTENCY_KEY_PATTERN,
+                                              description="Becomes the command id; reuse it when retrying.")]
+IfMatch = Annotated[str | None, Header(alias="If-Match", pattern=IF_MATCH_PATTERN,
+                                       description='Expected version as a strong ETag: "<version>".')]
+Prefer = Annotated[str | None, Header(alias="Prefer", description="`wait=<seconds>` (RFC 7240) waits for the decision.")]
+
+_WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **PROBLEM_RESPONSES,
+    202: {"model": CommandQueued, "description": "Durably queued; the outcome will be at Location."},
+    403: PROBLEM_RESPONSES[401] | {"description": "FORBIDDEN (after Prefer: wait)"},
+    404: PROBLEM_RESPONSES[401] | {"description": "NOT_FOUND (after Prefer: wait)"},
+    409: PROBLEM_RESPONSES[401] | {"description": "ALREADY_EXISTS or VERSION_CONFLICT (after Prefer: wait)"},
+    410: PROBLEM_RESPONSES[401] | {"description": "DELETED (after Prefer: wait)"},
+    412: PROBLEM_RESPONSES[401] | {"description": "VERSION_CONFLICT after If-Match (after Prefer: wait)"},
+}
+
+
+async def _write(request: Request, cmd: Command, settings: SettingsDep, producer: ProducerDep,
+                 outcomes: OutcomesDep, metrics: MetricsDep) -> Response:
+    wait = prefer_wait(request.headers.getlist("prefer"), settings.wait_max_s)
+    return await submit(cmd, settings=settings, producer=producer, outcomes=outcomes, metrics=metrics, wait=wait)
+
+
+def _json(value: dict[str, Any]) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+@router.post("", status_code=202, responses={**_WRITE_RESPONSES, 201: {"model": CommandDecided}},
+             summary="Create an object (the client may choose its id)")
+async def create_object(request: Request, body: CreateRequest, principal: PrincipalDep, settings: SettingsDep,
+                        producer: ProducerDep, outcomes: OutcomesDep, metrics: MetricsDep,
+                        idempotency_key: IdempotencyKey = None, if_match: IfMatch = None,
+                        prefer: Prefer = None) -> Response:
+    cmd = CreateObject(command_id(idempotency_key), body.id or str(uuid.uuid4()), principal, now(),
+                       expected_version(if_match), document=_json(body.document))
+    return await _write(request, cmd, settings, producer, outcomes, metrics)
+
+
+@router.patch("/{object_id}", status_code=202, responses={**_WRITE_RESPONSES, 200: {"model": CommandDecided}},
+              summary="Apply a JSON merge patch (RFC 7386) to an object")
+async def update_object(request: Request, object_id: ObjectIdPath,
+                        patch: Annotated[dict[str, Any], Body(media_type="application/merge-patch+json")],
+                        principal: PrincipalDep, settings: SettingsDep, producer: ProducerDep,
+                        outcomes: OutcomesDep, metrics: MetricsDep, idempotency_key: IdempotencyKey = None,
+                        if_match: IfMatch = None, prefer: Prefer = None) -> Response:
+    cmd = UpdateObject(command_id(idempotency_key), object_id, principal, now(), expected_version(if_match),
+                       patch=_json(patch))
+    return await _write(request, cmd, settings, producer, outcomes, metrics)
+
+
+@router.delete("/{object_id}", status_code=202, responses={**_WRITE_RESPONSES, 204: {"description": "Deleted"}},
+               summary="Delete an object for good")
+async def delete_object(request: Request, object_id: ObjectIdPath, principal: PrincipalDep, settings: SettingsDep,
+                        producer: ProducerDep, outcomes: OutcomesDep, metrics: MetricsDep,
+                        idempotency_key: IdempotencyKey = None, if_match: IfMatch = None,
+                        prefer: Prefer = None) -> Response:
+    cmd = DeleteObject(command_id(idempotency_key), object_id, principal, now(), expected_version(if_match))
+    return await _write(request, cmd, settings, producer, outcomes, metrics)
+
+
+async def _editor(request: Request, kind: type[GrantEditor] | type[RevokeEditor], object_id: str, editor: str,
+                  principal: str, settings: SettingsDep, producer: ProducerDep, outcomes: OutcomesDep,
+                  metrics: MetricsDep, idempotency_key: str | None, if_match: str | None) -> Response:
+    cmd = kind(command_id(idempotency_key), object_id, principal, now(), expected_version(if_match), editor=editor)
+    return await _write(request, cmd, settings, producer, outcomes, metrics)
+
+
+@router.put("/{object_id}/editors/{editor}", status_code=202,
+            responses={**_WRITE_RESPONSES, 200: {"model": CommandDecided}}, summary="Let a principal edit an object")
+async def grant_editor(request: Request, object_id: ObjectIdPath, editor: EditorPath, principal: PrincipalDep,
+                       settings: SettingsDep, producer: ProducerDep, outcomes: OutcomesDep, metrics: MetricsDep,
+                       idempotency_key: IdempotencyKey = None, if_match: IfMatch = None,
+                       prefer: Prefer = None) -> Response:
+    return await _editor(request, GrantEditor, object_id, editor, principal, settings, producer, outcomes, metrics,
+                         idempotency_key, if_match)
+
+
+@router.delete("/{object_id}/editors/{editor}", status_code=202,
+               responses={**_WRITE_RESPONSES, 200: {"model": CommandDecided}},
+               summary="Stop a principal from editing an object")
+async def revoke_editor(request: Request, object_id: ObjectIdPath, editor: EditorPath, principal: PrincipalDep,
+                        settings: SettingsDep, producer: ProducerDep, outcomes: OutcomesDep, metrics: MetricsDep,
+                        idempotency_key: IdempotencyKey = None, if_match: IfMatch = None,
+                        prefer: Prefer = None) -> Response:
+    return await _editor(request, RevokeEditor, object_id, editor, principal, settings, producer, outcomes, metrics,
+                         idempotency_key, if_match)
+
+
+@router.get("/{object_id}", summary="Read an object's document from the read model (eventually consistent)",
+            responses={200: {"content": {"application/json": {"schema": {"type": "object"}}},
+                             "description": "The document; ETag is its version"},
+                       304: {"description": "If-None-Match matched the current version"},
+                       401: PROBLEM_RESPONSES[401], 404: PROBLEM_RESPONSES[401] | {"description": "Unknown object"},
+                       410: PROBLEM_RESPONSES[401] | {"description": "Deleted object"}, 503: PROBLEM_RESPONSES[503]})
+async def read_object(object_id: ObjectIdPath, principal: PrincipalDep, read_model: ReadModelDep,
+                      if_none_match: Annotated[str | None, Header(alias="If-None-Match")] = None) -> Response:
+    view = read_model.get(object_id)
+    if view is None:
+        raise ApiError(f"object {object_id!r} is not in the read model (unknown, or not projected yet)",
+                       code="NOT_FOUND")
+    etag = f'"{view.version}"'
+    if view.deleted:
+        raise ApiError(f"object {object_id!r} was deleted at version {view.version}", code="DELETED",
+                       headers={"ETag": etag})
+    if if_none_match is not None and etag in [t.strip() for t in if_none_match.split(",")]:
+        return Response(status_code=304, headers={"ETag": etag})
+    return Response(_json(view.document), media_type="application/json", headers={"ETag": etag})

@@ -1,0 +1,99 @@
+"""The write path shared by every write route: encode, produce keyed by object id, optionally wait, answer."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from datetime import UTC, datetime
+
+from fastapi import Response
+from fastapi.responses import JSONResponse
+
+from app.api.metrics import ApiMetrics
+from app.api.outcomes import OutcomeCache
+from app.api.problems import ApiError, Rejected
+from app.api.producer import CommandProducer
+from app.errors import BrokerUnavailable
+from app.settings import Settings
+from commands import ACCEPTED, Command, CreateObject, DeleteObject, Event, ReasonCode
+from schemas import codec
+
+IF_MATCH_PATTERN = r'^"[0-9]{1,18}"$'
+_WAIT = re.compile(r"^\s*wait\s*=\s*\"?([0-9]+(?:\.[0-9]+)?)\"?\s*$", re.IGNORECASE)
+
+
+def now() -> datetime:
+    """Return the current time in UTC (every command's ``issued_at``)."""
+    return datetime.now(UTC)
+
+
+def command_id(idempotency_key: str | None) -> str:
+    """Return the Idempotency-Key (a retry keeps its command id) or a fresh uuid4."""
+    return idempotency_key if idempotency_key else str(uuid.uuid4())
+
+
+def expected_version(if_match: str | None) -> int | None:
+    """Return the version in ``If-Match: "<n>"`` (the route's schema already checked the form)."""
+    if if_match is None:
+        return None
+    if not re.fullmatch(IF_MATCH_PATTERN, if_match.strip()):
+        raise ApiError(f'If-Match must be one strong ETag "<version>", got {if_match!r}', code="BAD_REQUEST")
+    return int(if_match.strip()[1:-1])
+
+
+def prefer_wait(prefer: list[str], cap: float) -> float | None:
+    """Return the ``wait`` preference (RFC 7240) capped at ``cap``; unknown or malformed preferences are ignored."""
+    for header in prefer:
+        for pref in header.split(","):
+            m = _WAIT.match(pref.split(";")[0])
+            if m:
+                return min(float(m.group(1)), cap)
+    return None
+
+
+def _success_status(cmd: Command) -> int:
+    return 201 if isinstance(cmd, CreateObject) else 204 if isinstance(cmd, DeleteObject) else 200
+
+
+def _decided(cmd: Command, version: int, event: str | None) -> Response:
+    headers = {"ETag": f'"{version}"'}
+    status = _success_status(cmd)
+    if status == 204:
+        return Response(status_code=204, headers=headers)
+    if status == 201:
+        headers["Location"] = f"/objects/{cmd.object_id}"
+    body = {"command_id": cmd.command_id, "object_id": cmd.object_id, "status": "accepted", "version": version,
+            "event": event}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+async def submit(cmd: Command, *, settings: Settings, producer: CommandProducer, outcomes: OutcomeCache,
+                 metrics: ApiMetrics, wait: float | None) -> Response:
+    """Produce ``cmd``; answer 202 once acknowledged, or the decision if it arrives within ``wait`` seconds."""
+    value = codec.encode_command(cmd)
+    start = time.perf_counter()
+    try:
+        delivered = await producer.send(cmd.object_id, value)
+    except (BrokerUnavailable, ApiError) as e:
+        metrics.produce_failures.labels(e.code).inc()
+        if isinstance(e, BrokerUnavailable):
+            raise ApiError(e.message, code=e.code, headers={"Retry-After": str(settings.retry_after_s)},
+                           command_id=cmd.command_id) from e
+        raise
+    metrics.produce_seconds.labels("single").observe(time.perf_counter() - start)
+    metrics.produced.inc()
+    if wait:
+        outcome = await outcomes.wait(cmd.command_id, cmd.issued_at, wait)
+        metrics.waits.labels("timeout" if outcome is None else "decided").inc()
+        if isinstance(outcome, Event):
+            return _decided(cmd, outcome.version, outcome.type.value)
+        if outcome is not None:
+            if outcome.reason is ReasonCode.DUPLICATE and outcome.original_outcome == ACCEPTED \
+                    and outcome.original_version is not None:
+                return _decided(cmd, outcome.original_version, None)
+            raise Rejected(outcome, expected_version=cmd.expected_version)
+    location = f"/commands/{cmd.command_id}"
+    body = {"command_id": cmd.command_id, "object_id": cmd.object_id, "status": "queued",
+            "partition": delivered.partition, "offset": delivered.offset}
+    return JSONResponse(body, status_code=202, headers={"Location": location})
