@@ -21,7 +21,7 @@ PATCH = '{"title": "hello world", "tags": ["a", "b"], "body": {"text": "' + "x" 
 def state_after(updates: int) -> ObjectState:
     """Return the state of an object created and then updated ``updates`` times."""
     cmds: list[Command] = [CreateObject("c0", "obj-1", "alice", T0, document='{"title": "first"}')]
-    cmds += [UpdateObject(f"c{i}", "obj-1", "alice", T0 + timedelta(seconds=i), patch='{"n": %d}' % i)
+    cmds += [UpdateObject(f"c{i}", "obj-1", "alice", T0 + timedelta(seconds=i), patch=f'{{"n": {i}}}')
              for i in range(1, updates + 1)]
     state: ObjectState | None = None
     for cmd in cmds:
@@ -52,25 +52,28 @@ def main() -> None:
     n = parser.parse_args().number
     print(f"python {platform.python_version()} on {platform.machine()}, {n} calls x best of 5")
     for label, updates in (("young object, 3 recent", 2), ("full dedup window, 16 recent", 40)):
-        state = state_after(updates)
-        state_bytes = codec.encode_state(state)
-        cmd = UpdateObject("new", "obj-1", "alice", T0 + timedelta(hours=1), expected_version=state.version,
-                           patch=PATCH)
-        cmd_bytes = codec.encode_command(cmd)
-        decision = decide(state, cmd)
-        assert decision.accepted and decision.state is not None
-        parts = {
-            "decode command": lambda: codec.decode_command(cmd_bytes),
-            "decode state": lambda: codec.decode_state(state_bytes),
-            "decide": lambda: decide(state, cmd),
-            "encode event": lambda: codec.encode_outcome(decision.outcome),
-            "encode state": lambda: codec.encode_state(decision.state),  # type: ignore[arg-type]
-        }
-        print(f"\n{label} (state {len(state_bytes)} B, command {len(cmd_bytes)} B)")
-        for name, fn in parts.items():
-            print(f"  {name:<16} {per_call_us(fn, n):7.2f} us")
-        print(f"  {'TOTAL pipeline':<16} {per_call_us(pipeline(state_bytes, cmd_bytes), n):7.2f} us")
+        report(label, state_after(updates), n)
 
+
+def report(label: str, state: ObjectState, n: int) -> None:
+    """Print the cost of each step and of the whole pipeline for one update against ``state``."""
+    state_bytes = codec.encode_state(state)
+    cmd = UpdateObject("new", "obj-1", "alice", T0 + timedelta(hours=1), expected_version=state.version, patch=PATCH)
+    cmd_bytes = codec.encode_command(cmd)
+    decision = decide(state, cmd)
+    new_state = decision.state
+    assert decision.accepted and new_state is not None
+    parts: dict[str, Callable[[], object]] = {
+        "decode command": lambda: codec.decode_command(cmd_bytes),
+        "decode state": lambda: codec.decode_state(state_bytes),
+        "decide": lambda: decide(state, cmd),
+        "encode event": lambda: codec.encode_outcome(decision.outcome),
+        "encode state": lambda: codec.encode_state(new_state),
+    }
+    print(f"\n{label} (state {len(state_bytes)} B, command {len(cmd_bytes)} B)")
+    for name, fn in parts.items():
+        print(f"  {name:<16} {per_call_us(fn, n):7.2f} us")
+    print(f"  {'TOTAL pipeline':<16} {per_call_us(pipeline(state_bytes, cmd_bytes), n):7.2f} us")
 
 if __name__ == "__main__":
     main()
