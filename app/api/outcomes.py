@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
@@ -130,16 +131,22 @@ class OutcomeConsumer:
         self._thread = threading.Thread(target=self._loop, name="arbiter-api-outcomes", daemon=True)
         self._thread.start()
 
-    def _ends(self, topics: list[str], partitions: int) -> list[TopicPartition]:
+    def _ends(self, topics: list[str], partitions: int, timeout: float = 15.0) -> list[TopicPartition]:
         # Exact high watermarks, so an outcome written just after start is never skipped by a lazy "end".
-        try:
-            md = self._consumer.list_topics(timeout=5)
-            tps = [TopicPartition(t, p) for t in topics for p in md.topics[t].partitions]
-            return [TopicPartition(tp.topic, tp.partition, self._consumer.get_watermark_offsets(tp, timeout=5)[1])
-                    for tp in tps]
-        except (KafkaException, KeyError) as e:
-            log.warning("outcomes: broker not reachable at start (%s); reading from the ends when it is", e)
-            return [TopicPartition(t, p, OFFSET_END) for t in topics for p in range(partitions)]
+        # Retried: right after topic creation the leaders may not be elected yet.
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                md = self._consumer.list_topics(timeout=5)
+                tps = [TopicPartition(t, p) for t in topics for p in md.topics[t].partitions]
+                return [TopicPartition(tp.topic, tp.partition, self._consumer.get_watermark_offsets(tp, timeout=5)[1])
+                        for tp in tps]
+            except (KafkaException, KeyError) as e:
+                if time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    continue
+                log.warning("outcomes: no watermarks at start (%s); reading from the ends when reachable", e)
+                return [TopicPartition(t, p, OFFSET_END) for t in topics for p in range(partitions)]
 
     @property
     def alive(self) -> bool:
