@@ -247,7 +247,11 @@ class Runner:
         positions = {(tp.topic, tp.partition): tp.offset
                      for tp in consumer.position([TopicPartition(t, p) for t, p in self._assigned])}
         for t, p in self._assigned:
-            low, high = consumer.get_watermark_offsets(TopicPartition(t, p), timeout=5, cached=False)
+            # Cached: the watermarks of the latest fetch response. A fresh query would queue behind the fetch
+            # long-poll on the broker connection (fetch.wait.max.ms per partition).
+            low, high = consumer.get_watermark_offsets(TopicPartition(t, p), cached=True)
+            if high < 0:
+                low, high = consumer.get_watermark_offsets(TopicPartition(t, p), timeout=5, cached=False)
             # The client's position also steps over transaction markers, which no record of ours covers.
             pos = max(self._next.get((t, p), low), positions.get((t, p), -1), low)
             out[(t, p)] = max(0, high - pos)
