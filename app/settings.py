@@ -59,6 +59,14 @@ class Settings(BaseSettings):
     dedup_ttl_ms: int = Field(default=24 * 3600 * 1000, ge=1, description="How long a command id is remembered for dedup.")
     tombstone_ttl_ms: int = Field(default=30 * 24 * 3600 * 1000, ge=1, description="How long a deleted object's state is kept.")
 
+    # --- rocksdb state backend (app/validator/rocks) -------------------------------------------
+    rocks_dir: Path = Field(default=Path(""), description="Local shard databases; empty = <var_dir>/rocks. A cache of the checkpoint.")
+    rocks_memory_mb: int = Field(default=256, ge=8, description="Block cache per process, shared by all shards.")
+    rocks_write_buffer_mb: int = Field(default=64, ge=4, description="Memtable budget per process, charged to the cache.")
+    snapshot_every: int = Field(default=50, ge=1, description="Upload a shard snapshot after this many changelogs.")
+    snapshots_kept: int = Field(default=2, ge=1, description="Snapshots kept per shard at the checkpoint location.")
+    shard_lock_timeout_s: float = Field(default=60.0, gt=0, description="How long a task waits for its shard's lock.")
+
     # --- projections (issue 7): empty dirs default to <var_dir>/audit; read_model_dir is in the API block below ---
     audit_dir: Path | None = Field(default=None, description="Audit store (rocksdict with per-partition hash chains).")
     log_file: Path | None = Field(default=None, description="Decision log file (rotated); unset = stdout.")

@@ -1,0 +1,122 @@
+"""The rocksdb backend's query: Kafka source → per-partition shard step in foreachBatch → the shared Kafka sink.
+
+No shuffle: Spark's Kafka source reads each topic partition as one task in offset order, and the shard
+step runs in that task (``mapInArrow`` keeps the partitioning), so task = command-topic partition = shard.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.streaming import StreamingQueryListener
+
+from app.settings import Settings, checkpoint_uri
+from app.validator.fold import InputRecord
+from app.validator.rocks.lock import FileLock, acquire_job_lock
+from app.validator.rocks.shard import rocks_root, run_task
+from app.validator.sink import SINK_DDL, sink_options
+from app.validator.source import kafka_source
+
+log = logging.getLogger("arbiter.validator.rocks")
+
+OUT_SCHEMA = pa.schema([("topic", pa.string()), ("key", pa.binary()), ("value", pa.binary()), ("partition", pa.int32())])
+
+
+def shard_step(settings: Settings, checkpoint: str, batch_id: int, now_ms: int,
+               batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Run one Spark task's rows (one topic partition, offset order) through its shard; yield the sink rows."""
+    records: list[InputRecord] = []
+    for b in batches:
+        cols = b.to_pydict()
+        records += map(InputRecord, cols["key"], cols["value"], cols["topic"], cols["partition"], cols["offset"])
+    if not records:
+        return
+    result = run_task(settings, checkpoint, batch_id, records, now_ms)
+    out = result.outputs
+    yield pa.RecordBatch.from_arrays(
+        [pa.array([o[0] for o in out], pa.string()), pa.array([o[1] for o in out], pa.binary()),
+         pa.array([o[2] for o in out], pa.binary()), pa.array([o[3] for o in out], pa.int32())], schema=OUT_SCHEMA)
+
+
+class _ForEachBatch:
+    """The foreachBatch function: fix the batch's processing time, run the shard step, write to Kafka."""
+
+    def __init__(self, settings: Settings, checkpoint: str) -> None:
+        self.settings = settings
+        self.checkpoint = checkpoint
+
+    def __call__(self, df: Any, batch_id: int) -> None:  # noqa: ANN401
+        settings, checkpoint, now_ms = self.settings, self.checkpoint, int(time.time() * 1000)
+
+        def step(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            return shard_step(settings, checkpoint, batch_id, now_ms, batches)
+
+        out = df.select("key", "value", "topic", "partition", "offset").mapInArrow(step, SINK_DDL)
+        out.write.format("kafka").options(**sink_options(settings)).save()
+
+
+class _LockRelease(StreamingQueryListener):
+    """Release each query's job lock when the query terminates (stopped or failed)."""
+
+    def __init__(self) -> None:
+        self.locks: dict[str, FileLock] = {}
+        self.guard = threading.Lock()
+
+    def onQueryStarted(self, event: Any) -> None:  # noqa: N802, ANN401
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:  # noqa: N802, ANN401
+        pass
+
+    def onQueryIdle(self, event: Any) -> None:  # noqa: N802, ANN401
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802, ANN401
+        with self.guard:
+            lock = self.locks.pop(str(event.id), None)
+        if lock is not None:
+            lock.release()
+
+
+_releasers: dict[int, _LockRelease] = {}
+
+
+def _releaser(spark: Any) -> _LockRelease:  # noqa: ANN401
+    key = id(spark._jsparkSession)
+    if key not in _releasers:
+        _releasers[key] = _LockRelease()
+        spark.streams.addListener(_releasers[key])
+    return _releasers[key]
+
+
+def build_query(spark: Any, settings: Settings, *, available_now: bool = False) -> Any:  # noqa: ANN401
+    """Start the rocksdb-backed validator query; raise ``CheckpointInUse`` if another job owns the checkpoint."""
+    from app.validator.job import query_name
+    from app.validator.progress import listener_for, progress_path
+
+    uri = checkpoint_uri(settings)
+    lock = acquire_job_lock(uri, rocks_root(settings, uri))
+    try:
+        name = query_name(settings)
+        listener_for(spark).watch(name, progress_path(settings))
+        writer = kafka_source(spark, settings).writeStream.queryName(name).option("checkpointLocation", uri) \
+            .foreachBatch(_ForEachBatch(settings, uri))
+        writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
+            processingTime=settings.trigger_interval)
+        releaser = _releaser(spark)
+        query = writer.start()
+        with releaser.guard:
+            releaser.locks[str(query.id)] = lock
+        if not query.isActive:  # terminated before the listener knew its lock
+            lock.release()
+    except BaseException:
+        lock.release()
+        raise
+    log.info("validator started: backend=rocksdb query=%s checkpoint=%s shards=%s", name, uri,
+             rocks_root(settings, uri))
+    return query

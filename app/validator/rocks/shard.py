@@ -1,0 +1,319 @@
+"""One command-topic partition's state in one rocksdict database: decide a batch, write it atomically, re-emit on replay.
+
+Keys: ``s:<object id>`` → 8-byte write time (ms, the batch's processing time) + the object's state (codec
+bytes); ``t:<expiry ms><object id>`` → an index of tombstones by expiry; ``m:*`` → the shard's bookkeeping, written in
+the same WriteBatch as the states: the last applied batch id, its source offset range, its output
+records and its changelog (so a crash between the local write and the upload or the Kafka write is
+repaired by the re-run of the same batch id, which re-emits the stored records byte for byte).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import struct
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import rocksdict
+
+from app.errors import ArbiterError
+from app.settings import Settings
+from app.validator.fold import InputRecord, OutputRecord, fold, limits_for
+from app.validator.rocks.checkpoint import Changelog, CheckpointCorrupt, Entry, ShardStore, encode_changelog
+from app.validator.rocks.lock import FileLock
+from app.validator.rocks.memory import shard_options
+from commands import ObjectState
+from schemas import codec
+
+STATE = b"s:"
+TOMB = b"t:"
+M_BATCH = b"m:batch"
+M_RANGE = b"m:range"
+M_OUT = b"m:out"
+M_SINCE = b"m:since"  # changelogs since the last snapshot
+M_LOG = b"m:log"      # the last batch's changelog bytes (not itself part of the changelog)
+
+_Q = struct.Struct(">q")
+_QQ = struct.Struct(">qq")
+_I = struct.Struct(">i")
+
+
+class ShardOrderError(ArbiterError):
+    """A Spark task's rows are not one Kafka partition in strictly rising offsets; nothing was written."""
+
+    code = "SHARD_ORDER"
+
+
+class ShardStateError(ArbiterError):
+    """The shard's state does not fit the batch Spark asks for (ahead of it, or another offset range)."""
+
+    code = "SHARD_STATE"
+
+
+@dataclass(frozen=True, slots=True)
+class ShardResult:
+    """What one task did: the records to emit and whether they were re-emitted from a previous attempt."""
+
+    outputs: list[OutputRecord]
+    replayed: bool
+    restored_from: str  # "local", "changelogs", "snapshot" or "empty"
+
+
+def encode_outputs(outputs: Sequence[OutputRecord]) -> bytes:
+    """Return output records framed as bytes (topic, key or none, value, partition)."""
+    parts = [_I.pack(len(outputs))]
+    for topic, key, value, partition in outputs:
+        t = topic.encode()
+        parts += [_I.pack(len(t)), t]
+        parts += [_I.pack(-1)] if key is None else [_I.pack(len(key)), key]
+        parts += [_I.pack(len(value)), value, _I.pack(partition)]
+    return b"".join(parts)
+
+
+def decode_outputs(data: bytes) -> list[OutputRecord]:
+    """Parse ``encode_outputs``' bytes."""
+    (n,), pos = _I.unpack_from(data, 0), 4
+    out: list[OutputRecord] = []
+    for _ in range(n):
+        (tl,) = _I.unpack_from(data, pos)
+        topic = data[pos + 4:pos + 4 + tl].decode()
+        pos += 4 + tl
+        (kl,) = _I.unpack_from(data, pos)
+        pos += 4
+        key = None if kl < 0 else data[pos:pos + kl]
+        pos += max(kl, 0)
+        (vl,) = _I.unpack_from(data, pos)
+        value = data[pos + 4:pos + 4 + vl]
+        pos += 4 + vl
+        (partition,) = _I.unpack_from(data, pos)
+        pos += 4
+        out.append((topic, key, value, partition))
+    return out
+
+
+def shard_dir(settings: Settings, checkpoint: str, partition: int) -> Path:
+    """Return the local directory of ``partition``'s database for ``checkpoint``."""
+    return rocks_root(settings, checkpoint) / f"shard-{partition:04d}"
+
+
+def rocks_root(settings: Settings, checkpoint: str) -> Path:
+    """Return the local root of this checkpoint's shards: ``rocks_dir`` (default ``<var_dir>/rocks``)/<hash>."""
+    base = settings.path(settings.rocks_dir) if str(settings.rocks_dir) not in ("", ".") else settings.path(
+        settings.var_dir) / "rocks"
+    return base / hashlib.sha256(checkpoint.encode()).hexdigest()[:16]
+
+
+def check_order(records: Sequence[InputRecord]) -> None:
+    """Raise ``ShardOrderError`` unless all records share one topic partition with strictly rising offsets."""
+    first = records[0]
+    last_offset = first.offset - 1
+    for r in records:
+        if r.partition != first.partition or r.topic != first.topic:
+            raise ShardOrderError(f"one task holds {first.topic}[{first.partition}] and {r.topic}[{r.partition}]: "
+                                  "the source must not set minPartitions or repartition before the shard step")
+        if r.offset <= last_offset:
+            raise ShardOrderError(f"{r.topic}[{r.partition}] offset {r.offset} after {last_offset}: "
+                                  "rows are out of offset order; refusing to decide them")
+        last_offset = r.offset
+
+
+class Shard:
+    """An open shard database; use ``open_shard`` and close it before the task ends."""
+
+    def __init__(self, db: rocksdict.Rdict, store: ShardStore, restored_from: str) -> None:
+        self.db = db
+        self.store = store
+        self.restored_from = restored_from
+
+    def close(self) -> None:
+        self.db.close()
+
+    def last_batch(self) -> int:
+        raw = self.db.get(M_BATCH)
+        return -1 if raw is None else _Q.unpack(raw)[0]
+
+    def apply_changelog(self, log: Changelog, data: bytes) -> None:
+        """Replay a changelog from the checkpoint location into the local database."""
+        wb = rocksdict.WriteBatch(raw_mode=True)
+        for key, value in log.entries:
+            if value is None:
+                wb.delete(key)
+            else:
+                wb.put(key, value)
+        wb.put(M_LOG, data)
+        self.db.write(wb)
+
+    def run(self, batch_id: int, records: Sequence[InputRecord], settings: Settings, now_ms: int) -> ShardResult:
+        """Decide ``records`` (one partition's share of batch ``batch_id``) or re-emit what that batch wrote.
+
+        ``now_ms`` is the batch's processing time, fixed by the driver, so a retried task computes the same bytes.
+        """
+        check_order(records)
+        span = _QQ.pack(records[0].offset, records[-1].offset)
+        last = self.last_batch()
+        if last == batch_id:
+            if self.db.get(M_RANGE) != span:
+                raise ShardStateError(f"batch {batch_id} was applied to shard {records[0].partition} with offsets "
+                                      f"{_QQ.unpack(self.db.get(M_RANGE) or _QQ.pack(-1, -1))}, now asked for "
+                                      f"{_QQ.unpack(span)}: refusing to decide one batch twice")
+            if batch_id not in self.store.changelogs():
+                self.store.put_changelog(self.db[M_LOG])
+            return ShardResult(decode_outputs(self.db[M_OUT]), True, self.restored_from)
+        if last > batch_id:
+            raise ShardStateError(f"shard {records[0].partition} has applied batch {last}, Spark asks for older "
+                                  f"batch {batch_id}: the state belongs to another checkpoint or run")
+        entries = self._sweep(now_ms)
+        outputs = self._decide(records, settings, now_ms, entries)
+        since = self.db.get(M_SINCE)
+        since_n = (_Q.unpack(since)[0] if since else 0) + 1
+        entries += [(M_BATCH, _Q.pack(batch_id)), (M_RANGE, span), (M_OUT, encode_outputs(outputs)),
+                    (M_SINCE, _Q.pack(since_n))]
+        log = encode_changelog(batch_id, last, entries)
+        wb = rocksdict.WriteBatch(raw_mode=True)
+        for key, value in entries:
+            if value is None:
+                wb.delete(key)
+            else:
+                wb.put(key, value)
+        wb.put(M_LOG, log)
+        self.db.write(wb)  # one atomic write, WAL on: states, outputs and batch id together or not at all
+        self.store.put_changelog(log)
+        if since_n >= settings.snapshot_every:
+            self.snapshot(batch_id, settings.snapshots_kept)
+        return ShardResult(outputs, False, self.restored_from)
+
+    def _sweep(self, now_ms: int) -> list[Entry]:
+        """Return the deletes of tombstones whose ``tombstone_ttl_ms`` has passed (and of their index entries)."""
+        entries: list[Entry] = []
+        horizon = TOMB + _Q.pack(now_ms)
+        for key in self.db.keys(from_key=TOMB):
+            if not key.startswith(TOMB) or key > horizon:
+                break
+            entries += [(STATE + key[len(TOMB) + 8:], None), (key, None)]
+        return entries
+
+    def _decide(self, records: Sequence[InputRecord], settings: Settings, now_ms: int,
+                entries: list[Entry]) -> list[OutputRecord]:
+        by_key: dict[bytes | None, list[int]] = {}
+        for i, r in enumerate(records):
+            by_key.setdefault(r.key, []).append(i)
+        keys = [k for k in by_key if k is not None]
+        raw_states = self.db.get([STATE + k for k in keys]) if keys else []
+        stored = dict(zip(keys, raw_states, strict=True))
+        limits = limits_for(settings)
+        outputs: list[OutputRecord | None] = [None] * len(records)
+        stamp = _Q.pack(now_ms)
+        for key, idx in by_key.items():
+            raw = stored.get(key) if key is not None else None
+            outs, new_state, changed = fold(lambda raw=raw: load_state(raw, now_ms, settings),
+                                            [records[i] for i in idx], settings, limits)
+            if len(outs) != len(idx):
+                raise ShardStateError(f"fold returned {len(outs)} outcomes for {len(idx)} records")
+            for i, o in zip(idx, outs, strict=True):
+                outputs[i] = o
+            if changed and key is not None and new_state is not None:
+                entries.append((STATE + key, stamp + codec.encode_state(new_state)))
+                if new_state.deleted:
+                    entries.append((TOMB + _Q.pack(now_ms + settings.tombstone_ttl_ms) + key, b""))
+        return [o for o in outputs if o is not None]
+
+    def snapshot(self, batch_id: int, keep: int) -> None:
+        """Upload a consistent copy of the database as the snapshot after ``batch_id``; clean up old ones."""
+        self.db.put(M_SINCE, _Q.pack(0))  # before the copy, so a shard restored from it counts afresh
+        tmp = Path(tempfile.mkdtemp(prefix="arbiter-snap-"))
+        try:
+            rocksdict.Checkpoint(self.db).create_checkpoint(str(tmp / "db"))
+            self.store.put_snapshot(batch_id, tmp / "db")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        self.store.cleanup(keep)
+
+
+def load_state(raw: bytes | None, now_ms: int, settings: Settings) -> ObjectState | None:
+    """Decode a stored state, applying the reference backend's processing-time TTLs (README "Fast state backend").
+
+    A tombstone older than ``tombstone_ttl_ms`` is gone (the id is unknown again); a live object last written
+    more than ``dedup_ttl_ms`` ago has forgotten its dedup entries. Both count from the batch that wrote it.
+    """
+    if raw is None:
+        return None
+    (written,) = _Q.unpack_from(raw)
+    state = codec.decode_state(raw[8:])
+    age = now_ms - written
+    if state.deleted:
+        return None if age > settings.tombstone_ttl_ms else state
+    if state.recent and age > settings.dedup_ttl_ms:
+        return replace(state, recent=())
+    return state
+
+
+def open_shard(path: Path, store: ShardStore, batch_id: int, settings: Settings) -> Shard:
+    """Open the shard at ``path``, first bringing it level with the checkpoint location (the caller holds its lock).
+
+    Level means: local batch == the newest durable changelog; or local is ahead by exactly the batch being
+    re-run (applied, not yet uploaded: the re-run uploads it). Behind: apply the missing changelogs if the
+    chain reaches the local batch, else replace the local copy with the newest snapshot plus its changelogs.
+    """
+    opts = shard_options(settings.rocks_memory_mb, settings.rocks_write_buffer_mb)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shard = Shard(rocksdict.Rdict(str(path), opts), store, "local")
+    logs = store.changelogs()
+    snaps = store.snapshots()
+    durable = max([*logs, *snaps], default=-1)
+    local = shard.last_batch()
+    if local >= durable:
+        if local > durable and local != batch_id:
+            shard.close()
+            raise ShardStateError(f"local shard {path} is at batch {local} but the checkpoint's newest is {durable}; "
+                                  "it belongs to another checkpoint or run: delete it to restore from the checkpoint")
+        return shard
+    chain: list[int] = []
+    cur = durable
+    while cur > local and cur in logs:
+        chain.append(cur)
+        cur = logs[cur]
+    if cur == local and local >= 0:
+        for b in reversed(chain):
+            _replay(shard, store, b, logs[b])
+        shard.restored_from = "changelogs"
+        return shard
+    shard.close()
+    rocksdict.Rdict.destroy(str(path), opts)
+    shutil.rmtree(path, ignore_errors=True)
+    chain, cur = [], durable
+    while cur not in snaps and cur != -1:
+        if cur not in logs:
+            raise CheckpointCorrupt(f"{store.base}: changelog of batch {cur} missing and no snapshot reaches it")
+        chain.append(cur)
+        cur = logs[cur]
+    if cur != -1:
+        store.fetch_snapshot(cur, path)
+    shard = Shard(rocksdict.Rdict(str(path), opts), store, "snapshot" if cur != -1 else "empty")
+    for b in reversed(chain):
+        _replay(shard, store, b, logs[b])
+    return shard
+
+
+def _replay(shard: Shard, store: ShardStore, batch_id: int, prev: int) -> None:
+    log, data = store.read_changelog(batch_id, prev)
+    shard.apply_changelog(log, data)
+
+
+def run_task(settings: Settings, checkpoint: str, batch_id: int, records: Sequence[InputRecord],
+             now_ms: int) -> ShardResult:
+    """Lock the records' shard, bring it level with the checkpoint, decide or re-emit, close and unlock."""
+    partition = records[0].partition
+    path = shard_dir(settings, checkpoint, partition)
+    lock = FileLock(path.with_name(path.name + ".lock"))
+    lock.acquire(settings.shard_lock_timeout_s)
+    try:
+        shard = open_shard(path, ShardStore(checkpoint, partition), batch_id, settings)
+        try:
+            return shard.run(batch_id, records, settings, now_ms)
+        finally:
+            shard.close()
+    finally:
+        lock.release()

@@ -1,0 +1,200 @@
+"""The rocksdb shard on its own: decide a batch like ``fold`` would, re-emit a replayed batch, restore, TTL, order."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from app.settings import Settings
+from app.validator.fold import InputRecord, fold
+from app.validator.rocks.checkpoint import CheckpointCorrupt, ShardStore, decode_changelog, encode_changelog
+from app.validator.rocks.shard import (
+    STATE,
+    ShardOrderError,
+    ShardStateError,
+    decode_outputs,
+    encode_outputs,
+    open_shard,
+    run_task,
+    shard_dir,
+)
+from commands import CreateObject, DeleteObject, GrantEditor, UpdateObject
+from schemas import codec
+
+pytestmark = pytest.mark.unit
+
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+NOW = 1_800_000_000_000
+TOPIC = "commands"
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return Settings(partitions=1, var_dir=tmp_path / "var", snapshot_every=1000, rocks_memory_mb=16,
+                    rocks_write_buffer_mb=4)
+
+
+@pytest.fixture
+def ckpt(tmp_path: Path) -> str:
+    return str(tmp_path / "ckpt")
+
+
+def rec(cmd: object, offset: int, value: bytes | None = None, key: bytes | None = None) -> InputRecord:
+    k = key if key is not None else cmd.object_id.encode()  # type: ignore[attr-defined]
+    return InputRecord(k, value if value is not None else codec.encode_command(cmd), TOPIC, 0, offset)  # type: ignore[arg-type]
+
+
+def random_commands(n: int, objects: int, seed: int, start: int = 0) -> list[InputRecord]:
+    rnd = random.Random(seed)
+    out = []
+    for i in range(n):
+        oid = f"o{rnd.randrange(objects)}"
+        at = T0 + timedelta(seconds=start + i)
+        kind = rnd.random()
+        cid = f"c{seed}-{i}" if rnd.random() > 0.1 else f"c{seed}-{max(i - 1, 0)}"  # some retries
+        if kind < 0.3:
+            cmd = CreateObject(cid, oid, "alice", at, document='{"a": 1}')
+        elif kind < 0.8:
+            cmd = UpdateObject(cid, oid, rnd.choice(["alice", "bob"]), at, patch='{"b": 2}')
+        elif kind < 0.9:
+            cmd = GrantEditor(cid, oid, "alice", at, editor="bob")
+        else:
+            cmd = DeleteObject(cid, oid, "alice", at)
+        out.append(rec(cmd, start + i))
+    out.append(rec(CreateObject("bad", "o1", "alice", T0, document="{}"), start + n, value=b"\x00\x00\x00\x00\x01junk"))
+    return out
+
+
+def reference(batches: list[list[InputRecord]], settings: Settings) -> list[list[tuple]]:
+    """What ``fold`` gives over the same records with an in-memory dict: the expected outputs."""
+    states: dict[bytes | None, object] = {}
+    result = []
+    for batch in batches:
+        outs = []
+        for r in batch:
+            out, st, changed = fold(lambda k=r.key: states.get(k), [r], settings)  # type: ignore[arg-type, return-value]
+            if changed:
+                states[r.key] = st
+            outs += out
+        result.append(outs)
+    return result
+
+
+def test_outputs_equal_fold_over_batches_and_state_survives_reopen(settings: Settings, ckpt: str) -> None:
+    batches = [random_commands(200, 30, seed=s, start=s * 1000) for s in range(3)]
+    expected = reference(batches, settings)
+    for b, batch in enumerate(batches):
+        got = run_task(settings, ckpt, b, batch, NOW)
+        assert not got.replayed
+        assert got.outputs == expected[b]
+    assert sorted(ShardStore(ckpt, 0).changelogs()) == [0, 1, 2]
+
+
+def test_rerun_of_an_applied_batch_reemits_identical_bytes(settings: Settings, ckpt: str) -> None:
+    batch = random_commands(50, 10, seed=7)
+    first = run_task(settings, ckpt, 0, batch, NOW)
+    again = run_task(settings, ckpt, 0, batch, NOW + 999_999)  # a later clock must not change a replay
+    assert again.replayed and again.outputs == first.outputs
+    with pytest.raises(ShardStateError, match="refusing to decide one batch twice"):
+        run_task(settings, ckpt, 0, batch[:10], NOW)
+    with pytest.raises(ShardStateError, match="older batch"):
+        run_task(settings, ckpt, -1, batch, NOW)
+
+
+def test_out_of_order_or_mixed_partitions_fail_loudly(settings: Settings, ckpt: str) -> None:
+    batch = random_commands(5, 3, seed=1)
+    with pytest.raises(ShardOrderError, match="out of offset order"):
+        run_task(settings, ckpt, 0, [batch[1], batch[0]], NOW)
+    other = InputRecord(batch[1].key, batch[1].value, TOPIC, 1, 99)
+    with pytest.raises(ShardOrderError, match="minPartitions"):
+        run_task(settings, ckpt, 0, [batch[0], other], NOW)
+    assert not ShardStore(ckpt, 0).changelogs()
+
+
+@pytest.mark.parametrize("snapshot_every", [1000, 2])
+def test_lost_local_state_is_restored_from_the_checkpoint(settings: Settings, ckpt: str, snapshot_every: int) -> None:
+    s = settings.model_copy(update={"snapshot_every": snapshot_every, "snapshots_kept": 1})
+    batches = [random_commands(100, 20, seed=i, start=i * 1000) for i in range(6)]
+    expected = reference(batches, s)
+    for b in range(5):
+        assert run_task(s, ckpt, b, batches[b], NOW).outputs == expected[b]
+    store = ShardStore(ckpt, 0)
+    if snapshot_every == 2:
+        assert store.snapshots() == [3], "cleanup keeps the newest snapshot only"
+        assert sorted(store.changelogs()) == [4]
+    shutil.rmtree(shard_dir(s, ckpt, 0))
+    got = run_task(s, ckpt, 5, batches[5], NOW)
+    assert got.restored_from == ("snapshot" if snapshot_every == 2 else "empty")
+    assert got.outputs == expected[5]
+
+
+def test_stale_local_copy_catches_up_with_changelogs(settings: Settings, ckpt: str, tmp_path: Path) -> None:
+    batches = [random_commands(60, 10, seed=i, start=i * 1000) for i in range(4)]
+    expected = reference(batches, settings)
+    run_task(settings, ckpt, 0, batches[0], NOW)
+    stale = tmp_path / "stale"
+    shutil.copytree(shard_dir(settings, ckpt, 0), stale)
+    run_task(settings, ckpt, 1, batches[1], NOW)
+    run_task(settings, ckpt, 2, batches[2], NOW)
+    shutil.rmtree(shard_dir(settings, ckpt, 0))
+    shutil.copytree(stale, shard_dir(settings, ckpt, 0))  # as if this executor last held the shard at batch 0
+    got = run_task(settings, ckpt, 3, batches[3], NOW)
+    assert got.restored_from == "changelogs"
+    assert got.outputs == expected[3]
+
+
+def test_applied_but_not_uploaded_batch_is_uploaded_by_its_rerun(settings: Settings, ckpt: str) -> None:
+    batch = random_commands(20, 5, seed=3)
+    first = run_task(settings, ckpt, 0, batch, NOW)
+    store = ShardStore(ckpt, 0)
+    for b, prev in store.changelogs().items():  # the crash came after the local write, before the upload
+        Path(store._changelog_path(b, prev)).unlink()
+    again = run_task(settings, ckpt, 0, batch, NOW)
+    assert again.replayed and again.outputs == first.outputs
+    assert list(store.changelogs()) == [0]
+
+
+def test_local_state_ahead_of_the_checkpoint_is_refused(settings: Settings, ckpt: str) -> None:
+    run_task(settings, ckpt, 0, random_commands(5, 2, seed=1), NOW)
+    run_task(settings, ckpt, 1, random_commands(5, 2, seed=2, start=100), NOW)
+    store = ShardStore(ckpt, 0)
+    shutil.rmtree(Path(store.base))
+    with pytest.raises(ShardStateError, match="belongs to another checkpoint"):
+        run_task(settings, ckpt, 0, random_commands(5, 2, seed=1), NOW)
+
+
+def test_tombstone_expires_after_its_ttl_and_is_swept(settings: Settings, ckpt: str) -> None:
+    s = settings.model_copy(update={"tombstone_ttl_ms": 1000})
+    create = rec(CreateObject("c1", "o1", "alice", T0, document="{}"), 0)
+    delete = rec(DeleteObject("c2", "o1", "alice", T0), 1)
+    run_task(s, ckpt, 0, [create, delete], NOW)
+    again = rec(CreateObject("c3", "o1", "bob", T0 + timedelta(seconds=5), document="{}"), 2)
+    early = run_task(s, ckpt, 1, [again], NOW + 1000)
+    assert codec.decode_outcome(early.outputs[0][2]).reason.value == "DELETED"  # type: ignore[union-attr]
+    later = rec(CreateObject("c4", "o1", "bob", T0 + timedelta(seconds=6), document="{}"), 3)
+    late = run_task(s, ckpt, 2, [later], NOW + 1001)
+    ev = codec.decode_outcome(late.outputs[0][2])
+    assert ev.version == 1 and ev.owner == "bob"  # type: ignore[union-attr]
+    shard = open_shard(shard_dir(s, ckpt, 0), ShardStore(ckpt, 0), 3, s)
+    try:
+        assert [k for k in shard.db.keys() if k.startswith(b"t:")] == []
+        assert shard.db.get(STATE + b"o1") is not None
+    finally:
+        shard.close()
+
+
+def test_changelog_and_outputs_framing_round_trip_and_detect_damage() -> None:
+    entries = [(b"s:a", b"x" * 10), (b"s:b", None), (b"", b"")]
+    data = encode_changelog(5, 3, entries)
+    log = decode_changelog(data)
+    assert (log.batch_id, log.prev, log.entries) == (5, 3, entries)
+    with pytest.raises(CheckpointCorrupt, match="checksum"):
+        decode_changelog(data[:-5] + b"\xff" + data[-4:])
+    with pytest.raises(CheckpointCorrupt):
+        decode_changelog(data[:10])
+    outs = [("events", b"k", b"v" * 3, 2), ("rejections", None, b"", 0)]
+    assert decode_outputs(encode_outputs(outs)) == outs
