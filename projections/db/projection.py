@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +33,11 @@ class DbProjection(Projection):
     name = "db"
     stores_offsets = True
 
-    def __init__(self, root: Path, *, sync: bool = True, generation: Path | None = None) -> None:
+    def __init__(self, root: Path, *, sync: bool = True, generation: Path | None = None, cache_size: int = 50_000) -> None:
         self.root = root
+        # Parsed views of recently touched objects: this process is the store's only writer, so they stay exact.
+        self._cache: OrderedDict[str, ObjectView] = OrderedDict()
+        self.cache_size = cache_size
         self.sync = sync
         self.follow_swaps = generation is None
         self.store = ReadModelStore(generation, sync=sync) if generation else ReadModelStore.open_current(root, sync=sync)
@@ -45,7 +49,8 @@ class DbProjection(Projection):
 
     def apply(self, items: Sequence[Item]) -> None:
         ids = {it.outcome.object_id for it in items if isinstance(it.outcome, Event)}
-        views: dict[str, ObjectView | None] = self.store.get_many(ids)
+        views: dict[str, ObjectView | None] = {i: self._cache.get(i) for i in ids}
+        views.update(self.store.get_many([i for i, v in views.items() if v is None]))
         changed: dict[str, ObjectView] = {}
         gaps: dict[str, str] = {}
         offsets: dict[TP, int] = {}
@@ -74,6 +79,12 @@ class DbProjection(Projection):
                 gaps[ev.object_id] = gap_detail(status=res.status.value, detail=res.detail, topic=rec.topic,
                                                 partition=rec.partition, offset=rec.offset, version=ev.version)
         self.store.write(changed, offsets, gaps)
+        for object_id, view in views.items():
+            if view is not None:
+                self._cache[object_id] = view
+                self._cache.move_to_end(object_id)
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
 
     def reseek(self) -> dict[TP, int] | None:
         if not self.follow_swaps:
@@ -82,6 +93,7 @@ class DbProjection(Projection):
         if gen is None or gen == self.store.path:
             return None
         old = self.store.path
+        self._cache.clear()
         self.store.close()
         self.store = ReadModelStore(gen, sync=self.sync)
         shutil.rmtree(old, ignore_errors=True)

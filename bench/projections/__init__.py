@@ -1,0 +1,1 @@
+"""Benchmarks and the synthetic decision workload of the projections."""
