@@ -84,7 +84,15 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = FastAPI.openapi(app)
-            schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = Problem.model_json_schema()
+            schemas = schema.setdefault("components", {}).setdefault("schemas", {})
+            schemas["Problem"] = Problem.model_json_schema()
+            schemas.pop("HTTPValidationError", None)
+            schemas.pop("ValidationError", None)
+            for path, item in schema["paths"].items():
+                if path.startswith(("/objects", "/commands")):
+                    for op in item.values():
+                        op["responses"].update({str(k): v for k, v in problems.PROBLEM_RESPONSES.items()
+                                                if str(k) not in op["responses"] or k == 422})
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from app.api.auth import PRINCIPAL_PATTERN
 
@@ -13,12 +13,25 @@ IDEMPOTENCY_KEY_PATTERN = r"^[\x21-\x7e]{1,200}$"
 
 ObjectId = Annotated[str, Field(pattern=OBJECT_ID_PATTERN, description="Object id: 1-256 URL-safe characters.")]
 Principal = Annotated[str, Field(pattern=PRINCIPAL_PATTERN, description="A principal (user or service) name.")]
-Version = Annotated[int, Field(ge=0, le=2**62)]
+
+
+def _json_integer(value: Any) -> Any:
+    """Accept what JSON Schema calls an integer (``3`` or ``3.0``), refuse booleans and strings."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError("must be an integer")
+    return value
+
+
+# exact in JSON Schema, JavaScript and Avro long
+Version = Annotated[int, Field(ge=0, le=2**53 - 1), BeforeValidator(_json_integer)]
 IdempotencyKey = Annotated[str, Field(pattern=IDEMPOTENCY_KEY_PATTERN)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: no coercion (``false`` is not version 0, ``"1"`` is not 1); unknown fields are an error
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class CreateRequest(_Strict):

@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from commands import Rejection
 from commands.errors import ArbiterError, ReasonCode
@@ -128,7 +129,19 @@ def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     code = {404: "ROUTE_NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 415: "UNSUPPORTED_MEDIA_TYPE"}.get(
         exc.status_code, "BAD_REQUEST")
-    return problem(exc.status_code, code, str(exc.detail), instance=request.url.path, headers=exc.headers)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:  # Starlette names the first matching route's methods; Allow must list them all
+        headers["Allow"] = ", ".join(_allowed_methods(request))
+    return problem(exc.status_code, code, str(exc.detail), instance=request.url.path, headers=headers)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    methods: set[str] = set()
+    for route in request.app.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        if match is not Match.NONE:
+            methods |= getattr(route, "methods", None) or set()
+    return sorted(methods)
 
 
 def install(app: FastAPI) -> None:

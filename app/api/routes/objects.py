@@ -25,11 +25,12 @@ router = APIRouter(prefix="/objects", tags=["objects"])
 
 ObjectIdPath = Annotated[str, Path(pattern=OBJECT_ID_PATTERN)]
 EditorPath = Annotated[str, Path(pattern=PRINCIPAL_PATTERN)]
-IdempotencyKey = Annotated[str | None, Header(alias="Idempotency-Key", pattern=IDEMPOTENCY_KEY_PATTERN,
+# Typed ``str`` with a None default (not ``str | None``) so the OpenAPI document says "string", not "string or null".
+IdempotencyKey = Annotated[str, Header(alias="Idempotency-Key", pattern=IDEMPOTENCY_KEY_PATTERN,
                                               description="Becomes the command id; reuse it when retrying.")]
-IfMatch = Annotated[str | None, Header(alias="If-Match", pattern=IF_MATCH_PATTERN,
+IfMatch = Annotated[str, Header(alias="If-Match", pattern=IF_MATCH_PATTERN,
                                        description='Expected version as a strong ETag: "<version>".')]
-Prefer = Annotated[str | None, Header(alias="Prefer", description="`wait=<seconds>` (RFC 7240) waits for the decision.")]
+Prefer = Annotated[str, Header(alias="Prefer", description="`wait=<seconds>` (RFC 7240) waits for the decision.")]
 
 _WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
     **PROBLEM_RESPONSES,
@@ -120,7 +121,7 @@ async def revoke_editor(request: Request, object_id: ObjectIdPath, editor: Edito
                        401: PROBLEM_RESPONSES[401], 404: PROBLEM_RESPONSES[401] | {"description": "Unknown object"},
                        410: PROBLEM_RESPONSES[401] | {"description": "Deleted object"}, 503: PROBLEM_RESPONSES[503]})
 async def read_object(object_id: ObjectIdPath, principal: PrincipalDep, read_model: ReadModelDep,
-                      if_none_match: Annotated[str | None, Header(alias="If-None-Match")] = None) -> Response:
+                      if_none_match: Annotated[str, Header(alias="If-None-Match")] = None) -> Response:
     view = read_model.get(object_id)
     if view is None:
         raise ApiError(f"object {object_id!r} is not in the read model (unknown, or not projected yet)",
