@@ -156,5 +156,6 @@ def history(path: Path, object_id: str) -> list[HistoryEntry]:
                 out.append(HistoryEntry(None, "UNREADABLE", "TAMPERED", None, None, None, ek.hex(), str(e)))
                 continue
             out.append(_history_entry(entry))
-    # Each command's issued_at orders accepted and rejected commands alike; ties keep chain order.
+    # Each command's issued_at orders accepted and rejected commands alike (a client retry carries its first
+    # attempt's issued_at, so it sorts there); ties keep index order: events topic first, then chain order.
     return sorted(out, key=lambda h: (h.occurred_at is None, h.occurred_at.timestamp() if h.occurred_at else 0.0))
