@@ -25,7 +25,8 @@ from app.validator.fold import InputRecord, fold, limits_for
 from commands import ObjectState
 from schemas import codec
 
-STATE_SCHEMA = StructType([StructField("state", BinaryType(), nullable=False)])
+# Avro state encoding requires nullable fields.
+STATE_SCHEMA = StructType([StructField("state", BinaryType(), nullable=True)])
 EMPTY = ObjectState(exists=False, deleted=False, version=0, owner="")
 
 

@@ -1,0 +1,32 @@
+"""``arbiter validator [--available-now]``: run the validator job (local Spark by default, ARBITER_SPARK_MASTER otherwise)."""
+
+from __future__ import annotations
+
+import argparse
+
+from app.settings import get_settings
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("validator", help="run the validator: commands -> events and rejections")
+    p.add_argument("--available-now", action="store_true", help="process every command on the topic, then exit")
+    p.add_argument("--timeout", type=float, default=3600, help="with --available-now: give up after this many seconds")
+    p.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from app.spark_session import spark_session
+    from app.topics import ensure_topics
+    from app.validator.job import drain, run
+
+    settings = get_settings()
+    ensure_topics(settings)
+    spark = spark_session(settings, app_name="arbiter-validator")
+    try:
+        if args.available_now:
+            drain(spark, settings, timeout=args.timeout)
+        else:
+            run(spark, settings)
+    finally:
+        spark.stop()
+    return 0

@@ -1,0 +1,81 @@
+"""Plain confluent-kafka helpers around the validator's topics: preload commands, read a topic to its end."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from app.errors import BrokerUnavailable
+from app.settings import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One Kafka record as read back: where it is and its bytes."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+def producer(settings: Settings, **extra: str) -> Producer:
+    """Return an idempotent producer that places keys as the Java client does (murmur2)."""
+    conf = {"bootstrap.servers": settings.kafka_bootstrap, "partitioner": "murmur2_random", "acks": "all",
+            "enable.idempotence": True, "linger.ms": 5, **settings.kafka_config, **extra}
+    return Producer(conf)
+
+
+def produce(settings: Settings, records: Iterable[tuple[bytes | None, bytes | None]], topic: str | None = None,
+            partition: int | None = None) -> list[tuple[int, int]]:
+    """Produce ``(key, value)`` pairs in order to ``topic`` (default: commands); return their (partition, offset)."""
+    placed: list[tuple[int, int]] = []
+    errors: list[str] = []
+
+    def on_delivery(err, msg) -> None:  # noqa: ANN001
+        if err is not None:
+            errors.append(str(err))
+        else:
+            placed.append((msg.partition(), msg.offset()))
+
+    p = producer(settings)
+    target = topic or settings.topic_commands
+    for key, value in records:
+        if partition is None:
+            p.produce(target, key=key, value=value, on_delivery=on_delivery)
+        else:
+            p.produce(target, key=key, value=value, partition=partition, on_delivery=on_delivery)
+        p.poll(0)
+    if p.flush(60) != 0 or errors:
+        raise BrokerUnavailable(f"producing to {target} failed: {errors[:3] or 'flush timed out'}")
+    return placed
+
+
+def read_all(settings: Settings, topic: str, timeout: float = 30) -> list[Record]:
+    """Read ``topic`` from its beginning to its current end (high watermarks); records by (partition, offset)."""
+    c = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "arbiter-read-all",
+                  "enable.auto.commit": False, "log_level": 0, "isolation.level": "read_uncommitted"})
+    try:
+        meta = c.list_topics(topic, timeout=10).topics[topic]
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in meta.partitions}
+        todo = {p for p, (lo, hi) in ends.items() if hi > lo}
+        c.assign([TopicPartition(topic, p, ends[p][0]) for p in todo])
+        out: list[Record] = []
+        while todo:
+            msgs = c.consume(num_messages=10_000, timeout=timeout)
+            if not msgs:
+                raise BrokerUnavailable(f"reading {topic}: nothing arrived within {timeout} s")
+            for m in msgs:
+                if m.error() is not None:
+                    raise BrokerUnavailable(f"reading {topic}: {m.error()}")
+                out.append(Record(topic, m.partition(), m.offset(), m.key(), m.value()))
+                if m.offset() >= ends[m.partition()][1] - 1:
+                    todo.discard(m.partition())
+        return sorted(out, key=lambda r: (r.partition, r.offset))
+    except KafkaException as e:
+        raise BrokerUnavailable(f"reading {topic}: {e}") from e
+    finally:
+        c.close()

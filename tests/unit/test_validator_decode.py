@@ -1,0 +1,112 @@
+"""Pure parts of the validator: murmur2 as the Java client, record decoding, output routing, the per-key fold."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from app.settings import Settings
+from app.validator.decode import to_command
+from app.validator.fold import InputRecord, fold, limits_for
+from app.validator.murmur2 import murmur2, partition_for
+from app.validator.outputs import outcome_record
+from commands import CreateObject, Event, OriginalRecord, ReasonCode, Rejection, UpdateObject, decide, reject_record
+from schemas import codec
+
+pytestmark = pytest.mark.unit
+
+AT = datetime(2025, 1, 1, tzinfo=UTC)
+S = Settings(partitions=8, topic_events="ev", topic_rejections="rj", topic_commands="cmd")
+
+
+@pytest.mark.parametrize(("data", "expected"), [
+    # org.apache.kafka.common.utils.UtilsTest#testMurmur2
+    (b"21", -973932308),
+    (b"foobar", -790332482),
+    (b"a-little-bit-long-string", -985981536),
+    (b"a-little-bit-longer-string", -1486304829),
+    (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+    (b"abc", 479470107),
+    (b"", 275646681),
+])
+def test_murmur2_matches_the_java_client(data: bytes, expected: int) -> None:
+    assert murmur2(data) == expected
+
+
+def test_partition_is_positive_masked() -> None:
+    assert partition_for(b"foobar", 50) == ((-790332482) & 0x7FFFFFFF) % 50
+    assert all(0 <= partition_for(f"k{i}".encode(), 7) < 7 for i in range(200))
+
+
+def _create(obj: str = "o1", cid: str = "c1") -> CreateObject:
+    return CreateObject(cid, obj, "alice", AT, document="{}")
+
+
+def test_a_good_record_decodes_to_its_command() -> None:
+    cmd = _create()
+    key = b"o1"
+    assert to_command(key, codec.encode_command(cmd), "cmd", partition_for(key, 8), 3, partitions=8) == cmd
+
+
+@pytest.mark.parametrize(("key", "value", "reason"), [
+    (b"o1", None, ReasonCode.MALFORMED),
+    (b"o1", b"", ReasonCode.MALFORMED),
+    (b"o1", b"\x01\x00\x00\x03\xe9abc", ReasonCode.MALFORMED),                 # bad magic
+    (b"o1", b"\x00\x00\x00\x00\x07abc", ReasonCode.UNSUPPORTED_SCHEMA),       # unknown schema id
+    (b"o1", codec.encode_event(decide(None, _create()).outcome), ReasonCode.UNSUPPORTED_SCHEMA),  # not a command
+    (b"o1", codec.encode_command(_create())[:-3], ReasonCode.MALFORMED),     # truncated
+    (b"other", codec.encode_command(_create()), ReasonCode.MALFORMED),       # key is not the object id
+    (None, codec.encode_command(_create()), ReasonCode.MALFORMED),
+])
+def test_bad_records_become_rejections_keeping_bytes_and_coordinates(key, value, reason) -> None:  # noqa: ANN001
+    out = to_command(key, value, "cmd", 5, 42)
+    assert isinstance(out, Rejection)
+    assert out.reason == reason
+    assert out.original == OriginalRecord("cmd", 5, 42, key, value)
+    assert "cmd[5]@42" in out.message
+
+
+def test_a_record_on_the_wrong_partition_is_misrouted() -> None:
+    key = b"o1"
+    wrong = (partition_for(key, 8) + 1) % 8
+    out = to_command(key, codec.encode_command(_create()), "cmd", wrong, 0, partitions=8)
+    assert isinstance(out, Rejection) and out.reason == ReasonCode.MISROUTED and out.object_id == "o1"
+    assert not isinstance(to_command(key, codec.encode_command(_create()), "cmd", wrong, 0), Rejection)
+
+
+def test_outcome_records_route_by_type_and_keep_the_partition() -> None:
+    ev = decide(None, _create()).outcome
+    assert isinstance(ev, Event)
+    assert outcome_record(ev, S, 3) == ("ev", b"o1", codec.encode_event(ev), 3)
+    rej = reject_record(OriginalRecord("cmd", 2, 9, b"\xffraw", b"junk"), ReasonCode.MALFORMED, "bad")
+    assert outcome_record(rej, S, 2) == ("rj", b"\xffraw", codec.encode_rejection(rej), 2)
+    rej_none = reject_record(OriginalRecord("cmd", 2, 9, None, b"junk"), ReasonCode.MALFORMED, "bad")
+    assert outcome_record(rej_none, S, 2)[1] is None
+
+
+def test_fold_sorts_by_offset_and_never_loads_state_for_poison() -> None:
+    key = b"o1"
+    p = partition_for(key, 8)
+    create, update = _create(), UpdateObject("u1", "o1", "alice", AT, patch='{"a": 1}')
+    loads = []
+
+    def load():  # noqa: ANN202
+        loads.append(1)
+
+    recs = [InputRecord(key, codec.encode_command(update), "cmd", p, 7),
+            InputRecord(key, b"junk", "cmd", p, 6),
+            InputRecord(key, codec.encode_command(create), "cmd", p, 5)]
+    out, state, changed = fold(load, recs, S)
+    assert changed and state is not None and state.version == 2 and loads == [1]
+    decoded = [codec.decode_outcome(v) for _, _, v, _ in out]
+    assert [type(d).__name__ for d in decoded] == ["Event", "Rejection", "Event"]
+    assert [d.version for d in decoded if isinstance(d, Event)] == [1, 2]
+
+    loads.clear()
+    out, state, changed = fold(load, [InputRecord(key, b"junk", "cmd", p, 1)], S)
+    assert not changed and state is None and loads == [] and len(out) == 1
+
+
+def test_limits_carry_the_dedup_ttl() -> None:
+    assert limits_for(S.model_copy(update={"dedup_ttl_ms": 1500})).dedup_ttl.total_seconds() == 1.5
