@@ -10,6 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -17,7 +18,7 @@ from pyspark.sql.streaming import StreamingQueryListener
 
 from app.settings import Settings, checkpoint_uri
 from app.validator.fold import InputRecord
-from app.validator.rocks.lock import FileLock, acquire_job_lock
+from app.validator.rocks.lock import FileLock, acquire_job_lock, job_lock_path
 from app.validator.rocks.shard import rocks_root, run_task
 from app.validator.sink import SINK_DDL, sink_options
 from app.validator.source import kafka_source
@@ -56,8 +57,10 @@ class _ForEachBatch:
         def step(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             return shard_step(settings, checkpoint, batch_id, now_ms, batches)
 
+        started = time.monotonic()
         out = df.select("key", "value", "topic", "partition", "offset").mapInArrow(step, SINK_DDL)
         out.write.format("kafka").options(**sink_options(settings)).save()
+        log.info("rocksdb batch=%d shard_step_and_sink_ms=%.0f", batch_id, (time.monotonic() - started) * 1000)
 
 
 class _LockRelease(StreamingQueryListener):
@@ -66,6 +69,13 @@ class _LockRelease(StreamingQueryListener):
     def __init__(self) -> None:
         self.locks: dict[str, FileLock] = {}
         self.guard = threading.Lock()
+
+    def reclaim(self, spark: Any, path: Path) -> None:  # noqa: ANN401
+        """Release this process's lock on ``path`` if its query has ended but the listener has not run yet."""
+        with self.guard:
+            for qid, lock in list(self.locks.items()):
+                if lock.path == path and spark.streams.get(qid) is None:
+                    self.locks.pop(qid).release()
 
     def onQueryStarted(self, event: Any) -> None:  # noqa: N802, ANN401
         pass
@@ -100,6 +110,8 @@ def build_query(spark: Any, settings: Settings, *, available_now: bool = False) 
     from app.validator.progress import listener_for, progress_path
 
     uri = checkpoint_uri(settings)
+    releaser = _releaser(spark)
+    releaser.reclaim(spark, job_lock_path(uri, rocks_root(settings, uri)))
     lock = acquire_job_lock(uri, rocks_root(settings, uri))
     try:
         name = query_name(settings)
@@ -108,7 +120,6 @@ def build_query(spark: Any, settings: Settings, *, available_now: bool = False) 
             .foreachBatch(_ForEachBatch(settings, uri))
         writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
             processingTime=settings.trigger_interval)
-        releaser = _releaser(spark)
         query = writer.start()
         with releaser.guard:
             releaser.locks[str(query.id)] = lock
