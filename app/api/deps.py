@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, Request
@@ -33,16 +33,16 @@ class ReadModelPort(Protocol):
     def get(self, object_id: str) -> ObjectViewLike | None: ...
 
 
-def _state(name: str) -> Callable[[Request], Any]:
+def _state(name: str) -> Callable[[Request], Awaitable[Any]]:
     """Return a dependency reading ``app.state.<name>`` (set by ``create_app`` and its lifespan)."""
 
-    def dependency(request: Request) -> Any:
+    async def dependency(request: Request) -> Any:  # async: a sync dependency would cost a threadpool hop
         return getattr(request.app.state, name)
 
     return dependency
 
 
-def _read_model(request: Request) -> ReadModelPort:
+async def _read_model(request: Request) -> ReadModelPort:
     rm: ReadModelPort | None = request.app.state.read_model
     if rm is None:
         raise ApiError("the read model is not open (is the DB projection running?)", code="READ_MODEL_UNAVAILABLE",
@@ -53,7 +53,7 @@ def _read_model(request: Request) -> ReadModelPort:
 _bearer = HTTPBearer(auto_error=False, description="`arbiter token <principal>` prints one.")
 
 
-def _principal(request: Request,
+async def _principal(request: Request,
                credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> str:
     if credentials is None or credentials.scheme.lower() != "bearer":
         raise Unauthorized("an Authorization: Bearer <token> header is required")

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from app.api.auth import PRINCIPAL_PATTERN
+
+#: Compact JSON text of documents and patches; one encoder (json.dumps with options builds one per call).
+compact_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
 OBJECT_ID_PATTERN = r"^[A-Za-z0-9._~:@+\-]{1,256}$"
 IDEMPOTENCY_KEY_PATTERN = r"^[\x21-\x7e]{1,200}$"

@@ -123,6 +123,7 @@ class OutcomeConsumer:
             "enable.auto.commit": False,
             "auto.offset.reset": "latest",
             "fetch.wait.max.ms": 50,
+            "socket.nagle.disable": True,
             **(kafka_config or {}),
             "logger": log,
         })

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from typing import Annotated, Any
@@ -20,6 +19,7 @@ from app.api.models import (
     BatchResponse,
     BatchUpdate,
     CommandOutcome,
+    compact_json,
 )
 from app.api.problems import PROBLEM_RESPONSES, ApiError
 from app.api.producer import Delivered
@@ -31,18 +31,15 @@ from schemas import codec
 router = APIRouter(prefix="/commands", tags=["commands"])
 
 
-def _json(value: dict[str, Any]) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
 
 def _command(item: BatchItem, principal: str, issued_at: Any) -> Command:
     cid = item.idempotency_key or str(uuid.uuid4())
     ev = item.expected_version
     if isinstance(item, BatchCreate):
         return CreateObject(cid, item.object_id or str(uuid.uuid4()), principal, issued_at, ev,
-                            document=_json(item.document))
+                            document=compact_json(item.document))
     if isinstance(item, BatchUpdate):
-        return UpdateObject(cid, item.object_id, principal, issued_at, ev, patch=_json(item.patch))
+        return UpdateObject(cid, item.object_id, principal, issued_at, ev, patch=compact_json(item.patch))
     if isinstance(item, BatchDelete):
         return DeleteObject(cid, item.object_id, principal, issued_at, ev)
     if isinstance(item, BatchGrant):

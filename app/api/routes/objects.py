@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Annotated, Any
 
@@ -16,6 +15,7 @@ from app.api.models import (
     CommandDecided,
     CommandQueued,
     CreateRequest,
+    compact_json,
 )
 from app.api.problems import PROBLEM_RESPONSES, ApiError
 from app.api.submit import IF_MATCH_PATTERN, command_id, expected_version, now, prefer_wait, submit
@@ -49,9 +49,6 @@ async def _write(request: Request, cmd: Command, settings: SettingsDep, producer
     return await submit(cmd, settings=settings, producer=producer, outcomes=outcomes, metrics=metrics, wait=wait)
 
 
-def _json(value: dict[str, Any]) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
 
 @router.post("", status_code=202, responses={**_WRITE_RESPONSES, 201: {"model": CommandDecided}},
              summary="Create an object (the client may choose its id)")
@@ -60,7 +57,7 @@ async def create_object(request: Request, body: CreateRequest, principal: Princi
                         idempotency_key: IdempotencyKey = None, if_match: IfMatch = None,
                         prefer: Prefer = None) -> Response:
     cmd = CreateObject(command_id(idempotency_key), body.id or str(uuid.uuid4()), principal, now(),
-                       expected_version(if_match), document=_json(body.document))
+                       expected_version(if_match), document=compact_json(body.document))
     return await _write(request, cmd, settings, producer, outcomes, metrics)
 
 
@@ -72,7 +69,7 @@ async def update_object(request: Request, object_id: ObjectIdPath,
                         outcomes: OutcomesDep, metrics: MetricsDep, idempotency_key: IdempotencyKey = None,
                         if_match: IfMatch = None, prefer: Prefer = None) -> Response:
     cmd = UpdateObject(command_id(idempotency_key), object_id, principal, now(), expected_version(if_match),
-                       patch=_json(patch))
+                       patch=compact_json(patch))
     return await _write(request, cmd, settings, producer, outcomes, metrics)
 
 
@@ -132,4 +129,4 @@ async def read_object(object_id: ObjectIdPath, principal: PrincipalDep, read_mod
                        headers={"ETag": etag})
     if if_none_match is not None and etag in [t.strip() for t in if_none_match.split(",")]:
         return Response(status_code=304, headers={"ETag": etag})
-    return Response(_json(view.document), media_type="application/json", headers={"ETag": etag})
+    return Response(compact_json(view.document), media_type="application/json", headers={"ETag": etag})

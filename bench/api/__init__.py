@@ -1,0 +1,1 @@
+"""Benchmark of the Command API: HTTP requests/s and batch commands/s beside the raw producer rate."""
