@@ -6,12 +6,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 
 from app.errors import ArbiterError
 from app.settings import Settings, checkpoint_uri
 from app.validator.layout import check_layout
-from app.validator.progress import listener_for, progress_path
+from app.validator.progress import listener_for, progress_path, write_progress
 from app.validator.sink import SINK_COLUMNS, SINK_DDL, sink_options
 from app.validator.source import kafka_source
 
@@ -90,6 +91,10 @@ def drain(spark, settings: Settings, timeout: float = 300) -> None:  # noqa: ANN
     finally:
         if query.isActive:
             query.stop()
+    # The listener is asynchronous; publish the final progress before returning so the status file is current.
+    last = query.lastProgress
+    if last is not None:
+        write_progress(progress_path(settings), json.loads(last.json))
 
 
 def run(spark, settings: Settings) -> None:  # noqa: ANN001

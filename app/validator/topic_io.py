@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -64,11 +65,12 @@ def read_all(settings: Settings, topic: str, timeout: float = 30) -> list[Record
         todo = {p for p, (lo, hi) in ends.items() if hi > lo}
         c.assign([TopicPartition(topic, p, ends[p][0]) for p in todo])
         out: list[Record] = []
+        deadline = time.monotonic() + timeout
         while todo:
-            msgs = c.consume(num_messages=10_000, timeout=timeout)
-            if not msgs:
-                raise BrokerUnavailable(f"reading {topic}: nothing arrived within {timeout} s")
-            for m in msgs:
+            if time.monotonic() > deadline:
+                raise BrokerUnavailable(f"reading {topic}: partitions {sorted(todo)} not read to their end in {timeout} s")
+            # consume() waits for num_messages or the timeout, whichever comes first: keep the wait short.
+            for m in c.consume(num_messages=10_000, timeout=0.2):
                 if m.error() is not None:
                     raise BrokerUnavailable(f"reading {topic}: {m.error()}")
                 out.append(Record(topic, m.partition(), m.offset(), m.key(), m.value()))

@@ -1,0 +1,124 @@
+"""``python -m bench.validator --backend spark[,rocksdb] --objects 100000 --commands 50000``.
+
+Preloads the commands once, then for each backend drains them (trigger availableNow) into that
+backend's own output topics and checkpoint, and prints commands/s and batch latency beside a raw
+confluent-kafka consume + produce pass-through of the same records, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from app.kafka_broker import LocalBroker, free_port
+from app.settings import Settings
+from app.spark_session import spark_session
+from app.topics import describe, ensure_topics
+from app.validator.job import build_query
+from app.validator.topic_io import produce
+from bench.validator.workload import records
+
+
+def passthrough(settings: Settings, target: str, count: int) -> float:
+    """Consume ``count`` records from commands and produce them to ``target`` (same key/value/partition); seconds."""
+    c = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+                  "enable.auto.commit": False, "log_level": 0, "fetch.min.bytes": 1})
+    p = Producer({"bootstrap.servers": settings.kafka_bootstrap, "enable.idempotence": True, "acks": "all",
+                  "linger.ms": 5})
+    meta = c.list_topics(settings.topic_commands, timeout=10).topics[settings.topic_commands]
+    start = time.perf_counter()
+    c.assign([TopicPartition(settings.topic_commands, q, 0) for q in meta.partitions])
+    done = 0
+    while done < count:
+        for m in c.consume(num_messages=10_000, timeout=5):
+            if m.error() is None:
+                p.produce(target, key=m.key(), value=m.value(), partition=m.partition())
+                done += 1
+        p.poll(0)
+    p.flush(120)
+    elapsed = time.perf_counter() - start
+    c.close()
+    return elapsed
+
+
+def run_backend(spark, settings: Settings, backend: str, count: int) -> dict[str, float]:  # noqa: ANN001
+    """Drain the commands topic with ``backend``; return wall seconds and per-batch latencies."""
+    tag = uuid.uuid4().hex[:6]
+    s = settings.model_copy(update={
+        "state_backend": backend, "topic_events": f"bench-events-{backend}-{tag}",
+        "topic_rejections": f"bench-rejections-{backend}-{tag}",
+        "checkpoint_location": str(settings.path(settings.var_dir) / f"checkpoint-{backend}-{tag}")})
+    ensure_topics(s)
+    start = time.perf_counter()
+    query = build_query(spark, s, available_now=True)
+    query.awaitTermination()
+    elapsed = time.perf_counter() - start
+    batches = [p for p in query.recentProgress if p.numInputRows > 0]
+    latencies = sorted(p.durationMs.get("triggerExecution", 0) / 1000 for p in batches)
+    out = sum(t.messages for t in describe(s, [s.topic_events, s.topic_rejections]))
+    if out != count:
+        raise SystemExit(f"{backend}: {out} outcomes for {count} commands")
+    return {"seconds": elapsed, "batches": len(batches), "p50": statistics.median(latencies),
+            "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+            "rows_per_batch": count / max(1, len(batches))}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.validator")
+    ap.add_argument("--backend", default="spark", help="comma-separated: spark,rocksdb")
+    ap.add_argument("--objects", type=int, default=100_000)
+    ap.add_argument("--commands", type=int, default=50_000)
+    ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--max-offsets-per-trigger", type=int, default=10_000)
+    ap.add_argument("--bootstrap", default=None, help="an existing broker; default: start one on free ports")
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+
+    work = Path(tempfile.mkdtemp(prefix="arbiter-bench-validator-"))
+    broker = None
+    bootstrap = args.bootstrap
+    if bootstrap is None:
+        broker = LocalBroker(work / "kafka", port=free_port(), controller_port=free_port(), heap="1g")
+        broker.start(Settings())
+        bootstrap = broker.bootstrap
+    try:
+        tag = uuid.uuid4().hex[:6]
+        settings = Settings(kafka_bootstrap=bootstrap, var_dir=work / "var", partitions=args.partitions,
+                            topic_commands=f"bench-commands-{tag}", topic_events=f"bench-pass-{tag}",
+                            topic_rejections=f"bench-unused-{tag}", max_offsets_per_trigger=args.max_offsets_per_trigger)
+        ensure_topics(settings)
+        recs = records(args.objects, args.commands)
+        distinct = len({k for k, _ in recs})
+        t = time.perf_counter()
+        produce(settings, recs)
+        print(f"preloaded {len(recs)} commands on {distinct} distinct objects (of {args.objects}) "
+              f"in {time.perf_counter() - t:.1f} s, {args.partitions} partitions")
+
+        base = passthrough(settings, settings.topic_events, len(recs))
+        base_rate = len(recs) / base
+        print(f"raw pass-through (confluent-kafka consume+produce): {base:.2f} s, {base_rate:,.0f} commands/s")
+
+        spark = spark_session(settings, app_name="arbiter-bench-validator")
+        try:
+            for backend in args.backend.split(","):
+                r = run_backend(spark, settings, backend, len(recs))
+                rate = len(recs) / r["seconds"]
+                print(f"{backend}: {r['seconds']:.1f} s, {rate:,.0f} commands/s, {r['batches']} batches of "
+                      f"~{r['rows_per_batch']:.0f}, batch latency p50 {r['p50']:.2f} s p99 {r['p99']:.2f} s, "
+                      f"ratio to pass-through {rate / base_rate:.3f}")
+        finally:
+            spark.stop()
+    finally:
+        if broker is not None:
+            broker.stop()
+
+
+if __name__ == "__main__":
+    main()
