@@ -1,12 +1,11 @@
-"""Dependencies of the routes as ``Annotated`` aliases: settings, producer, outcomes, read model, principal."""
+"""Dependencies of the routes as ``Annotated`` aliases: the app context, the read model, the principal."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from app.api.auth import Unauthorized, verify_token
 from app.api.metrics import ApiMetrics
@@ -33,13 +32,20 @@ class ReadModelPort(Protocol):
     def get(self, object_id: str) -> ObjectViewLike | None: ...
 
 
-def _state(name: str) -> Callable[[Request], Awaitable[Any]]:
-    """Return a dependency reading ``app.state.<name>`` (set by ``create_app`` and its lifespan)."""
+@dataclass(frozen=True, slots=True)
+class ApiContext:
+    """What the routes need of the running app, as one dependency (each FastAPI dependency costs per request)."""
 
-    async def dependency(request: Request) -> Any:  # async: a sync dependency would cost a threadpool hop
-        return getattr(request.app.state, name)
+    settings: Settings
+    producer: CommandProducer
+    outcomes: OutcomeCache
+    metrics: ApiMetrics
 
-    return dependency
+
+# Dependencies are async: a sync one would cost a threadpool hop per request.
+async def _context(request: Request) -> ApiContext:
+    ctx: ApiContext = request.app.state.ctx
+    return ctx
 
 
 async def _read_model(request: Request) -> ReadModelPort:
@@ -50,19 +56,14 @@ async def _read_model(request: Request) -> ReadModelPort:
     return rm
 
 
-_bearer = HTTPBearer(auto_error=False, description="`arbiter token <principal>` prints one.")
-
-
-async def _principal(request: Request,
-               credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> str:
-    if credentials is None or credentials.scheme.lower() != "bearer":
+async def _principal(request: Request) -> str:
+    """Return the principal of the request's bearer token (declared in OpenAPI by ``create_app``)."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized("an Authorization: Bearer <token> header is required")
-    return verify_token(request.app.state.settings.auth_secret.get_secret_value(), credentials.credentials)
+    return verify_token(request.app.state.settings.auth_secret.get_secret_value(), token.strip())
 
 
-SettingsDep = Annotated[Settings, Depends(_state("settings"))]
-ProducerDep = Annotated[CommandProducer, Depends(_state("producer"))]
-OutcomesDep = Annotated[OutcomeCache, Depends(_state("outcomes"))]
-MetricsDep = Annotated[ApiMetrics, Depends(_state("metrics"))]
+ContextDep = Annotated[ApiContext, Depends(_context)]
 ReadModelDep = Annotated[ReadModelPort, Depends(_read_model)]
 PrincipalDep = Annotated[str, Depends(_principal)]

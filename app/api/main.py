@@ -11,7 +11,7 @@ from fastapi import FastAPI
 
 from app.api import problems
 from app.api.body_limit import BodyLimit
-from app.api.deps import ReadModelPort
+from app.api.deps import ApiContext, ReadModelPort
 from app.api.metrics import ApiMetrics, RequestMetrics
 from app.api.models import Problem
 from app.api.outcomes import OutcomeCache, OutcomeConsumer
@@ -58,6 +58,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
             app.state.outcomes, settings.kafka_config)
         owned = read_model is None
         app.state.read_model = read_model if read_model is not None else open_read_model(settings)
+        app.state.ctx = ApiContext(settings, app.state.producer, app.state.outcomes, metrics)
         try:
             yield
         finally:
@@ -88,9 +89,12 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
             schemas["Problem"] = Problem.model_json_schema()
             schemas.pop("HTTPValidationError", None)
             schemas.pop("ValidationError", None)
+            schema["components"]["securitySchemes"] = {"bearer": {
+                "type": "http", "scheme": "bearer", "description": "`arbiter token <principal>` prints one."}}
             for path, item in schema["paths"].items():
                 if path.startswith(("/objects", "/commands")):
                     for op in item.values():
+                        op["security"] = [{"bearer": []}]
                         op["responses"].update({str(k): v for k, v in problems.PROBLEM_RESPONSES.items()
                                                 if str(k) not in op["responses"] or k == 422})
             app.openapi_schema = schema

@@ -10,12 +10,9 @@ from datetime import UTC, datetime
 from fastapi import Response
 from fastapi.responses import JSONResponse
 
-from app.api.metrics import ApiMetrics
-from app.api.outcomes import OutcomeCache
+from app.api.deps import ApiContext
 from app.api.problems import ApiError, Rejected
-from app.api.producer import CommandProducer
 from app.errors import BrokerUnavailable
-from app.settings import Settings
 from commands import ACCEPTED, Command, CreateObject, DeleteObject, Event, ReasonCode
 from schemas import codec
 
@@ -68,9 +65,9 @@ def _decided(cmd: Command, version: int, event: str | None) -> Response:
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-async def submit(cmd: Command, *, settings: Settings, producer: CommandProducer, outcomes: OutcomeCache,
-                 metrics: ApiMetrics, wait: float | None) -> Response:
+async def submit(cmd: Command, ctx: ApiContext, wait: float | None) -> Response:
     """Produce ``cmd``; answer 202 once acknowledged, or the decision if it arrives within ``wait`` seconds."""
+    settings, producer, outcomes, metrics = ctx.settings, ctx.producer, ctx.outcomes, ctx.metrics
     value = codec.encode_command(cmd)
     start = time.perf_counter()
     try:

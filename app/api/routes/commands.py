@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path
 from fastapi.responses import JSONResponse
 
-from app.api.deps import MetricsDep, OutcomesDep, PrincipalDep, ProducerDep, SettingsDep
+from app.api.deps import ContextDep, PrincipalDep
 from app.api.models import (
     BatchCreate,
     BatchDelete,
@@ -51,8 +51,8 @@ def _command(item: BatchItem, principal: str, issued_at: Any) -> Command:
              responses={**PROBLEM_RESPONSES, 503: PROBLEM_RESPONSES[503] | {
                  "description": "Some commands were not stored: `results` says which; retry those with their ids"}},
              summary="Queue many commands in one request; one result per command, in order")
-async def batch(body: BatchRequest, principal: PrincipalDep, settings: SettingsDep, producer: ProducerDep,
-                metrics: MetricsDep) -> JSONResponse:
+async def batch(body: BatchRequest, principal: PrincipalDep, ctx: ContextDep) -> JSONResponse:
+    settings, producer, metrics = ctx.settings, ctx.producer, ctx.metrics
     if len(body.commands) > settings.batch_max_commands:
         raise ApiError(f"{len(body.commands)} commands; the limit is {settings.batch_max_commands}",
                        code="BODY_TOO_LARGE")
@@ -87,8 +87,8 @@ async def batch(body: BatchRequest, principal: PrincipalDep, settings: SettingsD
                        404: PROBLEM_RESPONSES[401] | {"description": "Outcome not known to this process (yet)"}},
             summary="The outcome of a command, once this API process has seen it")
 async def command_outcome(command_id: Annotated[str, Path(max_length=200)], principal: PrincipalDep,
-                          outcomes: OutcomesDep) -> JSONResponse:
-    o = outcomes.lookup(command_id)
+                          ctx: ContextDep) -> JSONResponse:
+    o = ctx.outcomes.lookup(command_id)
     if o is None:
         raise ApiError(f"no outcome known for command {command_id!r}: not decided yet, or decided before this "
                        "API process started or longer ago than its cache holds", code="NOT_FOUND")

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Header, Path, Request, Response
 
 from app.api.auth import PRINCIPAL_PATTERN
-from app.api.deps import MetricsDep, OutcomesDep, PrincipalDep, ProducerDep, ReadModelDep, SettingsDep
+from app.api.deps import ApiContext, ContextDep, PrincipalDep, ReadModelDep
 from app.api.models import (
     IDEMPOTENCY_KEY_PATTERN,
     OBJECT_ID_PATTERN,
@@ -43,60 +43,54 @@ _WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-async def _write(request: Request, cmd: Command, settings: SettingsDep, producer: ProducerDep,
-                 outcomes: OutcomesDep, metrics: MetricsDep) -> Response:
-    wait = prefer_wait(request.headers.getlist("prefer"), settings.wait_max_s)
-    return await submit(cmd, settings=settings, producer=producer, outcomes=outcomes, metrics=metrics, wait=wait)
+async def _write(request: Request, cmd: Command, ctx: ApiContext) -> Response:
+    return await submit(cmd, ctx, prefer_wait(request.headers.getlist("prefer"), ctx.settings.wait_max_s))
 
 
 
 @router.post("", status_code=202, responses={**_WRITE_RESPONSES, 201: {"model": CommandDecided}},
              summary="Create an object (the client may choose its id)")
-async def create_object(request: Request, body: CreateRequest, principal: PrincipalDep, settings: SettingsDep,
-                        producer: ProducerDep, outcomes: OutcomesDep, metrics: MetricsDep,
+async def create_object(request: Request, body: CreateRequest, principal: PrincipalDep, ctx: ContextDep,
                         idempotency_key: IdempotencyKey = None, if_match: IfMatch = None,
                         prefer: Prefer = None) -> Response:
     cmd = CreateObject(command_id(idempotency_key), body.id or str(uuid.uuid4()), principal, now(),
                        expected_version(if_match), document=compact_json(body.document))
-    return await _write(request, cmd, settings, producer, outcomes, metrics)
+    return await _write(request, cmd, ctx)
 
 
 @router.patch("/{object_id}", status_code=202, responses={**_WRITE_RESPONSES, 200: {"model": CommandDecided}},
               summary="Apply a JSON merge patch (RFC 7386) to an object")
 async def update_object(request: Request, object_id: ObjectIdPath,
                         patch: Annotated[dict[str, Any], Body(media_type="application/merge-patch+json")],
-                        principal: PrincipalDep, settings: SettingsDep, producer: ProducerDep,
-                        outcomes: OutcomesDep, metrics: MetricsDep, idempotency_key: IdempotencyKey = None,
+                        principal: PrincipalDep, ctx: ContextDep, idempotency_key: IdempotencyKey = None,
                         if_match: IfMatch = None, prefer: Prefer = None) -> Response:
     cmd = UpdateObject(command_id(idempotency_key), object_id, principal, now(), expected_version(if_match),
                        patch=compact_json(patch))
-    return await _write(request, cmd, settings, producer, outcomes, metrics)
+    return await _write(request, cmd, ctx)
 
 
 @router.delete("/{object_id}", status_code=202, responses={**_WRITE_RESPONSES, 204: {"description": "Deleted"}},
                summary="Delete an object for good")
-async def delete_object(request: Request, object_id: ObjectIdPath, principal: PrincipalDep, settings: SettingsDep,
-                        producer: ProducerDep, outcomes: OutcomesDep, metrics: MetricsDep,
+async def delete_object(request: Request, object_id: ObjectIdPath, principal: PrincipalDep, ctx: ContextDep,
                         idempotency_key: IdempotencyKey = None, if_match: IfMatch = None,
                         prefer: Prefer = None) -> Response:
     cmd = DeleteObject(command_id(idempotency_key), object_id, principal, now(), expected_version(if_match))
-    return await _write(request, cmd, settings, producer, outcomes, metrics)
+    return await _write(request, cmd, ctx)
 
 
 async def _editor(request: Request, kind: type[GrantEditor] | type[RevokeEditor], object_id: str, editor: str,
-                  principal: str, settings: SettingsDep, producer: ProducerDep, outcomes: OutcomesDep,
-                  metrics: MetricsDep, idempotency_key: str | None, if_match: str | None) -> Response:
+                  principal: str, ctx: ContextDep, idempotency_key: str | None, if_match: str | None) -> Response:
     cmd = kind(command_id(idempotency_key), object_id, principal, now(), expected_version(if_match), editor=editor)
-    return await _write(request, cmd, settings, producer, outcomes, metrics)
+    return await _write(request, cmd, ctx)
 
 
 @router.put("/{object_id}/editors/{editor}", status_code=202,
             responses={**_WRITE_RESPONSES, 200: {"model": CommandDecided}}, summary="Let a principal edit an object")
 async def grant_editor(request: Request, object_id: ObjectIdPath, editor: EditorPath, principal: PrincipalDep,
-                       settings: SettingsDep, producer: ProducerDep, outcomes: OutcomesDep, metrics: MetricsDep,
+                       ctx: ContextDep,
                        idempotency_key: IdempotencyKey = None, if_match: IfMatch = None,
                        prefer: Prefer = None) -> Response:
-    return await _editor(request, GrantEditor, object_id, editor, principal, settings, producer, outcomes, metrics,
+    return await _editor(request, GrantEditor, object_id, editor, principal, ctx,
                          idempotency_key, if_match)
 
 
@@ -104,10 +98,10 @@ async def grant_editor(request: Request, object_id: ObjectIdPath, editor: Editor
                responses={**_WRITE_RESPONSES, 200: {"model": CommandDecided}},
                summary="Stop a principal from editing an object")
 async def revoke_editor(request: Request, object_id: ObjectIdPath, editor: EditorPath, principal: PrincipalDep,
-                        settings: SettingsDep, producer: ProducerDep, outcomes: OutcomesDep, metrics: MetricsDep,
+                        ctx: ContextDep,
                         idempotency_key: IdempotencyKey = None, if_match: IfMatch = None,
                         prefer: Prefer = None) -> Response:
-    return await _editor(request, RevokeEditor, object_id, editor, principal, settings, producer, outcomes, metrics,
+    return await _editor(request, RevokeEditor, object_id, editor, principal, ctx,
                          idempotency_key, if_match)
 
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from app.api.deps import MetricsDep, OutcomesDep, ProducerDep
+from app.api.deps import ContextDep
 from app.api.models import Health
 
 router = APIRouter(tags=["operations"])
@@ -16,8 +16,8 @@ router = APIRouter(tags=["operations"])
 
 @router.get("/healthz", response_model=Health, responses={503: {"model": Health, "description": "Not healthy"}},
             summary="Is the broker reachable, the read model open and the outcomes consumer running?")
-async def healthz(request: Request, producer: ProducerDep) -> JSONResponse:
-    broker = await asyncio.to_thread(producer.broker_reachable)
+async def healthz(request: Request, ctx: ContextDep) -> JSONResponse:
+    broker = await asyncio.to_thread(ctx.producer.broker_reachable)
     read_model = request.app.state.read_model is not None
     consumer = request.app.state.outcome_consumer is not None and request.app.state.outcome_consumer.alive
     ok = broker and read_model and consumer
@@ -27,6 +27,6 @@ async def healthz(request: Request, producer: ProducerDep) -> JSONResponse:
 
 @router.get("/metrics", response_class=Response, summary="Prometheus text exposition",
             responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {}}}})
-async def metrics(metrics: MetricsDep, outcomes: OutcomesDep) -> Response:
-    metrics.cached.set(len(outcomes))
-    return Response(metrics.render(), media_type=CONTENT_TYPE_LATEST)
+async def metrics(ctx: ContextDep) -> Response:
+    ctx.metrics.cached.set(len(ctx.outcomes))
+    return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)
