@@ -37,8 +37,11 @@ def shard_step(settings: Settings, checkpoint: str, batch_id: int, now_ms: int,
         records += map(InputRecord, cols["key"], cols["value"], cols["topic"], cols["partition"], cols["offset"])
     if not records:
         return
+    t0 = time.monotonic()
     result = run_task(settings, checkpoint, batch_id, records, now_ms)
     out = result.outputs
+    log.debug("shard %d batch %d: %d records in %.0f ms%s", records[0].partition, batch_id, len(records),
+             (time.monotonic() - t0) * 1000, " (re-emitted)" if result.replayed else "")
     yield pa.RecordBatch.from_arrays(
         [pa.array([o[0] for o in out], pa.string()), pa.array([o[1] for o in out], pa.binary()),
          pa.array([o[2] for o in out], pa.binary()), pa.array([o[3] for o in out], pa.int32())], schema=OUT_SCHEMA)
