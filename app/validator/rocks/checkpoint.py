@@ -92,10 +92,12 @@ def decode_changelog(data: bytes) -> Changelog:
 
 def filesystem_of(uri: str) -> tuple[pafs.FileSystem, str]:
     """Return the filesystem and path of ``uri``; a plain path is a local directory."""
+    if "://" not in uri:
+        return pafs.LocalFileSystem(), os.path.abspath(uri)
     try:
         return pafs.FileSystem.from_uri(uri)
-    except (ValueError, TypeError):
-        return pafs.LocalFileSystem(), os.path.abspath(uri)
+    except (ValueError, TypeError, OSError) as e:
+        raise CheckpointCorrupt(f"cannot open checkpoint location {uri}: {e}") from e
 
 
 class ShardStore:

@@ -8,8 +8,6 @@ import os
 import time
 from pathlib import Path
 
-from pyarrow import fs as pafs
-
 from app.errors import ArbiterError
 
 
@@ -83,12 +81,9 @@ def job_lock_path(checkpoint: str, rocks_dir: Path) -> Path:
     A lock file on the checkpoint's own disk refuses a second job on any host that mounts it; for a remote
     URI (HDFS, S3) only jobs on this host are refused, so run one driver per checkpoint there (README).
     """
-    try:
-        filesystem, path = pafs.FileSystem.from_uri(checkpoint)
-    except (ValueError, TypeError, OSError):
-        filesystem, path = pafs.LocalFileSystem(), os.path.abspath(checkpoint)
-    if isinstance(filesystem, pafs.LocalFileSystem):
-        return Path(path) / "rocks" / "job.lock"
+    if "://" not in checkpoint or checkpoint.startswith("file://"):
+        path = checkpoint.removeprefix("file://")
+        return Path(os.path.abspath(path)) / "rocks" / "job.lock"
     digest = hashlib.sha256(checkpoint.encode()).hexdigest()[:16]
     return rocks_dir / f"job-{digest}.lock"
 

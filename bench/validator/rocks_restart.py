@@ -1,0 +1,178 @@
+"""``python -m bench.validator.rocks_restart --objects 1000000``: rocksdb backend restart time and peak RSS.
+
+Seeds a checkpoint with a short real run, bulk-loads ``--objects`` object states into the shards (offline,
+the same bytes the job writes) and uploads a snapshot of each, then times ``python -m app.validator
+--available-now`` from process start to the first outcome on the events topic (broker to broker), twice:
+after a clean stop, and after deleting the local state directory (restore from the checkpoint location).
+Peak RSS is the highest sum of the job's process tree (driver, JVM, Python workers), sampled every 100 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import rocksdict
+from confluent_kafka import Consumer, TopicPartition
+
+from app.kafka_broker import LocalBroker, free_port
+from app.settings import Settings, checkpoint_uri
+from app.topics import ensure_topics
+from app.validator.rocks.checkpoint import ShardStore
+from app.validator.rocks.lock import FileLock
+from app.validator.rocks.shard import STATE, open_shard, rocks_root, shard_dir
+from app.validator.topic_io import produce
+from commands import CreateObject, ObjectState
+from schemas import codec
+
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+
+
+def tree_rss(root: int) -> int:
+    """Return the summed RSS in bytes of ``root`` and all its descendants."""
+    parents: dict[int, int] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                parents[int(d)] = int(Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    family, frontier = {root}, [root]
+    while frontier:
+        p = frontier.pop()
+        kids = [c for c, pp in parents.items() if pp == p and c not in family]
+        family.update(kids)
+        frontier += kids
+    total = 0
+    for p in family:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except OSError:
+            continue
+    return total
+
+
+def events_written(s: Settings) -> int:
+    c = Consumer({"bootstrap.servers": s.kafka_bootstrap, "group.id": "bench", "log_level": 0})
+    try:
+        return sum(c.get_watermark_offsets(TopicPartition(s.topic_events, p), timeout=5)[1] for p in range(s.partitions))
+    finally:
+        c.close()
+
+
+def env_of(s: Settings) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ARBITER_")}
+    env.update({"ARBITER_KAFKA_BOOTSTRAP": s.kafka_bootstrap, "ARBITER_PARTITIONS": str(s.partitions),
+                "ARBITER_TOPIC_COMMANDS": s.topic_commands, "ARBITER_TOPIC_EVENTS": s.topic_events,
+                "ARBITER_TOPIC_REJECTIONS": s.topic_rejections, "ARBITER_VAR_DIR": str(s.var_dir),
+                "ARBITER_STATE_BACKEND": "rocksdb", "ARBITER_SPARK_MASTER": s.spark_master,
+                "ARBITER_ROCKS_MEMORY_MB": str(s.rocks_memory_mb), "PYSPARK_PYTHON": sys.executable})
+    return env
+
+
+def timed_run(s: Settings, label: str, new_commands: int, tag: str) -> tuple[float, float, int]:
+    """Produce ``new_commands`` creates, run the job once; return (s to first outcome, s to exit, peak RSS)."""
+    before = events_written(s)
+    produce(s, [(f"{tag}-{i}".encode(), codec.encode_command(
+        CreateObject(f"{tag}-c{i}", f"{tag}-{i}", "alice", T0, document="{}"))) for i in range(new_commands)])
+    start = time.perf_counter()
+    job = subprocess.Popen([sys.executable, "-m", "app.validator", "--available-now"], env=env_of(s),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    first, peak = None, 0
+    try:
+        while job.poll() is None:
+            peak = max(peak, tree_rss(job.pid))
+            if first is None and events_written(s) > before:
+                first = time.perf_counter() - start
+            time.sleep(0.1)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    total = time.perf_counter() - start
+    if job.returncode != 0:
+        raise SystemExit(f"{label}: the job exited with {job.returncode}")
+    if first is None:
+        first = total
+    print(f"{label}: first outcome after {first:.1f} s, job done after {total:.1f} s, peak RSS {peak / 2**20:,.0f} MiB",
+          flush=True)
+    return first, total, peak
+
+
+def bulk_load(s: Settings, objects: int) -> None:
+    """Add ``objects`` live object states to the shards, then snapshot each shard to the checkpoint location."""
+    uri = checkpoint_uri(s)
+    value = (0).to_bytes(8, "big") + codec.encode_state(  # the job's layout: 8-byte write time + state
+        ObjectState(exists=True, deleted=False, version=1, owner="alice", created_at=T0, updated_at=T0,
+                    document_size=20))
+    per = objects // s.partitions
+    t = time.perf_counter()
+    for p in range(s.partitions):
+        path = shard_dir(s, uri, p)
+        lock = FileLock(path.with_name(path.name + ".lock"))
+        lock.acquire(10)
+        try:
+            store = ShardStore(uri, p)
+            shard = open_shard(path, store, 0, s)
+            try:
+                for start in range(0, per, 200_000):
+                    wb = rocksdict.WriteBatch(raw_mode=True)
+                    for i in range(start, min(per, start + 200_000)):
+                        wb.put(STATE + b"bulk-%d-%d" % (p, i), value)
+                    shard.db.write(wb)
+                shard.db.flush()
+                shard.snapshot(shard.last_batch(), s.snapshots_kept)
+            finally:
+                shard.close()
+        finally:
+            lock.release()
+    size = sum(f.stat().st_size for f in rocks_root(s, uri).rglob("*") if f.is_file())
+    print(f"bulk-loaded {objects:,} objects into {s.partitions} shards and snapshotted them in "
+          f"{time.perf_counter() - t:.0f} s; local state {size / 2**20:,.0f} MiB", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.validator.rocks_restart")
+    ap.add_argument("--objects", type=int, default=1_000_000)
+    ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--commands", type=int, default=1000, help="new commands the timed runs decide")
+    ap.add_argument("--bootstrap", default=None, help="an existing broker; default: start one on free ports")
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="arbiter-bench-restart-"))
+    broker = None
+    bootstrap = args.bootstrap
+    if bootstrap is None:
+        broker = LocalBroker(work / "kafka", port=free_port(), controller_port=free_port(), heap="1g")
+        broker.start(Settings())
+        bootstrap = broker.bootstrap
+    try:
+        tag = uuid.uuid4().hex[:6]
+        s = Settings(kafka_bootstrap=bootstrap, var_dir=work / "var", partitions=args.partitions,
+                     topic_commands=f"rs-commands-{tag}", topic_events=f"rs-events-{tag}",
+                     topic_rejections=f"rs-rejections-{tag}", spark_master="local[2]")
+        ensure_topics(s)
+        timed_run(s, "seed run (empty state, includes first-run setup)", args.commands, "seed")
+        bulk_load(s, args.objects)
+        clean = timed_run(s, f"restart after a clean stop, {args.objects:,} objects", args.commands, "r1")
+        shutil.rmtree(rocks_root(s, checkpoint_uri(s)))
+        lost = timed_run(s, f"restart after deleting local state, {args.objects:,} objects", args.commands, "r2")
+        print(f"RESULT objects={args.objects} clean_first_s={clean[0]:.1f} lost_first_s={lost[0]:.1f} "
+              f"peak_rss_mib={max(clean[2], lost[2]) / 2**20:.0f}")
+    finally:
+        if broker is not None:
+            broker.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
