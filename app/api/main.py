@@ -16,6 +16,7 @@ from app.api.metrics import ApiMetrics, RequestMetrics
 from app.api.models import Problem
 from app.api.outcomes import OutcomeCache, OutcomeConsumer
 from app.api.producer import CommandProducer
+from app.api.read_model import open_read_model
 from app.api.routes import commands, objects, ops
 from app.settings import Settings
 
@@ -27,23 +28,6 @@ Writes answer **202** once the broker acknowledged the command (`Location: /comm
 decision itself with `Prefer: wait=<seconds>`. Every error is `application/problem+json` with a `code`.
 Authenticate with `Authorization: Bearer <token>` (`arbiter token <principal>`).
 """
-
-
-def read_model_root(settings: Settings) -> Any:
-    """Return the DB projection's read model directory (``read_model_dir``, else ``<var_dir>/read_model``)."""
-    return settings.read_model_dir or settings.path(settings.var_dir) / "read_model"
-
-
-def open_read_model(settings: Settings) -> ReadModelPort | None:
-    """Open the DB projection's read model (a RocksDB secondary), or None if it cannot be opened."""
-    try:
-        from projections.db import ReadModel
-    except ImportError:  # pragma: no cover - the projection package is part of this repository
-        return None
-    root = read_model_root(settings)
-    root.mkdir(parents=True, exist_ok=True)
-    rm: ReadModelPort = ReadModel(root)
-    return rm
 
 
 def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -> FastAPI:

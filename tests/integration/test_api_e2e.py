@@ -17,41 +17,46 @@ def test_prefer_wait_returns_the_validators_decision(spark, settings: Settings) 
     s = settings.model_copy(update={"trigger_interval": "200 milliseconds", "wait_max_s": 120.0})
     query = build_query(spark, s)
     try:
-        with api_client(s) as client:
+        with api_client(s) as client, ThreadPoolExecutor(6) as pool:
             alice = {**auth(s, "alice"), "Prefer": "wait=120"}
-            bob = {**auth(s, "bob"), "Prefer": "wait=60"}
-            created = client.post("/objects", json={"id": "e2e", "document": {"a": 1}},
-                                  headers={**alice, "Idempotency-Key": "e2e-create"})
-            assert created.status_code == 201, created.text
-            assert created.headers["etag"] == '"1"' and created.json()["event"] == "CREATED"
+            bob = {**auth(s, "bob"), "Prefer": "wait=120"}
 
-            # independent of each other: sent together, so they share the validator's micro-batches
-            with ThreadPoolExecutor(4) as pool:
-                retried_f = pool.submit(client.post, "/objects", json={"id": "e2e", "document": {"a": 1}},
-                                        headers={**alice, "Idempotency-Key": "e2e-create"})
-                again_f = pool.submit(client.post, "/objects", json={"id": "e2e", "document": {}}, headers=alice)
-                forbidden_f = pool.submit(client.patch, "/objects/e2e", json={"a": 2}, headers=bob)
-                missing_f = pool.submit(client.delete, "/objects/nobody-made-this", headers=alice)
-            retried, again, forbidden, missing = (f.result() for f in (retried_f, again_f, forbidden_f, missing_f))
+            def together(*calls):  # noqa: ANN002, ANN202 - independent commands share the validator's micro-batches
+                return [f.result() for f in [pool.submit(getattr(client, m), *a, **kw) for m, a, kw in calls]]
+
+            created, created_b, missing = together(
+                ("post", ("/objects",), {"json": {"id": "e2e", "document": {"a": 1}},
+                                         "headers": {**alice, "Idempotency-Key": "e2e-create"}}),
+                ("post", ("/objects",), {"json": {"id": "e2e-b", "document": {}}, "headers": alice}),
+                ("delete", ("/objects/nobody-made-this",), {"headers": alice}))
+            assert created.status_code == 201, created.text
+            assert created.headers["etag"] == '"1"' and created.headers["location"] == "/objects/e2e"
+            assert created.json()["event"] == "CREATED" and created_b.status_code == 201
+            assert missing.status_code == 404 and missing.json()["code"] == "NOT_FOUND"
+
+            # none of the first three changes e2e, so their order within the partition does not matter
+            retried, again, forbidden, granted = together(
+                ("post", ("/objects",), {"json": {"id": "e2e", "document": {"a": 1}},
+                                         "headers": {**alice, "Idempotency-Key": "e2e-create"}}),
+                ("post", ("/objects",), {"json": {"id": "e2e", "document": {}}, "headers": alice}),
+                ("patch", ("/objects/e2e",), {"json": {"a": 2}, "headers": bob}),
+                ("put", ("/objects/e2e-b/editors/bob",), {"headers": {**alice, "If-Match": '"1"'}}))
             assert retried.status_code == 201 and retried.headers["etag"] == '"1"'  # the original outcome
             assert again.status_code == 409 and again.json()["code"] == "ALREADY_EXISTS"
             assert forbidden.status_code == 403 and forbidden.json()["code"] == "FORBIDDEN"
-            assert missing.status_code == 404 and missing.json()["code"] == "NOT_FOUND"
-
-            granted = client.put("/objects/e2e/editors/bob", headers={**alice, "If-Match": '"1"'})
             assert granted.status_code == 200 and granted.headers["etag"] == '"2"'
 
-            updated = client.patch("/objects/e2e", json={"a": 2}, headers={**bob, "If-Match": '"2"'})
+            updated, deleted = together(
+                ("patch", ("/objects/e2e-b",), {"json": {"a": 2}, "headers": {**bob, "If-Match": '"2"'}}),
+                ("delete", ("/objects/e2e",), {"headers": alice}))
             assert updated.status_code == 200 and updated.headers["etag"] == '"3"', updated.text
+            assert deleted.status_code == 204 and deleted.headers["etag"] == '"2"' and not deleted.content
 
-            stale = client.patch("/objects/e2e", json={"a": 3}, headers={**bob, "If-Match": '"2"'})
+            stale, after = together(
+                ("patch", ("/objects/e2e-b",), {"json": {"a": 3}, "headers": {**bob, "If-Match": '"2"'}}),
+                ("patch", ("/objects/e2e",), {"json": {"a": 4}, "headers": alice}))
             assert stale.status_code == 412 and stale.json()["code"] == "VERSION_CONFLICT"
             assert stale.headers["etag"] == '"3"' and stale.json()["current_version"] == 3
-
-            deleted = client.delete("/objects/e2e", headers=alice)
-            assert deleted.status_code == 204 and deleted.headers["etag"] == '"4"'
-
-            after = client.patch("/objects/e2e", json={"a": 4}, headers=alice)
             assert after.status_code == 410 and after.json()["code"] == "DELETED"
 
             outcome = client.get("/commands/e2e-create", headers=alice).json()

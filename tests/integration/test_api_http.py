@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -217,3 +218,26 @@ def test_ops_endpoints(client: TestClient) -> None:
     spec = client.get("/openapi.json").json()
     assert "/commands:batch" in spec["paths"] and "Problem" in spec["components"]["schemas"]
     assert client.get("/metrics").headers["content-type"].startswith("text/plain")
+
+
+def test_get_object_through_the_real_read_model(settings: Settings) -> None:
+    """The projection's own store writes (primary); the API reads through ``projections.db.ReadModel`` (secondary)."""
+    from projections.db import ObjectView, ReadModelStore
+
+    root = settings.path(settings.var_dir) / "read_model"
+    with api_client(settings) as client:
+        assert client.get("/healthz").json()["read_model"] is False  # the projection has not created it yet
+        h = auth(settings, "reader")
+        is_problem(client.get("/objects/doc", headers=h), 404, "NOT_FOUND")
+        store = ReadModelStore.open_current(root)
+        try:
+            store.write({"doc": ObjectView({"title": "hello"}, 2, owner="alice"),
+                         "old": ObjectView({}, 4, deleted=True, owner="alice")}, {})
+            deadline = time.monotonic() + 10
+            while (r := client.get("/objects/doc", headers=h)).status_code == 404 and time.monotonic() < deadline:
+                time.sleep(0.1)  # the secondary catches up within its refresh interval
+            assert r.status_code == 200 and r.json() == {"title": "hello"} and r.headers["etag"] == '"2"'
+            is_problem(client.get("/objects/old", headers=h), 410, "DELETED")
+            assert client.get("/healthz").json()["read_model"] is True
+        finally:
+            store.close()

@@ -10,6 +10,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from app.api.deps import ContextDep
 from app.api.models import Health
+from app.api.read_model import read_model_ready
 
 router = APIRouter(tags=["operations"])
 
@@ -18,7 +19,7 @@ router = APIRouter(tags=["operations"])
             summary="Is the broker reachable, the read model open and the outcomes consumer running?")
 async def healthz(request: Request, ctx: ContextDep) -> JSONResponse:
     broker = await asyncio.to_thread(ctx.producer.broker_reachable)
-    read_model = request.app.state.read_model is not None
+    read_model = read_model_ready(request.app.state.read_model)
     consumer = request.app.state.outcome_consumer is not None and request.app.state.outcome_consumer.alive
     ok = broker and read_model and consumer
     return JSONResponse({"ok": ok, "broker": broker, "read_model": read_model, "outcomes_consumer": consumer},
