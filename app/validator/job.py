@@ -49,6 +49,20 @@ def streaming_conf(settings: Settings) -> dict[str, str]:
     }
 
 
+# Logs a WARN for every get() of an absent value (each new object, twice): 100k lines per 50k commands.
+STATE_SERVER_LOGGER = "org.apache.spark.sql.execution.python.streaming.TransformWithStateInPySparkStateServer"
+
+
+def _quiet_state_server(spark) -> None:  # noqa: ANN001
+    """Raise the state server's log level to ERROR in this JVM (local mode: driver and executors).
+
+    On a cluster, set it in the executors' log4j2 configuration (see README "Running on a cluster").
+    """
+    jvm = spark._jvm
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(STATE_SERVER_LOGGER,
+                                                                   jvm.org.apache.logging.log4j.Level.ERROR)
+
+
 def build_query(spark, settings: Settings, *, available_now: bool = False):  # noqa: ANN001, ANN201
     """Start the validator query for ``settings.state_backend`` and return its StreamingQuery."""
     uri = checkpoint_uri(settings)
@@ -63,6 +77,7 @@ def build_query(spark, settings: Settings, *, available_now: bool = False):  # n
                               "state_store_provider": ROCKSDB_PROVIDER})
     for k, v in conf.items():
         spark.conf.set(k, v)
+    _quiet_state_server(spark)
     from app.validator.processor import ValidatorProcessor
 
     src = kafka_source(spark, settings).selectExpr("coalesce(key, X'') AS gkey", "key", "value", "topic", "partition",
