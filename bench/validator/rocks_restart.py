@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -18,11 +19,11 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import rocksdict
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from app.kafka_broker import LocalBroker, free_port
 from app.settings import Settings, checkpoint_uri
@@ -66,7 +67,13 @@ def tree_rss(root: int) -> int:
 def events_written(s: Settings) -> int:
     c = Consumer({"bootstrap.servers": s.kafka_bootstrap, "group.id": "bench", "log_level": 0})
     try:
-        return sum(c.get_watermark_offsets(TopicPartition(s.topic_events, p), timeout=5)[1] for p in range(s.partitions))
+        for _ in range(50):  # a topic created a moment ago may not have a leader yet
+            try:
+                return sum(c.get_watermark_offsets(TopicPartition(s.topic_events, p), timeout=5)[1]
+                           for p in range(s.partitions))
+            except KafkaException:
+                time.sleep(0.2)
+        raise SystemExit(f"no watermarks for {s.topic_events}")
     finally:
         c.close()
 
@@ -112,9 +119,13 @@ def timed_run(s: Settings, label: str, new_commands: int, tag: str) -> tuple[flo
 def bulk_load(s: Settings, objects: int) -> None:
     """Add ``objects`` live object states to the shards, then snapshot each shard to the checkpoint location."""
     uri = checkpoint_uri(s)
-    value = (0).to_bytes(8, "big") + codec.encode_state(  # the job's layout: 8-byte write time + state
-        ObjectState(exists=True, deleted=False, version=1, owner="alice", created_at=T0, updated_at=T0,
-                    document_size=20))
+    rng = random.Random(5)
+    values = [(0).to_bytes(8, "big") + codec.encode_state(  # the job's layout: 8-byte write time + state
+        ObjectState(exists=True, deleted=False, version=rng.randrange(1, 50), owner=f"user-{rng.getrandbits(40):x}",
+                    editors=tuple(f"ed-{rng.getrandbits(24):x}" for _ in range(rng.randrange(3))),
+                    created_at=T0 + timedelta(seconds=rng.randrange(10**8)),
+                    updated_at=T0 + timedelta(seconds=rng.randrange(10**8)), document_size=rng.randrange(10**6)))
+        for _ in range(4096)]
     per = objects // s.partitions
     t = time.perf_counter()
     for p in range(s.partitions):
@@ -128,7 +139,7 @@ def bulk_load(s: Settings, objects: int) -> None:
                 for start in range(0, per, 200_000):
                     wb = rocksdict.WriteBatch(raw_mode=True)
                     for i in range(start, min(per, start + 200_000)):
-                        wb.put(STATE + b"bulk-%d-%d" % (p, i), value)
+                        wb.put(STATE + b"obj-%d-%016x" % (p, rng.getrandbits(64)), values[i & 4095])
                     shard.db.write(wb)
                 shard.db.flush()
                 shard.snapshot(shard.last_batch(), s.snapshots_kept)
@@ -139,6 +150,22 @@ def bulk_load(s: Settings, objects: int) -> None:
     size = sum(f.stat().st_size for f in rocks_root(s, uri).rglob("*") if f.is_file())
     print(f"bulk-loaded {objects:,} objects into {s.partitions} shards and snapshotted them in "
           f"{time.perf_counter() - t:.0f} s; local state {size / 2**20:,.0f} MiB", flush=True)
+
+
+def restore_only(s: Settings) -> None:
+    """Time restoring every shard from the checkpoint location into an empty directory (no Spark)."""
+    uri = checkpoint_uri(s)
+    scratch = s.model_copy(update={"rocks_dir": s.path(s.var_dir) / "restore-probe"})
+    times = []
+    for p in range(s.partitions):
+        store = ShardStore(uri, p)
+        t = time.perf_counter()
+        shard = open_shard(shard_dir(scratch, uri, p), store, max([*store.changelogs(), *store.snapshots()]), scratch)
+        times.append(time.perf_counter() - t)
+        shard.close()
+    shutil.rmtree(rocks_root(scratch, uri))
+    print(f"restore of {s.partitions} shards from the checkpoint location alone: total {sum(times):.2f} s, "
+          f"slowest shard {max(times):.2f} s", flush=True)
 
 
 def main() -> None:
@@ -164,6 +191,7 @@ def main() -> None:
         timed_run(s, "seed run (empty state, includes first-run setup)", args.commands, "seed")
         bulk_load(s, args.objects)
         clean = timed_run(s, f"restart after a clean stop, {args.objects:,} objects", args.commands, "r1")
+        restore_only(s)
         shutil.rmtree(rocks_root(s, checkpoint_uri(s)))
         lost = timed_run(s, f"restart after deleting local state, {args.objects:,} objects", args.commands, "r2")
         print(f"RESULT objects={args.objects} clean_first_s={clean[0]:.1f} lost_first_s={lost[0]:.1f} "
