@@ -60,7 +60,8 @@ class Settings(BaseSettings):
     tombstone_ttl_ms: int = Field(default=30 * 24 * 3600 * 1000, ge=1, description="How long a deleted object's state is kept.")
 
     # --- rocksdb state backend (app/validator/rocks) -------------------------------------------
-    rocks_dir: Path = Field(default=Path(""), description="Local shard databases; empty = <var_dir>/rocks. A cache of the checkpoint.")
+    rocks_dir: Path = Field(
+        default=Path(""), description="Local shard databases; empty = <var_dir>/rocks. A cache of the checkpoint.")
     rocks_memory_mb: int = Field(default=256, ge=8, description="Block cache per process, shared by all shards.")
     rocks_write_buffer_mb: int = Field(default=64, ge=4, description="Memtable budget per process, charged to the cache.")
     snapshot_every: int = Field(default=50, ge=1, description="Upload a shard snapshot after this many changelogs.")

@@ -19,6 +19,8 @@ from app.api.producer import CommandProducer
 from app.api.read_model import open_read_model
 from app.api.routes import commands, objects, ops
 from app.settings import Settings
+from app.status import routes as status_routes
+from app.status.collector import StatusCollector
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +49,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
             yield
         finally:
             app.state.outcome_consumer.close()
+            app.state.status.close()
             left = app.state.producer.close()
             if left:
                 log.error("%d commands were still unacknowledged at shutdown", left)
@@ -56,13 +59,20 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
     app = FastAPI(title="Arbiter Command API", version="1", description=DESCRIPTION, lifespan=lifespan)
     app.state.settings = settings
     app.state.metrics = metrics
-    app.state.outcomes = OutcomeCache(settings.outcome_cache_size, metrics.outcome)
+    app.state.status = StatusCollector(settings)
+
+    def on_outcome(outcome: Any) -> None:  # noqa: ANN401 - Event | Rejection
+        metrics.outcome(outcome)
+        app.state.status.observe(outcome)
+
+    app.state.outcomes = OutcomeCache(settings.outcome_cache_size, on_outcome)
     app.state.read_model = read_model
     app.state.outcome_consumer = None
     problems.install(app)
     app.include_router(objects.router)
     app.include_router(commands.router)
     app.include_router(ops.router)
+    app.include_router(status_routes.router)
     app.add_middleware(RequestMetrics, metrics=metrics)
     app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes)
 
