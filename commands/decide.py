@@ -87,31 +87,21 @@ def _accept(state: ObjectState | None, command: Command, etype: EventType, limit
     at = command.issued_at
     version = state.version + 1 if state is not None else 1
     entry = RecentCommand(command.command_id, ACCEPTED, version, at)
+    # Positional arguments, in field order: this runs once per accepted command.
     new_state = ObjectState(
-        exists=True,
-        deleted=deleted,
-        version=version,
-        owner=owner,
-        editors=editors,
-        created_at=state.created_at if state is not None else at,
-        updated_at=at,
-        deleted_at=at if deleted else None,
-        document_size=document_size,
-        recent=remember(state.recent if state is not None else (), entry, limits),
+        True,  # exists
+        deleted,
+        version,
+        owner,
+        editors,
+        state.created_at if state is not None else at,  # created_at
+        at,  # updated_at
+        at if deleted else None,  # deleted_at
+        document_size,
+        remember(state.recent if state is not None else (), entry, limits),  # recent
     )
-    event = Event(
-        event_id=event_id(command.object_id, version),
-        type=etype,
-        object_id=command.object_id,
-        version=version,
-        command_id=command.command_id,
-        principal=command.principal,
-        occurred_at=at,
-        owner=owner,
-        document=document,
-        patch=patch,
-        editor=editor,
-    )
+    event = Event(event_id(command.object_id, version), etype, command.object_id, version, command.command_id,
+                  command.principal, at, owner, document, patch, editor)
     return Decision(event, new_state)
 
 

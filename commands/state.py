@@ -68,8 +68,15 @@ class ObjectState:
 def remember(recent: tuple[RecentCommand, ...], entry: RecentCommand, limits: Limits) -> tuple[RecentCommand, ...]:
     """Return ``recent`` without entries expired at ``entry.at``, with ``entry`` appended, capped FIFO."""
     ttl = limits.dedup_ttl
-    kept = recent if ttl is None else tuple(r for r in recent if entry.at - r.at <= ttl)
-    kept = (*kept, entry)
+    if ttl is None:
+        kept = (*recent, entry)
+    else:
+        try:
+            cutoff = entry.at - ttl  # entry.at - r.at <= ttl, with one subtraction instead of one per entry
+        except OverflowError:  # before datetime.min + ttl: nothing can be older than ttl
+            kept = (*recent, entry)
+        else:
+            kept = (*[r for r in recent if r.at >= cutoff], entry)
     if len(kept) > limits.max_recent:
         kept = kept[len(kept) - limits.max_recent:]
     return kept

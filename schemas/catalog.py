@@ -28,9 +28,24 @@ def subject_of(schema: Mapping[str, Any]) -> str:
     return name if "." in name or not namespace else f"{namespace}.{name}"
 
 
+def without_timestamps(schema: Any) -> Any:
+    """Return ``schema`` without its ``timestamp-micros`` annotations: the same bytes, read as ints of micros."""
+    if isinstance(schema, list):
+        return [without_timestamps(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    plain = {k: without_timestamps(v) for k, v in schema.items()}
+    if plain.get("logicalType") == "timestamp-micros":
+        del plain["logicalType"]
+    return plain
+
+
 def parse(schema: Schema) -> Any:
-    """Parse ``schema`` with fastavro in its own name space, so two versions of one record can coexist."""
-    return fastavro.parse_schema(schema, named_schemas={})
+    """Parse ``schema`` with fastavro in its own name space, so two versions of one record can coexist.
+
+    Timestamps are left as ints of microseconds: ``schemas.records`` converts them, several times faster.
+    """
+    return fastavro.parse_schema(without_timestamps(schema), named_schemas={})
 
 
 @dataclass(frozen=True)

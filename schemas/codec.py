@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import io
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import fastavro
 
 from commands import Command, Event, ObjectState, ReasonCode, Rejection
 from schemas import records
 from schemas.catalog import COMMAND, EVENT, REJECTION, STATE, SchemaCatalog, SchemaVersion, subject_of
+from schemas.compiled import COMPILED, CompiledCodec
 from schemas.wire import HEADER_SIZE, DecodeError, header, schema_id_of
 
 __all__ = ["Codec", "DecodeError", "decode_command", "decode_event", "decode_outcome", "decode_rejection",
@@ -29,27 +30,62 @@ _AVRO_ERRORS = (EOFError, ValueError, TypeError, KeyError, IndexError, OverflowE
 
 SchemaFetcher = Callable[[int], dict[str, Any] | None]
 
+_TO_RECORD: dict[str, Callable[[Any], records.Record]] = {
+    COMMAND: records.command_to_record,
+    EVENT: records.event_to_record,
+    REJECTION: records.rejection_to_record,
+    STATE: records.state_to_record,
+}
+_FROM_RECORD: dict[str, Callable[[records.Record], Any]] = {
+    COMMAND: records.command_from_record,
+    EVENT: records.event_from_record,
+    REJECTION: records.rejection_from_record,
+    STATE: records.state_from_record,
+}
+
+
+class _Reader(NamedTuple):
+    subject: str
+    writer: Any
+    reader: Any
+    compiled: Callable[[bytes], Any] | None
+
+
+def _compiled(version: SchemaVersion) -> CompiledCodec | None:
+    compiled = COMPILED.get(version.subject)
+    return compiled if compiled is not None and compiled.schema == version.schema else None
+
 
 class Codec:
-    """Encoder and decoder over one ``SchemaCatalog``; unknown ids may be fetched once from a registry."""
+    """Encoder and decoder over one ``SchemaCatalog``; unknown ids may be fetched once from a registry.
+
+    A subject whose newest schema is one of ``schemas.compiled``'s is written, and read when the data's
+    writer schema is that same one, by the hand-compiled codec; everything else goes through fastavro.
+    """
 
     def __init__(self, catalog: SchemaCatalog, fetch: SchemaFetcher | None = None) -> None:
         self.catalog = catalog
         self._fetch = fetch
-        self._readers: dict[int, tuple[str, Any, Any]] = {}
-        self._writers: dict[str, tuple[bytes, Any]] = {}
+        self._readers: dict[int, _Reader] = {}
+        self._writers: dict[str, tuple[bytes, Any, Callable[[bytearray, Any], None] | None]] = {}
         for subject in (COMMAND, EVENT, REJECTION, STATE):
             latest = catalog.latest(subject)
-            self._writers[subject] = (header(latest.schema_id), latest.parsed)
+            compiled = _compiled(latest)
+            self._writers[subject] = (header(latest.schema_id), latest.parsed,
+                                      compiled.encode if compiled is not None else None)
 
-    def _encode(self, subject: str, record: records.Record) -> bytes:
-        head, parsed = self._writers[subject]
+    def _encode(self, subject: str, value: Any) -> bytes:
+        head, parsed, compiled = self._writers[subject]
+        if compiled is not None:
+            out = bytearray(head)
+            compiled(out, value)
+            return bytes(out)
         buf = io.BytesIO()
         buf.write(head)
-        fastavro.schemaless_writer(buf, parsed, record)
+        fastavro.schemaless_writer(buf, parsed, _TO_RECORD[subject](value))
         return buf.getvalue()
 
-    def _reader(self, schema_id: int) -> tuple[str, Any, Any]:
+    def _reader(self, schema_id: int) -> _Reader:
         reader = self._readers.get(schema_id)
         if reader is None:
             version = self.catalog.by_id(schema_id) or self._fetched(schema_id)
@@ -57,7 +93,9 @@ class Codec:
                 raise DecodeError(f"unknown schema id {schema_id}", ReasonCode.UNSUPPORTED_SCHEMA)
             latest = self.catalog.latest(version.subject)
             resolved = None if latest.schema_id == schema_id else latest.parsed
-            reader = self._readers[schema_id] = (version.subject, version.parsed, resolved)
+            compiled = _compiled(version) if resolved is None else None
+            reader = self._readers[schema_id] = _Reader(version.subject, version.parsed, resolved,
+                                                        compiled.decode if compiled is not None else None)
         return reader
 
     def _fetched(self, schema_id: int) -> SchemaVersion | None:
@@ -74,12 +112,17 @@ class Codec:
         self.catalog.add(version)
         return version
 
-    def _decode(self, data: bytes, *subjects: str) -> tuple[str, records.Record]:
+    def _decode(self, data: bytes, *subjects: str) -> Any:
         schema_id = schema_id_of(data)
-        subject, writer, reader = self._reader(schema_id)
+        subject, writer, reader, compiled = self._reader(schema_id)
         if subject not in subjects:
             raise DecodeError(f"schema id {schema_id} is {subject}, expected {' or '.join(subjects)}",
                               ReasonCode.UNSUPPORTED_SCHEMA)
+        if compiled is not None:
+            try:
+                return compiled(data if type(data) is bytes else bytes(data))
+            except _AVRO_ERRORS as e:
+                raise DecodeError(f"undecodable {subject} body: {e!r}", ReasonCode.MALFORMED) from e
         buf = io.BytesIO(data)
         buf.seek(HEADER_SIZE)
         try:
@@ -90,54 +133,45 @@ class Codec:
             raise DecodeError(f"{len(data) - buf.tell()} trailing bytes after {subject}", ReasonCode.MALFORMED)
         if not isinstance(record, dict):
             raise DecodeError(f"{subject} body is not a record", ReasonCode.MALFORMED)
-        return subject, record
-
-    def _convert(self, subject: str, record: records.Record) -> Any:
         try:
-            if subject == COMMAND:
-                return records.command_from_record(record)
-            if subject == EVENT:
-                return records.event_from_record(record)
-            if subject == REJECTION:
-                return records.rejection_from_record(record)
-            return records.state_from_record(record)
-        except (ValueError, KeyError, TypeError) as e:
+            return _FROM_RECORD[subject](record)
+        except (ValueError, KeyError, TypeError, OverflowError) as e:
             raise DecodeError(f"invalid {subject}: {e}", ReasonCode.MALFORMED) from e
 
     def encode_command(self, cmd: Command) -> bytes:
         """Return ``cmd`` in the wire format."""
-        return self._encode(COMMAND, records.command_to_record(cmd))
+        return self._encode(COMMAND, cmd)
 
     def decode_command(self, data: bytes) -> Command:
         """Return the command in ``data``; raise ``DecodeError``."""
-        cmd: Command = self._convert(*self._decode(data, COMMAND))
+        cmd: Command = self._decode(data, COMMAND)
         return cmd
 
     def encode_event(self, ev: Event) -> bytes:
         """Return ``ev`` in the wire format."""
-        return self._encode(EVENT, records.event_to_record(ev))
+        return self._encode(EVENT, ev)
 
     def decode_event(self, data: bytes) -> Event:
         """Return the event in ``data``; raise ``DecodeError``."""
-        ev: Event = self._convert(*self._decode(data, EVENT))
+        ev: Event = self._decode(data, EVENT)
         return ev
 
     def encode_rejection(self, rej: Rejection) -> bytes:
         """Return ``rej`` in the wire format."""
-        return self._encode(REJECTION, records.rejection_to_record(rej))
+        return self._encode(REJECTION, rej)
 
     def decode_rejection(self, data: bytes) -> Rejection:
         """Return the rejection in ``data``; raise ``DecodeError``."""
-        rej: Rejection = self._convert(*self._decode(data, REJECTION))
+        rej: Rejection = self._decode(data, REJECTION)
         return rej
 
     def encode_state(self, st: ObjectState) -> bytes:
         """Return ``st`` in the wire format."""
-        return self._encode(STATE, records.state_to_record(st))
+        return self._encode(STATE, st)
 
     def decode_state(self, data: bytes) -> ObjectState:
         """Return the state in ``data``; raise ``DecodeError``."""
-        st: ObjectState = self._convert(*self._decode(data, STATE))
+        st: ObjectState = self._decode(data, STATE)
         return st
 
     def encode_outcome(self, outcome: Event | Rejection) -> bytes:
@@ -146,7 +180,7 @@ class Codec:
 
     def decode_outcome(self, data: bytes) -> Event | Rejection:
         """Return the event or rejection in ``data``, told apart by schema id; raise ``DecodeError``."""
-        outcome: Event | Rejection = self._convert(*self._decode(data, EVENT, REJECTION))
+        outcome: Event | Rejection = self._decode(data, EVENT, REJECTION)
         return outcome
 
 

@@ -1,0 +1,157 @@
+"""The hand-compiled codecs write exactly fastavro's bytes and read exactly what fastavro reads."""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import fastavro
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from commands import (
+    CreateObject,
+    DeleteObject,
+    Event,
+    EventType,
+    GrantEditor,
+    ObjectState,
+    ReasonCode,
+    RecentCommand,
+    RevokeEditor,
+    UpdateObject,
+)
+from schemas import binary, codec, records
+from schemas.catalog import COMMAND, EVENT, STATE, SchemaCatalog
+from schemas.codec import DecodeError
+
+pytestmark = pytest.mark.unit
+
+CATALOG = SchemaCatalog.repository()
+texts = st.text(max_size=80)  # past 63 characters a string's length takes two bytes
+times = st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30),  # noqa: DTZ001
+                     timezones=st.just(UTC))
+longs = st.integers(-(2**63), 2**63 - 1)
+opt_longs = st.none() | longs
+common = (texts, texts, texts, times, opt_longs)
+commands_st = st.one_of(
+    st.builds(CreateObject, *common, document=texts),
+    st.builds(UpdateObject, *common, patch=texts),
+    st.builds(DeleteObject, *common),
+    st.builds(GrantEditor, *common, editor=texts),
+    st.builds(RevokeEditor, *common, editor=texts),
+)
+events_st = st.builds(Event, texts, st.sampled_from(EventType), texts, longs, texts, texts, times, texts,
+                      st.none() | texts, st.none() | texts, st.none() | texts)
+recents = st.builds(RecentCommand, texts, texts, longs, times)
+states_st = st.builds(ObjectState, st.booleans(), st.booleans(), longs, texts,
+                      st.lists(texts, max_size=40).map(tuple), st.none() | times, st.none() | times,
+                      st.none() | times, longs, st.lists(recents, max_size=20).map(tuple))
+
+CASES: list[tuple[Any, str, Callable[[Any], bytes], Callable[[Any], records.Record], Callable[[bytes], Any]]] = [
+    (commands_st, COMMAND, codec.encode_command, records.command_to_record, codec.decode_command),
+    (events_st, EVENT, codec.encode_event, records.event_to_record, codec.decode_event),
+    (states_st, STATE, codec.encode_state, records.state_to_record, codec.decode_state),
+]
+IDS = ["command", "event", "state"]
+
+
+def fastavro_bytes(subject: str, record: records.Record) -> bytes:
+    version = CATALOG.latest(subject)
+    buf = io.BytesIO()
+    buf.write(b"\x00" + struct.pack(">I", version.schema_id))
+    fastavro.schemaless_writer(buf, version.parsed, record)
+    return buf.getvalue()
+
+
+def fastavro_read(subject: str, data: bytes) -> records.Record:
+    buf = io.BytesIO(data[5:])
+    rec: records.Record = fastavro.schemaless_reader(buf, CATALOG.latest(subject).parsed, None)
+    assert buf.tell() == len(data) - 5
+    return rec
+
+
+@pytest.mark.parametrize(("strategy", "subject", "encode", "to_record", "decode"), CASES, ids=IDS)
+def test_compiled_bytes_are_fastavros(strategy, subject, encode, to_record, decode) -> None:  # type: ignore[no-untyped-def]
+    @settings(max_examples=150, deadline=None)
+    @given(strategy)
+    def check(value: object) -> None:
+        data = encode(value)
+        assert data == fastavro_bytes(subject, to_record(value))
+        assert decode(data) == value
+
+    check()
+
+
+@pytest.mark.parametrize(("subject", "decode", "from_record"), [
+    (COMMAND, codec.decode_command, records.command_from_record),
+    (EVENT, codec.decode_event, records.event_from_record),
+    (STATE, codec.decode_state, records.state_from_record),
+], ids=IDS)
+def test_whatever_compiled_decoders_accept_fastavro_reads_the_same(subject, decode, from_record) -> None:  # type: ignore[no-untyped-def]
+    header = b"\x00" + struct.pack(">I", CATALOG.latest(subject).schema_id)
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.binary(max_size=80))
+    def check(body: bytes) -> None:
+        try:
+            value = decode(header + body)
+        except DecodeError as e:
+            assert e.reason is ReasonCode.MALFORMED
+            return
+        assert value == from_record(fastavro_read(subject, header + body))
+
+    check()
+
+
+def test_arrays_written_in_several_blocks_with_byte_sizes_are_read() -> None:
+    # Other Avro writers may split arrays into blocks, and give a negative count followed by a byte size.
+    state = ObjectState(True, False, 2, "o", ("a", "b", "c"), recent=(
+        RecentCommand("c1", "ACCEPTED", 1, datetime(2025, 1, 1, tzinfo=UTC)),
+        RecentCommand("c2", "ACCEPTED", 2, datetime(2025, 1, 2, tzinfo=UTC))))
+    body = bytearray(codec.encode_state(state)[:5])
+    body += b"\x01\x00"  # exists, not deleted
+    binary.write_long(body, 2)
+    binary.write_string(body, "o")
+    body += b"\x04\x02a\x02b\x01\x04\x02c\x00"  # editors: 2 items, then -1 item of 2 bytes, then end
+    body += b"\x00\x00\x00"  # created_at, updated_at, deleted_at: null
+    binary.write_long(body, 0)
+    for ids in (["c1", "c2"], ["ACCEPTED", "ACCEPTED"]):
+        for s in ids:
+            body += b"\x02"
+            binary.write_string(body, s)
+        body.append(0)
+    body += b"\x02\x02\x02\x04\x00"  # versions: one block per item
+    for day in (1, 2):
+        body += b"\x02"
+        binary.write_long(body, records.micros(datetime(2025, 1, day, tzinfo=UTC)))
+    body.append(0)
+    expected = ObjectState(True, False, 2, "o", ("a", "b", "c"), recent=state.recent)
+    assert codec.decode_state(bytes(body)) == expected == records.state_from_record(fastavro_read(STATE, bytes(body)))
+
+
+@given(st.lists(longs, max_size=12))
+@settings(max_examples=300, deadline=None)
+def test_long_arrays_round_trip_through_every_path(values: list[int]) -> None:
+    out = bytearray()
+    binary.write_longs(out, values)
+    reference = bytearray()
+    if values:
+        binary.write_long(reference, len(values))
+        for v in values:
+            binary.write_long(reference, v)
+    reference.append(0)
+    assert out == reference
+    assert binary.read_longs(bytes(out), 0) == (values, len(out))
+
+
+def test_recent_arrays_of_unequal_length_are_malformed() -> None:
+    data = bytearray(codec.encode_state(ObjectState(True, False, 1, "o")))
+    data[-4:-3] = b"\x02\x02x\x00"  # one command id, no outcomes, versions or times
+    with pytest.raises(DecodeError) as err:
+        codec.decode_state(bytes(data))
+    assert err.value.reason is ReasonCode.MALFORMED
