@@ -15,6 +15,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from app.api.auth import issue_token
 from app.settings import Settings
+from commands import ReasonCode
 from schemas import codec
 from schemas.wire import DecodeError
 
@@ -56,8 +57,30 @@ class Scenario:
         if content is not None:
             headers["Content-Type"] = "application/merge-patch+json" if method == "PATCH" else "application/json"
         r = self.http.request(method, path, headers=headers, content=content)
-        self.rows.append(_row(what, who, r))
+        row = _row(what, who, r)
+        if r.status_code == 202:  # not decided within the wait: follow Location, as any client would
+            row = self._follow(row, r.headers["Location"], who)
+        self.rows.append(row)
         return r
+
+    def _follow(self, row: Step, location: str, who: str, timeout: float = 180.0) -> Step:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            r = self.http.get(location, headers={"Authorization": f"Bearer {self.tokens[who]}"})
+            if r.status_code == 200:
+                o = r.json()
+                version = "" if o.get("version") is None else str(o["version"])
+                return Step(row.what, row.principal, "202", o["status"], o.get("reason") or "", version)
+            time.sleep(0.5)
+        return row
+
+    def warm_up(self, progress: Callable[[str], None] = print) -> float:
+        """Send one command and wait for its decision: the first micro-batch starts Spark's Python workers."""
+        t0 = time.monotonic()
+        self._call("warm-up", "alice", "POST", "/objects", {"id": f"warmup-{self.doc}", "document": {}})
+        row = self.rows.pop()
+        progress(f"      first decision ({row.outcome}) after {time.monotonic() - t0:.1f}s")
+        return time.monotonic() - t0
 
     def play(self, progress: Callable[[str], None] = print) -> list[Step]:
         d, n = self.doc, self.notes
@@ -117,7 +140,7 @@ class Scenario:
         for oid, version in wait_for.items():
             deadline = time.monotonic() + timeout
             while True:
-                r = self.http.get(f"/objects/{oid}")
+                r = self.http.get(f"/objects/{oid}", headers={"Authorization": f"Bearer {self.tokens['alice']}"})
                 etag = r.headers.get("ETag", "").strip('"')
                 done = (r.status_code == 410) if version is None else (r.status_code == 200 and etag == str(version))
                 if done or time.monotonic() > deadline:
@@ -139,7 +162,9 @@ def _row(what: str, who: str, r: httpx.Response) -> Step:
     except ValueError:
         body = {}
     version = body.get("current_version")
-    return Step(what, who, r.status_code, "rejected", str(body.get("code", "")), "" if version is None else str(version))
+    code = str(body.get("code", ""))
+    outcome = "rejected" if code in ReasonCode.__members__ else "refused by the API"
+    return Step(what, who, r.status_code, outcome, code, "" if version is None else str(version))
 
 
 def table(rows: list[Step]) -> str:

@@ -99,6 +99,7 @@ def _run(args: argparse.Namespace) -> int:
 def _scenario(s: Settings, api_url: str) -> None:
     print("[6/6] scenario: two users, one shared document ...", flush=True)
     sc = Scenario(s, api_url)
+    sc.warm_up()
     rows = sc.play()
     print()
     print(table(rows))
