@@ -48,7 +48,7 @@ class Settings(BaseSettings):
     spark_master: str = "local[2]"
     spark_conf: dict[str, str] = Field(default_factory=dict, description="Spark options, dotted names.")
     state_backend: Literal["spark", "rocksdb"] = Field(
-        default="spark", description="Validator state: Spark's transformWithState (reference) or per-partition rocksdict.")
+        default="rocksdb", description="Validator state: Spark's transformWithState (reference) or per-partition rocksdict.")
     checkpoint_location: str = Field(
         default="", description="Spark checkpoint URI (any Hadoop-supported URI); empty = <var_dir>/checkpoints/validator.")
     trigger_interval: str = Field(default="1 second", description="Micro-batch trigger interval.")

@@ -86,6 +86,12 @@ def _send(settings: Settings, commands: list[Command]) -> None:
     produce(settings, [(c.object_id.encode(), codec.encode_command(c)) for c in commands])
 
 
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    """This file tests the reference backend (transformWithState) itself, whatever the default is."""
+    return settings.model_copy(update={"state_backend": "spark"})
+
+
 def test_sequences_match_decide(spark, settings: Settings) -> None:  # noqa: ANN001
     solo = _scenario("solo", 12)  # one object through its whole life
     many = [c for i in range(30) for c in _scenario(f"obj-{i}", i + 3)]
