@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
+from typing import Any, NamedTuple
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_STORED, Consumer, KafkaError, KafkaException, TopicPartition
 
@@ -22,8 +22,8 @@ TP = tuple[str, int]
 Decoder = Callable[[bytes], Event | Rejection]
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+# Record and Item are NamedTuples, not frozen dataclasses: built once per consumed record, they cost a quarter.
+class Record(NamedTuple):
     """One Kafka record as the runner saw it, free of confluent-kafka types."""
 
     topic: str
@@ -38,8 +38,7 @@ class Record:
         return f"{self.topic}[{self.partition}]@{self.offset}"
 
 
-@dataclass(frozen=True, slots=True)
-class Item:
+class Item(NamedTuple):
     """A record and what it decoded to: ``outcome`` is None and ``error`` says why when it did not decode."""
 
     record: Record
@@ -195,6 +194,7 @@ class Runner:
 
     def _items(self, msgs: list[Any]) -> list[Item]:
         items: list[Item] = []
+        append, decode = items.append, self.decode  # the hot loop: once per consumed record
         for m in msgs:
             err = m.error()
             if err is not None:
@@ -204,15 +204,15 @@ class Runner:
                     raise KafkaException(err)
                 log.warning("%s projection: consumer error %s", self.projection.name, err)
                 continue
-            ts = m.timestamp()[1]
-            rec = Record(m.topic(), m.partition(), m.offset(), m.key(), m.value(), ts)
-            if rec.value is None:
-                items.append(self._bad(rec, "record has no value"))
+            value = m.value()
+            rec = Record(m.topic(), m.partition(), m.offset(), m.key(), value, m.timestamp()[1])
+            if value is None:
+                append(self._bad(rec, "record has no value"))
                 continue
             try:
-                items.append(Item(rec, self.decode(rec.value)))
+                append(Item(rec, decode(value)))
             except DecodeError as e:
-                items.append(self._bad(rec, f"{e.reason.value}: {e}"))
+                append(self._bad(rec, f"{e.reason.value}: {e}"))
         return items
 
     def _bad(self, rec: Record, why: str) -> Item:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 from commands import Event, EventType, merge_patch
+from projections.db import fastjson
 from projections.db.view import ObjectView
 
 
@@ -19,8 +19,9 @@ class Status(StrEnum):
     INVALID = "INVALID"      # the event's payload cannot be applied (not JSON, DELETED object updated); not applied
 
 
-@dataclass(frozen=True, slots=True)
-class ApplyResult:
+class ApplyResult(NamedTuple):
+    """What applying an event did, and the view after it (the unchanged view when not applied)."""
+
     status: Status
     view: ObjectView | None
     detail: str = ""
@@ -37,7 +38,7 @@ def apply_event(view: ObjectView | None, event: Event) -> ApplyResult:
     at = event.occurred_at.isoformat()
     if event.type is EventType.CREATED:
         try:
-            doc = json.loads(event.document or "")
+            doc = fastjson.loads(event.document or "")
         except ValueError as e:
             return ApplyResult(Status.INVALID, view, f"CREATED document is not JSON: {e}")
         if not isinstance(doc, dict):
@@ -47,7 +48,7 @@ def apply_event(view: ObjectView | None, event: Event) -> ApplyResult:
         return ApplyResult(Status.INVALID, view, f"{event.type.value} on a {'deleted' if view else 'missing'} object")
     if event.type is EventType.UPDATED:
         try:
-            patch = json.loads(event.patch or "")
+            patch = fastjson.loads(event.patch or "")
         except ValueError as e:
             return ApplyResult(Status.INVALID, view, f"UPDATED patch is not JSON: {e}")
         doc = merge_patch(view.document, patch)

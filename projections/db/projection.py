@@ -48,43 +48,54 @@ class DbProjection(Projection):
         return {tp: stored[tp] for tp in partitions if tp in stored}
 
     def apply(self, items: Sequence[Item]) -> None:
-        ids = {it.outcome.object_id for it in items if isinstance(it.outcome, Event)}
-        views: dict[str, ObjectView | None] = {i: self._cache.get(i) for i in ids}
-        views.update(self.store.get_many([i for i, v in views.items() if v is None]))
+        cache, counts = self._cache, self.counts
+        views: dict[str, ObjectView | None] = {}
+        missing: list[str] = []
+        for it in items:
+            ev = it.outcome
+            if isinstance(ev, Event) and ev.object_id not in views:
+                view = views[ev.object_id] = cache.get(ev.object_id)
+                if view is None:
+                    missing.append(ev.object_id)
+        if missing:
+            views.update(self.store.get_many(missing))
         changed: dict[str, ObjectView] = {}
         gaps: dict[str, str] = {}
         offsets: dict[TP, int] = {}
-        for it in items:
-            rec = it.record
+        applied = stale = skipped = 0
+        for rec, ev, _ in items:
             offsets[(rec.topic, rec.partition)] = rec.offset + 1
-            ev = it.outcome
             if not isinstance(ev, Event):
-                self.counts.skipped += 1
+                skipped += 1
                 continue
-            res = apply_event(views[ev.object_id], ev)
-            if res.status is Status.APPLIED:
-                assert res.view is not None
-                views[ev.object_id] = changed[ev.object_id] = res.view
-                self.counts.applied += 1
-            elif res.status is Status.STALE:
-                self.counts.stale += 1
+            status, view, detail = apply_event(views[ev.object_id], ev)
+            if status is Status.APPLIED:
+                assert view is not None
+                views[ev.object_id] = changed[ev.object_id] = view
+                applied += 1
+            elif status is Status.STALE:
+                stale += 1
             else:
                 # Never papered over: the object stays at its last good version and the gap is kept in the store.
-                if res.status is Status.GAP:
-                    self.counts.gaps += 1
+                if status is Status.GAP:
+                    counts.gaps += 1
                 else:
-                    self.counts.invalid += 1
-                log.error("db projection: %s for object %r at %s: %s (event %s %s v%d not applied)", res.status.value,
-                          ev.object_id, rec.where, res.detail, ev.event_id, ev.type.value, ev.version)
-                gaps[ev.object_id] = gap_detail(status=res.status.value, detail=res.detail, topic=rec.topic,
+                    counts.invalid += 1
+                log.error("db projection: %s for object %r at %s: %s (event %s %s v%d not applied)", status.value,
+                          ev.object_id, rec.where, detail, ev.event_id, ev.type.value, ev.version)
+                gaps[ev.object_id] = gap_detail(status=status.value, detail=detail, topic=rec.topic,
                                                 partition=rec.partition, offset=rec.offset, version=ev.version)
+        counts.applied += applied
+        counts.stale += stale
+        counts.skipped += skipped
         self.store.write(changed, offsets, gaps)
+        # Only after the write: a failed batch leaves the cache as the store is.
         for object_id, view in views.items():
             if view is not None:
-                self._cache[object_id] = view
-                self._cache.move_to_end(object_id)
-        while len(self._cache) > self.cache_size:
-            self._cache.popitem(last=False)
+                cache[object_id] = view
+                cache.move_to_end(object_id)
+        while len(cache) > self.cache_size:
+            cache.popitem(last=False)
 
     def reseek(self) -> dict[TP, int] | None:
         if not self.follow_swaps:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from projections.db import fastjson
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,10 +19,10 @@ class ObjectView:
     updated_at: str | None = field(default=None, compare=False)
 
     def to_bytes(self) -> bytes:
-        return json.dumps({"v": self.version, "del": self.deleted, "owner": self.owner, "at": self.updated_at,
-                           "doc": self.document}, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
+        return fastjson.dumps({"v": self.version, "del": self.deleted, "owner": self.owner, "at": self.updated_at,
+                               "doc": self.document})
 
     @classmethod
     def from_bytes(cls, data: bytes) -> ObjectView:
-        d = json.loads(data)
+        d = fastjson.loads(data)
         return cls(document=d["doc"], version=d["v"], deleted=d["del"], owner=d["owner"], updated_at=d["at"])

@@ -6,8 +6,11 @@ import json
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from commands import CreateObject, DeleteObject, Event, GrantEditor, UpdateObject, decide
+from projections.db import fastjson
 from projections.db.apply import Status, apply_event
 from projections.db.view import ObjectView
 
@@ -71,3 +74,44 @@ def test_view_bytes_are_canonical() -> None:
     b = ObjectView(json.loads('{"a": {"x": "é", "y": 2}, "b": 1}'), 3, False, "alice", "t")
     assert a.to_bytes() == b.to_bytes()
     assert ObjectView.from_bytes(a.to_bytes()) == a
+
+
+# --- fastjson: orjson where it agrees with the standard library, json where it would not ---------------------
+
+_JSON_TEXT = ["{}", '{"a": 1}', '{"big": 123456789012345678901234567890}', '{"neg": -9999999999999999999}',
+              '{"u64": 18446744073709551615}', '{"x": NaN, "y": Infinity, "z": -Infinity}', '{"f": 1E400}',
+              '{"s": "\\ud800"}', '{"e": 1.5e-7, "g": 1e22, "h": -0.0, "i": 5e-324}', '{"n": null, "t": [true, false]}',
+              '{"c": "\\u0000\\u001f\\u007f\\u2028 é 😀", "\\ud83d\\ude00": 1}', '{"a": 1, "a": 2}', " [1, 2] ",
+              "", "{", "[1,]", '{"a": 1} x', "\ufeff{}", "nul", '"text"', "12345678901234567890.5"]
+
+
+@pytest.mark.parametrize("text", _JSON_TEXT)
+def test_fastjson_loads_like_json(text: str) -> None:
+    try:
+        expected = json.loads(text)
+    except ValueError as e:
+        with pytest.raises(ValueError) as got:
+            fastjson.loads(text)
+        assert str(got.value) == str(e)  # the same message lands in the gap report
+        return
+    got_value = fastjson.loads(text)
+    assert json.dumps(got_value, sort_keys=True) == json.dumps(expected, sort_keys=True)  # NaN-safe comparison
+    assert json.dumps(fastjson.loads(text.encode()), sort_keys=True) == json.dumps(expected, sort_keys=True)
+
+
+_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+                       lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(), kids, max_size=4),
+                       max_leaves=20)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_VALUES)
+def test_fastjson_dumps_is_byte_identical_to_canonical_json(value: object) -> None:
+    try:
+        expected = json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
+    except UnicodeEncodeError:  # lone surrogates: json cannot write them as UTF-8 either
+        with pytest.raises(UnicodeEncodeError):
+            fastjson.dumps(value)
+        return
+    assert fastjson.dumps(value) == expected
+    assert json.dumps(fastjson.loads(expected), sort_keys=True) == json.dumps(value, sort_keys=True)
