@@ -76,9 +76,12 @@ def _is_json_object(text: str) -> bool:
     if not text.lstrip().startswith("{"):
         return False
     try:
-        return isinstance(json.loads(text), dict)
-    except ValueError:
+        value = json.loads(text)
+        if "\\u" in text:  # an escaped lone surrogate parses but can never be stored or sent as UTF-8
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except (ValueError, UnicodeEncodeError):
         return False
+    return isinstance(value, dict)
 
 
 def _accept(state: ObjectState | None, command: Command, etype: EventType, limits: Limits, *,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum
 from typing import NamedTuple
 
@@ -27,6 +28,17 @@ class ApplyResult(NamedTuple):
     detail: str = ""
 
 
+def _unstorable(text: str | None, value: object) -> bool:
+    """True if ``value`` (parsed from ``text``) holds an escaped lone surrogate, which UTF-8 cannot store."""
+    if text is None or "\\u" not in text:
+        return False
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def apply_event(view: ObjectView | None, event: Event) -> ApplyResult:
     """Return the view after ``event``: CREATED sets the document, UPDATED merge-patches it, DELETED tombstones it,
     EDITOR_GRANTED/REVOKED only bump the version."""
@@ -43,6 +55,8 @@ def apply_event(view: ObjectView | None, event: Event) -> ApplyResult:
             return ApplyResult(Status.INVALID, view, f"CREATED document is not JSON: {e}")
         if not isinstance(doc, dict):
             return ApplyResult(Status.INVALID, view, "CREATED document is not a JSON object")
+        if _unstorable(event.document, doc):
+            return ApplyResult(Status.INVALID, view, "CREATED document holds a lone surrogate")
         return ApplyResult(Status.APPLIED, ObjectView(doc, event.version, False, event.owner, at))
     if view is None or view.deleted:
         return ApplyResult(Status.INVALID, view, f"{event.type.value} on a {'deleted' if view else 'missing'} object")
@@ -51,6 +65,8 @@ def apply_event(view: ObjectView | None, event: Event) -> ApplyResult:
             patch = fastjson.loads(event.patch or "")
         except ValueError as e:
             return ApplyResult(Status.INVALID, view, f"UPDATED patch is not JSON: {e}")
+        if _unstorable(event.patch, patch):
+            return ApplyResult(Status.INVALID, view, "UPDATED patch holds a lone surrogate")
         doc = merge_patch(view.document, patch)
         if not isinstance(doc, dict):
             return ApplyResult(Status.INVALID, view, "UPDATED patch would replace the document with a non-object")

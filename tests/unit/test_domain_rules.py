@@ -241,3 +241,14 @@ def test_reject_record_keeps_bytes_and_coordinates_with_deterministic_id(reason:
 def test_rejection_ids_are_deterministic() -> None:
     cmd = UpdateObject("u", "o1", "alice", at(1), expected_version=7, patch="{}")
     assert decide(created(), cmd) == decide(created(), cmd)
+
+
+@pytest.mark.parametrize("payload", ['{"a": "\\ud800"}', '{"a": {"b": "x\\udfff"}}', '{"\\udc00": 1}'])
+def test_lone_surrogate_is_malformed(payload: str) -> None:
+    # It parses as JSON but can never be encoded as UTF-8: accepting it would poison every consumer downstream.
+    assert rejected(None, CreateObject("c1", "o1", "alice", T0, document=payload)).reason is ReasonCode.MALFORMED
+    assert rejected(created(), UpdateObject("c2", "o1", "alice", T0, patch=payload)).reason is ReasonCode.MALFORMED
+
+
+def test_escaped_valid_unicode_is_accepted() -> None:
+    assert decide(None, CreateObject("c1", "o1", "alice", T0, document='{"a": "\\u00e9\\ud83d\\ude00"}')).accepted

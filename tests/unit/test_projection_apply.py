@@ -115,3 +115,12 @@ def test_fastjson_dumps_is_byte_identical_to_canonical_json(value: object) -> No
         return
     assert fastjson.dumps(value) == expected
     assert json.dumps(fastjson.loads(expected), sort_keys=True) == json.dumps(value, sort_keys=True)
+
+
+def test_lone_surrogate_payload_is_invalid_not_a_crash() -> None:
+    # decide refuses these now, but events written before that must not crash-loop the projection.
+    ev = _events()[0]
+    bad = Event(ev.event_id, ev.type, ev.object_id, 1, ev.command_id, ev.principal, ev.occurred_at, ev.owner,
+                document='{"a": "\\ud800"}')
+    res = apply_event(None, bad)
+    assert res.status is Status.INVALID and "surrogate" in res.detail
