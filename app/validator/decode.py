@@ -14,26 +14,33 @@ def to_command(key: bytes | None, value: bytes | None, topic: str, partition: in
     With ``partitions`` given, a record whose partition is not murmur2(key) mod ``partitions`` is
     ``MISROUTED``: accepting it would split the object's state across two shards.
     """
-    key = bytes(key) if key is not None else None
-    value = bytes(value) if value is not None else None
-    original = OriginalRecord(topic, partition, offset, key, value)
+    # The common case (bytes in, a command for this key and partition out) builds nothing else: the
+    # OriginalRecord is only needed by a rejection.
+    if key is not None and type(key) is not bytes:
+        key = bytes(key)
     if value is None:
-        return reject_record(original, ReasonCode.MALFORMED, f"{_at(original)}: record has no value")
+        return _reject(key, value, topic, partition, offset, ReasonCode.MALFORMED, "record has no value")
+    if type(value) is not bytes:
+        value = bytes(value)
     try:
         command = codec.decode_command(value)
     except codec.DecodeError as e:
-        return reject_record(original, e.reason, f"{_at(original)}: {e}")
+        return _reject(key, value, topic, partition, offset, e.reason, str(e))
     object_key = command.object_id.encode("utf-8")
     if key != object_key:
-        return reject_record(original, ReasonCode.MALFORMED,
-                             f"{_at(original)}: Kafka key {key!r} is not the command's object id {command.object_id!r}",
-                             object_id=command.object_id)
+        return _reject(key, value, topic, partition, offset, ReasonCode.MALFORMED,
+                       f"Kafka key {key!r} is not the command's object id {command.object_id!r}", command.object_id)
     if partitions is not None and partition_for(object_key, partitions) != partition:
-        return reject_record(original, ReasonCode.MISROUTED,
-                             f"{_at(original)}: object {command.object_id!r} belongs to partition "
-                             f"{partition_for(object_key, partitions)} of {partitions}, not {partition}",
-                             object_id=command.object_id)
+        return _reject(key, value, topic, partition, offset, ReasonCode.MISROUTED,
+                       f"object {command.object_id!r} belongs to partition "
+                       f"{partition_for(object_key, partitions)} of {partitions}, not {partition}", command.object_id)
     return command
+
+
+def _reject(key: bytes | None, value: bytes | None, topic: str, partition: int, offset: int, reason: ReasonCode,
+            why: str, object_id: str | None = None) -> Rejection:
+    original = OriginalRecord(topic, partition, offset, key, value)
+    return reject_record(original, reason, f"{_at(original)}: {why}", object_id=object_id)
 
 
 def _at(original: OriginalRecord) -> str:

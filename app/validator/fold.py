@@ -32,22 +32,24 @@ OutputRecord = tuple[str, bytes | None, bytes, int]
 
 
 def fold(load: Callable[[], ObjectState | None], records: Iterable[InputRecord], settings: Settings,
-         limits: Limits | None = None) -> tuple[list[OutputRecord], ObjectState | None, bool]:
+         limits: Limits | None = None, *, ordered: bool = False) -> tuple[list[OutputRecord], ObjectState | None, bool]:
     """Return (output records, new state, whether any command was accepted) for one key's records.
 
-    Records are sorted by (partition, offset) first: Spark does not promise row order within a group.
-    ``load`` is called once, at the first record that decodes: a record that does not decode into a
-    command becomes a rejection and never touches the state.
+    Records are sorted by (partition, offset) first unless the caller says they are ``ordered``: Spark does
+    not promise row order within a group. ``load`` is called once, at the first record that decodes: a
+    record that does not decode into a command becomes a rejection and never touches the state.
     """
     limits = limits or limits_for(settings)
+    partitions = settings.partitions
     out: list[OutputRecord] = []
+    append = out.append
     changed = False
     loaded = False
     state: ObjectState | None = None
-    for rec in sorted(records, key=lambda r: (r.partition, r.offset)):
-        item = to_command(rec.key, rec.value, rec.topic, rec.partition, rec.offset, partitions=settings.partitions)
+    for rec in records if ordered else sorted(records, key=_position):
+        item = to_command(rec.key, rec.value, rec.topic, rec.partition, rec.offset, partitions=partitions)
         if isinstance(item, Rejection):
-            out.append(outcome_record(item, settings, rec.partition))
+            append(outcome_record(item, settings, rec.partition))
             continue
         if not loaded:
             state, loaded = load(), True
@@ -55,5 +57,9 @@ def fold(load: Callable[[], ObjectState | None], records: Iterable[InputRecord],
         if decision.accepted:
             changed = True
             state = decision.state
-        out.append(outcome_record(decision.outcome, settings, rec.partition))
+        append(outcome_record(decision.outcome, settings, rec.partition))
     return out, state, changed
+
+
+def _position(rec: InputRecord) -> tuple[int, int]:
+    return rec.partition, rec.offset
