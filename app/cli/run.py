@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import signal
-import threading
 import time
 from pathlib import Path
 
@@ -48,8 +47,10 @@ def _run(args: argparse.Namespace) -> int:
     sup = Supervisor(var / "run", var / "logs")
     broker = _local_broker(s)
     started_broker = False
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # Ctrl-C must work even when SIGINT was inherited as ignored (e.g. started in the background by a script);
+    # SIGTERM means the same. Both raise KeyboardInterrupt, so a stop during start-up also cleans up.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     api_url = f"http://{s.api_host}:{s.api_port}"
     t0 = time.monotonic()
     try:
@@ -80,15 +81,17 @@ def _run(args: argparse.Namespace) -> int:
         if args.exit_after_scenario:
             return 0
         print("Serving; press Ctrl-C to stop every process started here.", flush=True)
-        while not stop.wait(1.0):
+        while True:
+            time.sleep(1.0)
             for svc in sup.services:
                 if svc.proc is not None and svc.proc.poll() is not None:
                     print(f"{svc.name} exited with code {svc.proc.returncode}; see {sup.log_of(svc.name)}")
                     return 1
-        return 0
     except KeyboardInterrupt:
         return 0
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         print("\nstopping ...", flush=True)
         sup.stop_all()
         if broker is not None and started_broker:
