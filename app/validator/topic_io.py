@@ -44,11 +44,14 @@ def produce(settings: Settings, records: Iterable[tuple[bytes | None, bytes | No
 
     p = producer(settings)
     target = topic or settings.topic_commands
+    extra = {} if partition is None else {"partition": partition}
     for key, value in records:
-        if partition is None:
-            p.produce(target, key=key, value=value, on_delivery=on_delivery)
-        else:
-            p.produce(target, key=key, value=value, partition=partition, on_delivery=on_delivery)
+        while True:
+            try:
+                p.produce(target, key=key, value=value, on_delivery=on_delivery, **extra)
+                break
+            except BufferError:  # the local queue is full: let deliveries drain, then retry this record
+                p.poll(0.1)
         p.poll(0)
     if p.flush(60) != 0 or errors:
         raise BrokerUnavailable(f"producing to {target} failed: {errors[:3] or 'flush timed out'}")
