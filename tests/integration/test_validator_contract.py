@@ -13,7 +13,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from app.settings import Settings
-from app.validator.fold import limits_for
 from app.validator.job import drain
 from app.validator.murmur2 import partition_for
 from app.validator.topic_io import produce, read_all
@@ -21,20 +20,18 @@ from commands import (
     Command,
     CreateObject,
     DeleteObject,
-    Event,
     GrantEditor,
     ObjectState,
     ReasonCode,
     RevokeEditor,
     UpdateObject,
-    decide,
 )
 from schemas import codec
+from tests.integration.validator_oracle import Out, expected_outputs, send_commands, topic_outputs
 
 pytestmark = pytest.mark.integration
 
 T0 = datetime(2025, 6, 1, tzinfo=UTC)
-Out = tuple[str, bytes | None, bytes | None, int]
 
 
 @pytest.fixture(params=["spark", "rocksdb"])
@@ -62,26 +59,6 @@ def _life(obj: str, n: int) -> list[Command]:
     ][: 1 + n % 10]
 
 
-def _expected(commands: list[Command], settings: Settings, states: dict[str, ObjectState | None]) -> list[Out]:
-    limits = limits_for(settings)
-    out: list[Out] = []
-    for cmd in commands:
-        d = decide(states.get(cmd.object_id), cmd, limits)
-        states[cmd.object_id] = d.state
-        key = cmd.object_id.encode()
-        part = partition_for(key, settings.partitions)
-        if isinstance(d.outcome, Event):
-            out.append((settings.topic_events, key, codec.encode_event(d.outcome), part))
-        else:
-            out.append((settings.topic_rejections, key, codec.encode_rejection(d.outcome), part))
-    return out
-
-
-def _outputs(settings: Settings) -> list[Out]:
-    return [(r.topic, r.key, r.value, r.partition) for t in (settings.topic_events, settings.topic_rejections)
-            for r in read_all(settings, t)]
-
-
 def _per_key(records: list[Out]) -> dict[bytes | None, list[Out]]:
     """Group by key in topic order: the order that matters is an object's own (the sink interleaves keys freely)."""
     by: dict[bytes | None, list[Out]] = defaultdict(list)
@@ -90,28 +67,24 @@ def _per_key(records: list[Out]) -> dict[bytes | None, list[Out]]:
     return {k: sorted(v, key=lambda r: (r[0], codec.decode_outcome(r[2]).occurred_at or T0)) for k, v in by.items()}
 
 
-def _send(settings: Settings, commands: list[Command]) -> None:
-    produce(settings, [(c.object_id.encode(), codec.encode_command(c)) for c in commands])
-
-
 def test_sequences_poison_and_misrouted_records_give_what_decide_predicts(spark, backend: Settings) -> None:  # noqa: ANN001
     s = backend
     lives = [_life(f"obj-{i}", i) for i in range(24)]
     commands = [c for step in range(10) for life in lives for c in life[step:step + 1]]  # interleave objects
-    _send(s, commands)
+    send_commands(s, commands)
     poison = b"\x07not the wire format"
     misrouted_key = b"obj-3"
     wrong = (partition_for(misrouted_key, s.partitions) + 1) % s.partitions
     misrouted = codec.encode_command(CreateObject("mis", "obj-3", "mallory", _at(0), document="{}"))
     produce(s, [(b"obj-1", poison)])
     [(mp, mo)] = produce(s, [(misrouted_key, misrouted)], partition=wrong)
-    _send(s, [UpdateObject("after-poison", "obj-1", "alice", _at(50), patch="{}")])
+    send_commands(s, [UpdateObject("after-poison", "obj-1", "alice", _at(50), patch="{}")])
     drain(spark, s, timeout=180)
 
     states: dict[str, ObjectState | None] = {}
-    expected = _expected(commands, s, states) + _expected(
+    expected = expected_outputs(commands, s, states) + expected_outputs(
         [UpdateObject("after-poison", "obj-1", "alice", _at(50), patch="{}")], s, states)
-    got = _outputs(s)
+    got = topic_outputs(s)
     rejections = {r[2]: codec.decode_rejection(r[2]) for r in got if r[0] == s.topic_rejections}
     bad = [rej for rej in rejections.values() if rej.original is not None]
     assert sorted((r.reason, r.original.value, r.original.partition) for r in bad) == sorted([  # type: ignore[union-attr]
@@ -126,14 +99,14 @@ def test_sequences_poison_and_misrouted_records_give_what_decide_predicts(spark,
 def test_restart_keeps_state(spark, backend: Settings) -> None:  # noqa: ANN001
     s = backend
     first = [CreateObject(f"r-{i}", f"r{i}", "alice", _at(i), document="{}") for i in range(8)]
-    _send(s, first)
+    send_commands(s, first)
     drain(spark, s, timeout=180)
     second = [CreateObject(f"r2-{i}", f"r{i}", "bob", _at(20 + i), document="{}") for i in range(8)] + [
         UpdateObject(f"r3-{i}", f"r{i}", "alice", _at(40 + i), expected_version=1, patch="{}") for i in range(8)]
-    _send(s, second)
+    send_commands(s, second)
     drain(spark, s, timeout=180)
     states: dict[str, ObjectState | None] = {}
-    assert _per_key(_outputs(s)) == _per_key(_expected(first + second, s, states))
+    assert _per_key(topic_outputs(s)) == _per_key(expected_outputs(first + second, s, states))
 
 
 def test_expired_dedup_entry_and_tombstone_no_longer_match(spark, backend: Settings) -> None:  # noqa: ANN001
@@ -141,13 +114,13 @@ def test_expired_dedup_entry_and_tombstone_no_longer_match(spark, backend: Setti
     s = backend.model_copy(update={"dedup_ttl_ms": ttl_ms, "tombstone_ttl_ms": ttl_ms})
     create = CreateObject("t-c1", "kept", "alice", _at(0), document="{}")
     gone = CreateObject("t-c2", "gone", "alice", _at(0), document="{}")
-    _send(s, [create, create, gone, DeleteObject("t-d2", "gone", "alice", _at(1))])
+    send_commands(s, [create, create, gone, DeleteObject("t-d2", "gone", "alice", _at(1))])
     drain(spark, s, timeout=180)
     started = time.monotonic()
     first = [codec.decode_rejection(r.value) for r in read_all(s, s.topic_rejections)]
     assert [(r.command_id, r.reason) for r in first] == [("t-c1", ReasonCode.DUPLICATE)]
     time.sleep(max(0.0, ttl_ms / 1000 + 1 - (time.monotonic() - started)))
-    _send(s, [create, UpdateObject("t-u2", "gone", "alice", _at(2), patch="{}")])
+    send_commands(s, [create, UpdateObject("t-u2", "gone", "alice", _at(2), patch="{}")])
     drain(spark, s, timeout=180)
     later = [codec.decode_rejection(r.value) for r in read_all(s, s.topic_rejections)][len(first):]
     assert sorted((r.command_id, r.reason) for r in later) == [

@@ -12,7 +12,6 @@ import pytest
 
 from app.errors import SetupError
 from app.settings import Settings, checkpoint_uri
-from app.validator.fold import limits_for
 from app.validator.job import build_query, drain
 from app.validator.murmur2 import partition_for
 from app.validator.progress import progress_path
@@ -23,14 +22,13 @@ from commands import (
     DeleteObject,
     Event,
     GrantEditor,
-    ObjectState,
     ReasonCode,
     Rejection,
     RevokeEditor,
     UpdateObject,
-    decide,
 )
 from schemas import codec
+from tests.integration.validator_oracle import expected_outputs, send_commands, topic_outputs
 
 pytestmark = pytest.mark.integration
 
@@ -60,32 +58,6 @@ def _scenario(obj: str, n: int) -> list[Command]:
     ][: max(1, n % 13)]
 
 
-def _expected(commands: list[Command], settings: Settings) -> list[tuple[str, bytes, bytes, int]]:
-    """Fold ``commands`` through ``decide`` directly, per object, and encode what the sink must write."""
-    limits = limits_for(settings)
-    states: dict[str, ObjectState | None] = {}
-    out = []
-    for cmd in commands:
-        d = decide(states.get(cmd.object_id), cmd, limits)
-        states[cmd.object_id] = d.state
-        key = cmd.object_id.encode()
-        part = partition_for(key, settings.partitions)
-        if isinstance(d.outcome, Event):
-            out.append((settings.topic_events, key, codec.encode_event(d.outcome), part))
-        else:
-            out.append((settings.topic_rejections, key, codec.encode_rejection(d.outcome), part))
-    return out
-
-
-def _outputs(settings: Settings) -> list[tuple[str, bytes | None, bytes | None, int]]:
-    return [(r.topic, r.key, r.value, r.partition)
-            for t in (settings.topic_events, settings.topic_rejections) for r in read_all(settings, t)]
-
-
-def _send(settings: Settings, commands: list[Command]) -> None:
-    produce(settings, [(c.object_id.encode(), codec.encode_command(c)) for c in commands])
-
-
 @pytest.fixture
 def settings(settings: Settings) -> Settings:
     """This file tests the reference backend (transformWithState) itself, whatever the default is."""
@@ -96,12 +68,12 @@ def test_sequences_match_decide(spark, settings: Settings) -> None:  # noqa: ANN
     solo = _scenario("solo", 12)  # one object through its whole life
     many = [c for i in range(30) for c in _scenario(f"obj-{i}", i + 3)]
     commands = solo + many
-    _send(settings, commands)
+    send_commands(settings, commands)
 
     drain(spark, settings, timeout=180)
 
-    got = _outputs(settings)
-    want = _expected(commands, settings)
+    got = topic_outputs(settings)
+    want = expected_outputs(commands, settings)
     assert Counter(got) == Counter(want)  # byte for byte, on the partition of the command
     # Per object, events come out in version order on one partition.
     events = [codec.decode_event(v) for t, _, v, _ in got if t == settings.topic_events]
@@ -166,16 +138,16 @@ def _latest_commit(uri: str) -> Path:
 
 def test_restart_keeps_state_and_a_replayed_batch_writes_identical_records(spark, settings: Settings) -> None:  # noqa: ANN001
     first = [CreateObject(f"r-c{i}", f"r-{i}", "alice", _at(i), document="{}") for i in range(6)]
-    _send(settings, first)
+    send_commands(settings, first)
     drain(spark, settings, timeout=180)
 
     # Restart from the checkpoint: the objects still exist.
     again = [CreateObject(f"r-c{i}-again", f"r-{i}", "bob", _at(10 + i), document="{}") for i in range(6)]
     updates = [UpdateObject(f"r-u{i}", f"r-{i}", "alice", _at(20 + i), expected_version=1, patch='{"v": 1}')
                for i in range(6)]
-    _send(settings, again + updates)
+    send_commands(settings, again + updates)
     drain(spark, settings, timeout=180)
-    after_second = _outputs(settings)
+    after_second = topic_outputs(settings)
     decoded = [codec.decode_outcome(v) for _, _, v, _ in after_second]
     assert sorted(r.command_id for r in decoded if isinstance(r, Rejection)) == sorted(c.command_id for c in again)
     assert all(r.reason == ReasonCode.ALREADY_EXISTS for r in decoded if isinstance(r, Rejection))
@@ -187,7 +159,7 @@ def test_restart_keeps_state_and_a_replayed_batch_writes_identical_records(spark
     latest.unlink()
     latest.with_name(f".{latest.name}.crc").unlink(missing_ok=True)  # a kill before the commit leaves neither
     drain(spark, settings, timeout=180)
-    after_replay = _outputs(settings)
+    after_replay = topic_outputs(settings)
     assert len(after_replay) > len(after_second), "the batch was not replayed"
     assert set(after_replay) == set(after_second)  # duplicates of identical records only
 
@@ -202,7 +174,7 @@ def test_expired_dedup_entry_and_tombstone_no_longer_match(spark, settings: Sett
     create = CreateObject("t-c1", "kept", "alice", _at(0), document="{}")
     gone = CreateObject("t-c2", "gone", "alice", _at(0), document="{}")
     delete = DeleteObject("t-d2", "gone", "alice", _at(1))
-    _send(s, [create, create, gone, delete])  # the retry in the same batch is a DUPLICATE
+    send_commands(s, [create, create, gone, delete])  # the retry in the same batch is a DUPLICATE
     drain(spark, s, timeout=180)
     started = time.monotonic()
 
@@ -211,7 +183,7 @@ def test_expired_dedup_entry_and_tombstone_no_longer_match(spark, settings: Sett
 
     time.sleep(max(0.0, ttl_ms / 1000 + 1 - (time.monotonic() - started)))
     # Same command id, same issued_at (event-time dedup would still match): only processing-time TTL expired it.
-    _send(s, [create, UpdateObject("t-u2", "gone", "alice", _at(2), patch="{}")])
+    send_commands(s, [create, UpdateObject("t-u2", "gone", "alice", _at(2), patch="{}")])
     drain(spark, s, timeout=180)
     later = [codec.decode_rejection(r.value) for r in read_all(s, s.topic_rejections)][len(first):]
     assert sorted((r.command_id, r.reason) for r in later) == [
