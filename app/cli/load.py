@@ -159,8 +159,8 @@ def _drive_api(s: Settings, args: argparse.Namespace, work: Workload, tally: Tal
                    "Prefer": "wait=10"}
         if cmd.expected_version is not None:
             headers["If-Match"] = f'"{cmd.expected_version}"'
-        if method == "PATCH":
-            headers["Content-Type"] = "application/merge-patch+json"
+        if body is not None:
+            headers["Content-Type"] = "application/merge-patch+json" if method == "PATCH" else "application/json"
         t0 = time.monotonic()
         r = client.request(method, path, headers=headers, content=None if body is None else json.dumps(body))
         latency = (time.monotonic() - t0) * 1000
@@ -176,6 +176,7 @@ def _drive_api(s: Settings, args: argparse.Namespace, work: Workload, tally: Tal
             tally.count(str(reason), latency)
 
     start = time.monotonic()
+    last_draw = 0.0
     with ThreadPoolExecutor(max_workers=32) as pool:
         futures = []
         for _ in paced(args.rate, args.duration):
@@ -183,11 +184,13 @@ def _drive_api(s: Settings, args: argparse.Namespace, work: Workload, tally: Tal
             if cmd is not None:
                 futures.append(pool.submit(send, cmd))
                 counts["sent"] += 1
-            sys.stderr.write(progress_line(time.monotonic() - start, args.duration, counts["sent"], tally))
+            if time.monotonic() - last_draw > 0.3:
+                sys.stderr.write(progress_line(time.monotonic() - start, args.duration, counts["sent"], tally))
+                last_draw = time.monotonic()
+        elapsed = time.monotonic() - start  # the sending phase; the answers still in flight are awaited below
         for f in futures:
             f.result()
-    elapsed = time.monotonic() - start
-    sys.stderr.write(progress_line(elapsed, args.duration, counts["sent"], tally) + "\n")
+    sys.stderr.write(progress_line(time.monotonic() - start, args.duration, counts["sent"], tally) + "\n")
     client.close()
     return counts["sent"], elapsed
 

@@ -115,6 +115,13 @@ def test_scenario_status_page_and_clean_stop(pipeline: Run, settings: Settings, 
     assert "accepted" in summary and "decision latency p50" in summary, summary
     assert figures[0] != figures[-1], "the status page's figures did not change while load ran"
 
+    via_api = subprocess.run([sys.executable, "-m", "app.cli", "load", "--via", "api", "--api", pipeline.api,
+                              "--rate", "40", "--duration", "3", "--objects", "10"],
+                             env=_env(settings, 0), text=True, capture_output=True, timeout=180)
+    assert via_api.returncode == 0, via_api.stderr[-2000:]
+    accepted = re.search(r"accepted\s+(\d+)", via_api.stdout)
+    assert accepted and int(accepted.group(1)) > 0, via_api.stdout
+
     os.killpg(pipeline.proc.pid, signal.SIGINT)
     pipeline.proc.wait(timeout=90)
     for name, pid in pids.items():
