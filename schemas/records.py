@@ -71,7 +71,7 @@ def recent_micros(recent: tuple[RecentCommand, ...]) -> list[int]:
 # RecentCommand is built ~16 times per decoded state; setting its slots directly skips the frozen
 # dataclass __init__ (one object.__setattr__ call per field), about 40% cheaper. It has no __post_init__.
 if [f.name for f in fields(RecentCommand)] != ["command_id", "outcome", "version", "at"]:
-    raise ImportError("schemas.records builds RecentCommand by its fields; update _new_recent")
+    raise ImportError("schemas.records builds RecentCommand by its fields; update _slot_recent")
 _slots = vars(RecentCommand)
 _set_command_id = _slots["command_id"].__set__
 _set_outcome = _slots["outcome"].__set__
@@ -80,13 +80,27 @@ _set_at = _slots["at"].__set__
 _new = object.__new__
 
 
-def _new_recent(command_id: str, outcome: str, version: int, at_micros: int) -> RecentCommand:
+def _slot_recent(command_id: str, outcome: str, version: int, at_micros: int) -> RecentCommand:
     entry: RecentCommand = _new(RecentCommand)
     _set_command_id(entry, command_id)
     _set_outcome(entry, outcome)
     _set_version(entry, version)
     _set_at(entry, _EPOCH + timedelta(0, 0, at_micros))
     return entry
+
+
+def _init_recent(command_id: str, outcome: str, version: int, at_micros: int) -> RecentCommand:
+    return RecentCommand(command_id, outcome, version, _EPOCH + timedelta(0, 0, at_micros))
+
+
+# Compiled by mypyc (app/native.py), RecentCommand is a native class that object.__new__ refuses to build;
+# there its constructor is the fast way. Chosen once here, by trying.
+try:
+    _new(RecentCommand)
+    _new_recent = _slot_recent
+except TypeError:
+    _new_recent = _init_recent
+
 
 _KIND_OF: dict[type, str] = {
     CreateObject: "CREATE",

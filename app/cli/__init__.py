@@ -18,6 +18,7 @@ SUBCOMMANDS = [
     "app.cli.load",
     "app.cli.project",
     "app.cli.audit",
+    "app.cli.native",
 ]
 
 
