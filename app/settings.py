@@ -66,6 +66,9 @@ class Settings(BaseSettings):
     rocks_write_buffer_mb: int = Field(default=64, ge=4, description="Memtable budget per process, charged to the cache.")
     snapshot_every: int = Field(default=50, ge=1, description="Upload a shard snapshot after this many changelogs.")
     snapshots_kept: int = Field(default=2, ge=1, description="Snapshots kept per shard at the checkpoint location.")
+    shard_tasks: int | None = Field(
+        default=None, ge=1, description="Spark tasks per micro-batch the shards are spread over (whole partitions each, "
+        "no shuffle); unset = Spark's default parallelism (the cores). Fewer tasks, less per-task overhead.")
     shard_lock_timeout_s: float = Field(default=60.0, gt=0, description="How long a task waits for its shard's lock.")
 
     # --- projections (issue 7): empty dirs default to <var_dir>/audit; read_model_dir is in the API block below ---

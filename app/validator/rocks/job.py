@@ -1,11 +1,15 @@
-"""The rocksdb backend's query: Kafka source → per-partition shard step in foreachBatch → the shared Kafka sink.
+"""The rocksdb backend's query: Kafka source → shard step (``mapInArrow``) → the shared Kafka sink, one streaming plan.
 
-No shuffle: Spark's Kafka source reads each topic partition as one task in offset order, and the shard
-step runs in that task (``mapInArrow`` keeps the partitioning), so task = command-topic partition = shard.
+No shuffle: Spark's Kafka source reads each topic partition as one task in offset order; ``coalesce`` puts
+whole partitions together into as many tasks as there are cores (each partition still one contiguous run in
+offset order), and the shard step runs each partition's run against that partition's shard. No foreachBatch:
+the batch id and time reach the tasks from Spark itself (see ``ShardTasks``), which saves a Python round trip
+and a second query plan per micro-batch (docs/benchmarks.md, "rocksdb query shape").
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -14,12 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQueryListener
 
 from app.settings import Settings, checkpoint_uri
 from app.validator.fold import InputRecord
 from app.validator.rocks.lock import FileLock, acquire_job_lock, job_lock_path
-from app.validator.rocks.shard import rocks_root, run_task
+from app.validator.rocks.shard import ShardOrderError, rocks_root, run_task
 from app.validator.sink import SINK_DDL, sink_options
 from app.validator.source import kafka_source
 
@@ -30,22 +35,48 @@ OUT_SCHEMA = pa.schema([("topic", pa.string()), ("key", pa.binary()), ("value", 
 
 def shard_step(settings: Settings, checkpoint: str, batch_id: int, now_ms: int,
                batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Run one Spark task's rows (one topic partition, offset order) through its shard; yield the sink rows."""
+    """Run one Spark task's rows through their shards; yield the sink rows.
+
+    A task holds one or more whole topic partitions (``coalesce`` concatenates them, each in offset order):
+    each contiguous run of one partition is that shard's share of the batch. A partition split across two
+    runs means something reordered the rows: ``ShardOrderError``, nothing decided.
+    """
     records: list[InputRecord] = []
     for b in batches:
         records += map(InputRecord, b.column("key").to_pylist(), b.column("value").to_pylist(),
                        _values(b.column("topic")), _ints(b.column("partition")), _ints(b.column("offset")))
     if not records:
         return
-    t0 = time.monotonic()
-    result = run_task(settings, checkpoint, batch_id, records, now_ms)
-    out = result.outputs
-    log.debug("shard %d batch %d: %d records in %.0f ms%s", records[0].partition, batch_id, len(records),
-             (time.monotonic() - t0) * 1000, " (re-emitted)" if result.replayed else "")
-    topics, keys, values, partitions = zip(*out, strict=True) if out else ((), (), (), ())
-    yield pa.RecordBatch.from_arrays(
-        [pa.array(topics, pa.string()), pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
-         pa.array(partitions, pa.int32())], schema=OUT_SCHEMA)
+    for part in _shard_runs(records):
+        t0 = time.monotonic()
+        result = run_task(settings, checkpoint, batch_id, part, now_ms)
+        out = result.outputs
+        log.debug("shard %d batch %d: %d records in %.0f ms%s", part[0].partition, batch_id, len(part),
+                  (time.monotonic() - t0) * 1000, " (re-emitted)" if result.replayed else "")
+        if not out:
+            continue
+        topics, keys, values, partitions = zip(*out, strict=True)
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(topics, pa.string()), pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
+             pa.array(partitions, pa.int32())], schema=OUT_SCHEMA)
+
+
+def _shard_runs(records: list[InputRecord]) -> list[list[InputRecord]]:
+    """Split a task's records into one list per topic partition; raise if a partition's rows are not contiguous."""
+    runs: list[list[InputRecord]] = []
+    seen: set[tuple[str, int]] = set()
+    start = 0
+    for i in range(1, len(records) + 1):
+        if i == len(records) or records[i].partition != records[start].partition \
+                or records[i].topic != records[start].topic:
+            head = records[start]
+            if (head.topic, head.partition) in seen:
+                raise ShardOrderError(f"{head.topic}[{head.partition}] appears twice in one task: the rows were "
+                                      "reordered before the shard step (repartition, shuffle or sort)")
+            seen.add((head.topic, head.partition))
+            runs.append(records[start:i])
+            start = i
+    return runs
 
 
 def _values(col: pa.Array) -> list[Any]:
@@ -62,23 +93,36 @@ def _ints(col: pa.Array) -> list[Any]:
     return col.to_numpy().tolist() if col.null_count == 0 else col.to_pylist()
 
 
-class _ForEachBatch:
-    """The foreachBatch function: fix the batch's processing time, run the shard step, write to Kafka."""
+BATCH_ID_PROPERTY = "streaming.sql.batchId"  # set by Spark's MicroBatchExecution on every job of a micro-batch
+
+
+class ShardTasks:
+    """The ``mapInArrow`` function of the streaming query: find the micro-batch's id and time, run ``shard_step``.
+
+    The batch id comes from the task's local property that Spark sets for each micro-batch, and the time
+    from ``current_timestamp()``, which Spark fixes per batch and records in its offset log: a re-run of
+    the batch (task retry, or restart after a crash) sees the same id and the same time.
+    """
 
     def __init__(self, settings: Settings, checkpoint: str) -> None:
         self.settings = settings
         self.checkpoint = checkpoint
 
-    def __call__(self, df: Any, batch_id: int) -> None:  # noqa: ANN401
-        settings, checkpoint, now_ms = self.settings, self.checkpoint, int(time.time() * 1000)
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
 
-        def step(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            return shard_step(settings, checkpoint, batch_id, now_ms, batches)
-
-        started = time.monotonic()
-        out = df.select("key", "value", "topic", "partition", "offset").mapInArrow(step, SINK_DDL)
-        out.write.format("kafka").options(**sink_options(settings)).save()
-        log.info("rocksdb batch=%d shard_step_and_sink_ms=%.0f", batch_id, (time.monotonic() - started) * 1000)
+        context = TaskContext.get()
+        raw = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
+        if raw is None:
+            raise ShardOrderError(f"no {BATCH_ID_PROPERTY} on this task: the shard step runs only in a streaming query")
+        first = None
+        for first in batches:
+            if len(first):
+                break
+        if first is None or not len(first):
+            return
+        now_ms = first.column("batch_time")[0].value // 1000  # timestamp[us]
+        yield from shard_step(self.settings, self.checkpoint, int(raw), now_ms, itertools.chain([first], batches))
 
 
 class _LockRelease(StreamingQueryListener):
@@ -134,8 +178,13 @@ def build_query(spark: Any, settings: Settings, *, available_now: bool = False) 
     try:
         name = query_name(settings)
         listener_for(spark).watch(name, progress_path(settings))
-        writer = kafka_source(spark, settings).writeStream.queryName(name).option("checkpointLocation", uri) \
-            .foreachBatch(_ForEachBatch(settings, uri))
+        source = kafka_source(spark, settings).select(
+            "key", "value", "topic", "partition", "offset", F.current_timestamp().alias("batch_time"))
+        tasks = settings.shard_tasks or spark.sparkContext.defaultParallelism
+        if tasks < settings.partitions:
+            source = source.coalesce(tasks)  # whole partitions per task, each in offset order: no shuffle
+        writer = source.mapInArrow(ShardTasks(settings, uri), SINK_DDL).writeStream.format("kafka") \
+            .options(**sink_options(settings)).queryName(name).option("checkpointLocation", uri)
         writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
             processingTime=settings.trigger_interval)
         query = writer.start()
