@@ -16,6 +16,10 @@ def source_options(settings: Settings) -> dict[str, str]:
         "startingOffsets": settings.starting_offsets,
         "failOnDataLoss": "true",
         "includeHeaders": "false",
+        # The executors' cached consumers pre-fetch past each batch's range; with the default 500 ms that fetch
+        # waits at the broker and every next task waits for it: ~2 s per live micro-batch of 8 partitions on
+        # 2 cores (docs/benchmarks.md, "Latency"). 10 ms bounds that wait; it costs nothing between batches.
+        "kafka.fetch.max.wait.ms": "10",
     }
     if settings.max_offsets_per_trigger is not None:
         opts["maxOffsetsPerTrigger"] = str(settings.max_offsets_per_trigger)
