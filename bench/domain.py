@@ -12,6 +12,7 @@ import timeit
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+from app import native  # first: it decides whether `commands` and `schemas` load compiled (app/native.py)
 from commands import Command, CreateObject, ObjectState, UpdateObject, decide
 from schemas import codec
 
@@ -55,7 +56,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--number", type=int, default=5000)
     n = parser.parse_args().number
-    print(f"python {platform.python_version()} on {platform.machine()}, {n} calls x best of 5, CPU time")
+    print(f"python {platform.python_version()} on {platform.machine()}, {n} calls x best of 5, CPU time; "
+          f"domain: {native.status()}")
     for label, updates in (("young object, 3 recent", 2), ("full dedup window, 16 recent", 40)):
         report(label, state_after(updates), n)
 
