@@ -123,8 +123,10 @@ class ShardStore:
 
     def put_changelog(self, data: bytes) -> None:
         """Store a changelog durably (write then rename where the filesystem has renames)."""
-        log = decode_changelog(data)
-        self._write(self._changelog_path(log.batch_id, log.prev), data)
+        if not data.startswith(MAGIC) or len(data) < len(MAGIC) + _HEAD.size + _CRC.size:
+            raise CheckpointCorrupt("not a changelog (bad magic or truncated)")
+        batch_id, prev, _ = _HEAD.unpack_from(data, len(MAGIC))  # just framed by encode_changelog: no re-parse
+        self._write(self._changelog_path(batch_id, prev), data)
 
     def read_changelog(self, batch_id: int, prev: int) -> tuple[Changelog, bytes]:
         """Return the changelog of ``batch_id`` and its bytes; raise ``CheckpointCorrupt`` if damaged or mislabelled."""
