@@ -1,8 +1,10 @@
 """``python -m bench.validator --backend spark[,rocksdb] --objects 100000 --commands 50000``.
 
 Preloads the commands once, then for each backend drains them (trigger availableNow) into that
-backend's own output topics and checkpoint, and prints commands/s and batch latency beside a raw
-confluent-kafka consume + produce pass-through of the same records, measured in the same run.
+backend's own output topics and checkpoint, and prints commands/s and batch latency beside two
+baselines measured in the same run on the same records: a raw confluent-kafka consume + produce
+pass-through, and Spark's own pass-through (the same Kafka source and sink options, same trigger
+cap, no Python): the ceiling any Spark-based backend can reach on this machine.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from app.settings import Settings
 from app.spark_session import spark_session
 from app.topics import describe, ensure_topics
 from app.validator.job import build_query
+from app.validator.sink import sink_options
+from app.validator.source import kafka_source
 from app.validator.topic_io import produce
 from bench.validator.workload import records
 
@@ -46,6 +50,26 @@ def passthrough(settings: Settings, target: str, count: int) -> float:
     elapsed = time.perf_counter() - start
     c.close()
     return elapsed
+
+
+def spark_passthrough(spark, settings: Settings, count: int) -> dict[str, float]:  # noqa: ANN001
+    """Drain the commands topic into a copy topic with Spark's Kafka source and sink only; seconds and batches."""
+    tag = uuid.uuid4().hex[:6]
+    target = f"bench-spark-pass-{tag}"
+    ensure_topics(settings, [target])
+    start = time.perf_counter()
+    query = kafka_source(spark, settings).selectExpr(f"'{target}' AS topic", "key", "value", "partition") \
+        .writeStream.format("kafka").options(**sink_options(settings)) \
+        .option("checkpointLocation", str(settings.path(settings.var_dir) / f"checkpoint-pass-{tag}")) \
+        .trigger(availableNow=True).start()
+    query.awaitTermination()
+    elapsed = time.perf_counter() - start
+    batches = [p for p in query.recentProgress if p.numInputRows > 0]
+    out = sum(t.messages for t in describe(settings, [target]))
+    if out != count:
+        raise SystemExit(f"spark pass-through: {out} records for {count} commands")
+    latencies = sorted(p.durationMs.get("triggerExecution", 0) / 1000 for p in batches)
+    return {"seconds": elapsed, "batches": len(batches), "p50": statistics.median(latencies)}
 
 
 def run_backend(spark, settings: Settings, backend: str, count: int) -> dict[str, float]:  # noqa: ANN001
@@ -107,12 +131,19 @@ def main() -> None:
 
         spark = spark_session(settings, app_name="arbiter-bench-validator")
         try:
+            sp = spark_passthrough(spark, settings, len(recs))
+            sp_rate = len(recs) / sp["seconds"]
+            print(f"spark pass-through (Kafka source -> Kafka sink, no Python): {sp['seconds']:.1f} s, "
+                  f"{sp_rate:,.0f} commands/s, {sp['batches']} batches, batch p50 {sp['p50']:.2f} s")
+            rates: dict[str, float] = {}
             for backend in args.backend.split(","):
                 r = run_backend(spark, settings, backend, len(recs))
-                rate = len(recs) / r["seconds"]
+                rate = rates[backend] = len(recs) / r["seconds"]
                 print(f"{backend}: {r['seconds']:.1f} s, {rate:,.0f} commands/s, {r['batches']} batches of "
                       f"~{r['rows_per_batch']:.0f}, batch latency p50 {r['p50']:.2f} s p99 {r['p99']:.2f} s, "
-                      f"ratio to pass-through {rate / base_rate:.3f}")
+                      f"ratio to raw pass-through {rate / base_rate:.3f}, to spark pass-through {rate / sp_rate:.3f}")
+            if "rocksdb" in rates and "spark" in rates:
+                print(f"rocksdb / transformWithState: {rates['rocksdb'] / rates['spark']:.1f}x")
         finally:
             spark.stop()
     finally:
