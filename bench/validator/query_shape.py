@@ -1,0 +1,102 @@
+"""``python -m bench.validator.query_shape``: what each part of a Spark micro-batch costs, with no validator work.
+
+Runs the same Kafka → Kafka copy of preloaded commands (``--per-trigger`` offsets per batch) in several query
+shapes, one after another in one SparkSession, and prints each shape's ``triggerExecution`` p50/max and its
+``addBatch`` and offset/commit-log parts. Shapes:
+
+- ``direct``: Kafka source → Kafka sink, no Python (Spark's floor);
+- ``arrow``: the same with an identity ``mapInArrow`` step (the Python task round trip);
+- ``arrow-coalesced``: the same after ``coalesce(cores)`` (whole partitions per task, as the rocksdb backend runs);
+- ``fb-arrow``: ``foreachBatch`` running the identity ``mapInArrow`` and a batch write (the first rocksdb shape);
+- ``arrow-async``: ``arrow`` with ``asyncProgressTrackingEnabled`` (offset/commit logs off the batch path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from app.kafka_broker import LocalBroker, free_port
+from app.settings import Settings
+from app.spark_session import spark_session
+from app.topics import ensure_topics
+from app.validator.sink import SINK_DDL, sink_options
+from app.validator.source import kafka_source
+from app.validator.topic_io import produce
+from bench.validator.workload import records
+
+
+def identity(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield from batches
+
+
+def writer(spark: Any, s: Settings, shape: str) -> Any:  # noqa: ANN401
+    """Return the DataStreamWriter of ``shape`` (see the module docstring)."""
+    src = kafka_source(spark, s).selectExpr(f"'{s.topic_events}' AS topic", "key", "value", "partition")
+    if shape == "fb-arrow":
+        def each(df: Any, _batch_id: int) -> None:  # noqa: ANN401
+            df.mapInArrow(identity, SINK_DDL).write.format("kafka").options(**sink_options(s)).save()
+        return src.writeStream.foreachBatch(each)
+    if shape == "direct":
+        out = src
+    elif shape == "arrow-coalesced":
+        out = src.coalesce(spark.sparkContext.defaultParallelism).mapInArrow(identity, SINK_DDL)
+    else:
+        out = src.mapInArrow(identity, SINK_DDL)
+    w = out.writeStream.format("kafka").options(**sink_options(s))
+    return w.option("asyncProgressTrackingEnabled", "true") if shape == "arrow-async" else w
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.validator.query_shape")
+    ap.add_argument("--shapes", default="direct,arrow,arrow-coalesced,fb-arrow,arrow-async")
+    ap.add_argument("--per-trigger", type=int, default=100)
+    ap.add_argument("--batches", type=int, default=15)
+    ap.add_argument("--partitions", type=int, default=8)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.WARNING)
+    total = args.per_trigger * args.batches
+    work = Path(tempfile.mkdtemp(prefix="arbiter-bench-shape-"))
+    broker = LocalBroker(work / "kafka", port=free_port(), controller_port=free_port(), heap="1g")
+    broker.start(Settings())
+    try:
+        tag = uuid.uuid4().hex[:6]
+        s = Settings(kafka_bootstrap=broker.bootstrap, var_dir=work / "var", partitions=args.partitions,
+                     topic_commands=f"shape-c-{tag}", topic_events=f"shape-out-{tag}", topic_rejections=f"shape-r-{tag}",
+                     max_offsets_per_trigger=args.per_trigger)
+        ensure_topics(s)
+        produce(s, records(100_000, total))
+        spark = spark_session(s, app_name="arbiter-bench-shape")
+        print(f"{total} commands, {args.partitions} partitions, {args.per_trigger} offsets/trigger, "
+              f"local[{spark.sparkContext.defaultParallelism}], trigger 0 s; first batch not counted", flush=True)
+        try:
+            for shape in args.shapes.split(","):
+                q = writer(spark, s, shape).option("checkpointLocation", str(work / f"cp-{shape}")) \
+                    .trigger(processingTime="0 seconds").start()
+                while sum(p.numInputRows for p in q.recentProgress) < total:
+                    time.sleep(0.2)
+                q.stop()
+                rows = [p for p in q.recentProgress if p.numInputRows][1:]
+                te = [p.durationMs["triggerExecution"] for p in rows]
+                ab = [p.durationMs.get("addBatch", 0) for p in rows]
+                logs = [p.durationMs.get("walCommit", 0) + p.durationMs.get("commitOffsets", 0) for p in rows]
+                print(f"{shape}: trigger p50 {statistics.median(te):.0f} ms, max {max(te)} ms; addBatch p50 "
+                      f"{statistics.median(ab):.0f} ms; offset+commit logs p50 {statistics.median(logs):.0f} ms "
+                      f"({len(rows)} batches)", flush=True)
+        finally:
+            spark.stop()
+    finally:
+        broker.stop()
+
+
+if __name__ == "__main__":
+    main()
