@@ -101,13 +101,20 @@ def activate(root: str = ROOT) -> bool:
     if not os.path.isdir(path):
         _reason = "no build for these sources; run: arbiter native build"
         return False
-    # A finder rather than sys.path[0]: whatever later puts the source root first on sys.path (pytest does)
-    # cannot make the not-yet-imported package come from the sources while the other is compiled.
-    names = {*PACKAGES, *(n[:-len(SUFFIX)] for n in os.listdir(path) if n.endswith(SUFFIX))}  # + mypyc's shared lib
-    sys.meta_path.insert(0, _BuildFinder(path, frozenset(names)))
+    use_build(path)
     _active = True
     _reason = "active"
     return True
+
+
+def use_build(path: str) -> None:
+    """Load ``commands`` and ``schemas`` from the build in ``path`` from now on (the build check uses it directly).
+
+    A finder rather than sys.path[0]: whatever later puts the source root first on sys.path (pytest does)
+    cannot make the not-yet-imported package come from the sources while the other is compiled.
+    """
+    names = {*PACKAGES, *(n[:-len(SUFFIX)] for n in os.listdir(path) if n.endswith(SUFFIX))}  # + mypyc's shared lib
+    sys.meta_path.insert(0, _BuildFinder(path, frozenset(names)))
 
 
 class _BuildFinder:

@@ -22,11 +22,12 @@ from app.native import COMPILED, INTERPRETED, NATIVE_DIR, PACKAGES, ROOT, SUFFIX
 
 BUILD_LOG = os.path.join(NATIVE_DIR, "build.log")  # kept only when a build failed
 _STALE_TEMP_SECONDS = 3600  # an unfinished build dir older than this is from a crashed build
-# Runs the corpus in a fresh interpreter: with argv[1] first on sys.path (a build), or the pure sources.
+# Runs the corpus in a fresh interpreter: with the build in argv[1] loaded as activate() loads one, or pure.
 _CHECK = """
 import json, sys
 if sys.argv[1]:
-    sys.path.insert(0, sys.argv[1])
+    from app.native import use_build
+    use_build(sys.argv[1])
 from app.native_check import report
 print(json.dumps(report()))
 """
