@@ -1,7 +1,7 @@
 """``python -m bench.validator.latency``: broker-to-broker latency of the running validator, per command.
 
-For each backend (same commands, its own topics and checkpoint), starts the validator query with a
-``0 seconds`` processing-time trigger, warms it up, then sends bursts of B commands (``--bursts 100,1000``),
+For each backend (same commands, its own topics and checkpoint), starts the validator query with the
+configured processing-time trigger (``--trigger``), warms it up, then sends bursts of B commands (``--bursts 100,1000``),
 one burst at a time. Each command's latency is the time from its produce acknowledgement (it is on the
 broker) to the moment a consumer of the events and rejections topics sees its outcome (matched by command
 id). Also measures Spark's own floor in the same run: a query that only copies the commands topic to
@@ -107,6 +107,7 @@ def main() -> None:
     ap.add_argument("--objects", type=int, default=100_000)
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--warm", type=int, default=200)
+    ap.add_argument("--trigger", default=Settings().trigger_interval, help="processing-time trigger (default: Settings')")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     bursts = [int(b) for b in args.bursts.split(",")]
@@ -118,10 +119,10 @@ def main() -> None:
     broker.start(Settings())
     try:
         base = Settings(kafka_bootstrap=broker.bootstrap, var_dir=work / "var", partitions=args.partitions,
-                        trigger_interval="0 seconds")
+                        trigger_interval=args.trigger)
         spark = spark_session(base, app_name="arbiter-bench-latency")
         print(f"{total} commands on {args.objects} objects, {args.partitions} partitions, bursts {bursts} x "
-              f"{args.rounds}, trigger 0 s, Spark local[{spark.sparkContext.defaultParallelism}]", flush=True)
+              f"{args.rounds}, trigger {args.trigger}, Spark local[{spark.sparkContext.defaultParallelism}]", flush=True)
         try:
             for backend in ["passthrough", *filter(None, args.backend.split(","))]:
                 tag = uuid.uuid4().hex[:6]
@@ -135,7 +136,7 @@ def main() -> None:
                     query = kafka_source(spark, s).selectExpr(f"'{s.topic_events}' AS topic", "key", "value",
                                                               "partition").writeStream.format("kafka") \
                         .options(**sink_options(s)).option("checkpointLocation", s.checkpoint_location) \
-                        .trigger(processingTime="0 seconds").start()
+                        .trigger(processingTime=args.trigger).start()
                     probe = Probe(s, [s.topic_events], "copy")
                 else:
                     query = build_query(spark, s)
