@@ -16,11 +16,11 @@ import time
 import uuid
 from pathlib import Path
 
-from app.kafka_broker import LocalBroker, free_port
 from app.settings import Settings
 from app.spark_session import spark_session
 from app.topics import ensure_topics
 from app.validator.job import build_query
+from bench.harness import throwaway_broker
 
 
 def cpu_seconds(pid: int) -> float:
@@ -36,9 +36,7 @@ def main() -> None:
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     work = Path(tempfile.mkdtemp(prefix="arbiter-bench-idle-"))
-    broker = LocalBroker(work / "kafka", port=free_port(), controller_port=free_port(), heap="1g")
-    broker.start(Settings())
-    try:
+    with throwaway_broker(work) as broker:
         spark = spark_session(Settings(kafka_bootstrap=broker.bootstrap, var_dir=work / "var"), app_name="arbiter-idle")
         kafka = broker.running_pid()
         children = subprocess.check_output(["pgrep", "-P", str(os.getpid()), "java"]).split()  # noqa: S603, S607
@@ -63,8 +61,6 @@ def main() -> None:
                     query.stop()
         finally:
             spark.stop()
-    finally:
-        broker.stop()
 
 
 if __name__ == "__main__":

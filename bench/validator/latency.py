@@ -20,7 +20,6 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
-from app.kafka_broker import LocalBroker, free_port
 from app.settings import Settings
 from app.spark_session import spark_session
 from app.topics import ensure_topics
@@ -28,6 +27,7 @@ from app.validator.job import build_query
 from app.validator.sink import sink_options
 from app.validator.source import kafka_source
 from app.validator.topic_io import producer
+from bench.harness import throwaway_broker
 from bench.validator.workload import records
 from schemas import codec
 
@@ -115,9 +115,7 @@ def main() -> None:
     recs = records(args.objects, total)
 
     work = Path(tempfile.mkdtemp(prefix="arbiter-bench-latency-"))
-    broker = LocalBroker(work / "kafka", port=free_port(), controller_port=free_port(), heap="1g")
-    broker.start(Settings())
-    try:
+    with throwaway_broker(work) as broker:
         base = Settings(kafka_bootstrap=broker.bootstrap, var_dir=work / "var", partitions=args.partitions,
                         trigger_interval=args.trigger)
         spark = spark_session(base, app_name="arbiter-bench-latency")
@@ -150,8 +148,6 @@ def main() -> None:
                     print(f"{backend}: bursts of {size}: {_stats(values)}", flush=True)
         finally:
             spark.stop()
-    finally:
-        broker.stop()
 
 
 if __name__ == "__main__":

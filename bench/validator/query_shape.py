@@ -25,13 +25,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from app.kafka_broker import LocalBroker, free_port
 from app.settings import Settings
 from app.spark_session import spark_session
 from app.topics import ensure_topics
 from app.validator.sink import SINK_DDL, sink_options
 from app.validator.source import kafka_source
 from app.validator.topic_io import produce
+from bench.harness import throwaway_broker
 from bench.validator.workload import records
 
 
@@ -66,9 +66,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
     total = args.per_trigger * args.batches
     work = Path(tempfile.mkdtemp(prefix="arbiter-bench-shape-"))
-    broker = LocalBroker(work / "kafka", port=free_port(), controller_port=free_port(), heap="1g")
-    broker.start(Settings())
-    try:
+    with throwaway_broker(work) as broker:
         tag = uuid.uuid4().hex[:6]
         s = Settings(kafka_bootstrap=broker.bootstrap, var_dir=work / "var", partitions=args.partitions,
                      topic_commands=f"shape-c-{tag}", topic_events=f"shape-out-{tag}", topic_rejections=f"shape-r-{tag}",
@@ -94,8 +92,6 @@ def main() -> None:
                       f"({len(rows)} batches)", flush=True)
         finally:
             spark.stop()
-    finally:
-        broker.stop()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,21 @@
+"""A benchmark's throwaway broker: started on free ports under a work directory, stopped by its PID at the end."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from app.kafka_broker import LocalBroker, free_port
+from app.settings import Settings
+
+
+@contextmanager
+def throwaway_broker(work: Path, heap: str = "1g") -> Iterator[LocalBroker]:
+    """Start a KRaft broker in ``work/kafka`` on free loopback ports; stop it when the block ends, however it ends."""
+    broker = LocalBroker(work / "kafka", port=free_port(), controller_port=free_port(), heap=heap)
+    broker.start(Settings())
+    try:
+        yield broker
+    finally:
+        broker.stop()
