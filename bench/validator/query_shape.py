@@ -8,7 +8,8 @@ shapes, one after another in one SparkSession, and prints each shape's ``trigger
 - ``arrow``: the same with an identity ``mapInArrow`` step (the Python task round trip);
 - ``arrow-coalesced``: the same after ``coalesce(cores)`` (whole partitions per task, as the rocksdb backend runs);
 - ``fb-arrow``: ``foreachBatch`` running the identity ``mapInArrow`` and a batch write (the first rocksdb shape);
-- ``arrow-async``: ``arrow`` with ``asyncProgressTrackingEnabled`` (offset/commit logs off the batch path).
+- ``arrow-async``: ``arrow`` with ``asyncProgressTrackingEnabled`` (offset/commit logs off the batch path);
+- ``arrow-coalesced-async``: ``arrow-coalesced`` with it too.
 """
 
 from __future__ import annotations
@@ -48,17 +49,17 @@ def writer(spark: Any, s: Settings, shape: str) -> Any:  # noqa: ANN401
         return src.writeStream.foreachBatch(each)
     if shape == "direct":
         out = src
-    elif shape == "arrow-coalesced":
+    elif shape.startswith("arrow-coalesced"):
         out = src.coalesce(spark.sparkContext.defaultParallelism).mapInArrow(identity, SINK_DDL)
     else:
         out = src.mapInArrow(identity, SINK_DDL)
     w = out.writeStream.format("kafka").options(**sink_options(s))
-    return w.option("asyncProgressTrackingEnabled", "true") if shape == "arrow-async" else w
+    return w.option("asyncProgressTrackingEnabled", "true") if shape.endswith("-async") else w
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.validator.query_shape")
-    ap.add_argument("--shapes", default="direct,arrow,arrow-coalesced,fb-arrow,arrow-async")
+    ap.add_argument("--shapes", default="direct,arrow,arrow-coalesced,fb-arrow,arrow-async,arrow-coalesced-async")
     ap.add_argument("--per-trigger", type=int, default=100)
     ap.add_argument("--batches", type=int, default=15)
     ap.add_argument("--partitions", type=int, default=8)
