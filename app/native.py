@@ -82,7 +82,7 @@ def build_dir(digest: str | None = None, root: str = ROOT) -> str:
 
 
 def activate(root: str = ROOT) -> bool:
-    """Put the compiled packages first on ``sys.path`` if built for the sources now under ``root``; return whether."""
+    """Load both packages from their build (``use_build``) if one exists for the sources now under ``root``; return whether."""
     global _active, _reason
     if _active:
         return True
@@ -174,7 +174,7 @@ def status() -> str:
     where = module.__file__ or ""
     if where.endswith(SUFFIX):
         return f"compiled (mypyc, {os.path.basename(os.path.dirname(os.path.dirname(where)))})"
-    reason = _reason if not _active else f"build on sys.path but commands.decide is {where}"
+    reason = _reason if not _active else f"build finder installed but commands.decide is {where}"
     return f"pure Python ({reason})"
 
 
