@@ -19,3 +19,13 @@ def throwaway_broker(work: Path, heap: str = "1g") -> Iterator[LocalBroker]:
         yield broker
     finally:
         broker.stop()
+
+
+@contextmanager
+def bootstrap_for(given: str | None, work: Path, heap: str = "1g") -> Iterator[str]:
+    """Yield ``given`` (an existing broker's bootstrap) if set, else a throwaway broker's, stopped at the end."""
+    if given is not None:
+        yield given
+        return
+    with throwaway_broker(work, heap) as broker:
+        yield broker.bootstrap

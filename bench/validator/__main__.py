@@ -19,7 +19,6 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from app.kafka_broker import LocalBroker, free_port
 from app.settings import Settings
 from app.spark_session import spark_session
 from app.topics import describe, ensure_topics
@@ -27,6 +26,7 @@ from app.validator.job import build_query
 from app.validator.sink import sink_options
 from app.validator.source import kafka_source
 from app.validator.topic_io import produce
+from bench.harness import bootstrap_for
 from bench.validator.workload import records
 
 
@@ -106,13 +106,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING)
 
     work = Path(tempfile.mkdtemp(prefix="arbiter-bench-validator-"))
-    broker = None
-    bootstrap = args.bootstrap
-    if bootstrap is None:
-        broker = LocalBroker(work / "kafka", port=free_port(), controller_port=free_port(), heap="1g")
-        broker.start(Settings())
-        bootstrap = broker.bootstrap
-    try:
+    with bootstrap_for(args.bootstrap, work) as bootstrap:
         tag = uuid.uuid4().hex[:6]
         settings = Settings(kafka_bootstrap=bootstrap, var_dir=work / "var", partitions=args.partitions,
                             topic_commands=f"bench-commands-{tag}", topic_events=f"bench-pass-{tag}",
@@ -146,9 +140,6 @@ def main() -> None:
                 print(f"rocksdb / transformWithState: {rates['rocksdb'] / rates['spark']:.1f}x")
         finally:
             spark.stop()
-    finally:
-        if broker is not None:
-            broker.stop()
 
 
 if __name__ == "__main__":

@@ -25,13 +25,13 @@ from pathlib import Path
 import rocksdict
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from app.kafka_broker import LocalBroker, free_port
 from app.settings import Settings, checkpoint_uri
 from app.topics import ensure_topics
 from app.validator.rocks.checkpoint import ShardStore
 from app.validator.rocks.lock import FileLock
 from app.validator.rocks.shard import STATE, open_shard, rocks_root, shard_dir
 from app.validator.topic_io import produce
+from bench.harness import bootstrap_for
 from commands import CreateObject, ObjectState
 from schemas import codec
 
@@ -176,13 +176,7 @@ def main() -> None:
     ap.add_argument("--bootstrap", default=None, help="an existing broker; default: start one on free ports")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="arbiter-bench-restart-"))
-    broker = None
-    bootstrap = args.bootstrap
-    if bootstrap is None:
-        broker = LocalBroker(work / "kafka", port=free_port(), controller_port=free_port(), heap="1g")
-        broker.start(Settings())
-        bootstrap = broker.bootstrap
-    try:
+    with bootstrap_for(args.bootstrap, work) as bootstrap:
         tag = uuid.uuid4().hex[:6]
         s = Settings(kafka_bootstrap=bootstrap, var_dir=work / "var", partitions=args.partitions,
                      topic_commands=f"rs-commands-{tag}", topic_events=f"rs-events-{tag}",
@@ -196,9 +190,6 @@ def main() -> None:
         lost = timed_run(s, f"restart after deleting local state, {args.objects:,} objects", args.commands, "r2")
         print(f"RESULT objects={args.objects} clean_first_s={clean[0]:.1f} lost_first_s={lost[0]:.1f} "
               f"peak_rss_mib={max(clean[2], lost[2]) / 2**20:.0f}")
-    finally:
-        if broker is not None:
-            broker.stop()
         shutil.rmtree(work, ignore_errors=True)
 
 
