@@ -12,22 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from commands import (
-    CreateObject,
     DeleteObject,
     Event,
-    EventType,
-    GrantEditor,
     ObjectState,
-    OriginalRecord,
     ReasonCode,
     RecentCommand,
     Rejection,
-    RevokeEditor,
-    UpdateObject,
 )
 from schemas import codec
 from schemas.catalog import IDS_FILE, STATE, SchemaCatalog, SchemaVersion
 from schemas.codec import Codec, DecodeError
+from tests.unit.record_strategies import record_strategies
 
 pytestmark = pytest.mark.unit
 
@@ -36,26 +31,8 @@ texts = st.text(max_size=20)
 times = st.datetimes(min_value=datetime(1971, 1, 1), max_value=datetime(2200, 1, 1),  # noqa: DTZ001
                      timezones=st.just(UTC))
 longs = st.integers(0, 2**62)
-opt_longs = st.none() | longs
-common = (texts, texts, texts, times, opt_longs)
-commands_st = st.one_of(
-    st.builds(CreateObject, *common, document=texts),
-    st.builds(UpdateObject, *common, patch=texts),
-    st.builds(DeleteObject, *common),
-    st.builds(GrantEditor, *common, editor=texts),
-    st.builds(RevokeEditor, *common, editor=texts),
-)
-events_st = st.builds(Event, texts, st.sampled_from(EventType), texts, longs, texts, texts, times, texts,
-                      st.none() | texts, st.none() | texts, st.none() | texts)
-originals = st.builds(OriginalRecord, texts, st.integers(0, 2**31 - 1), longs, st.none() | st.binary(),
-                      st.none() | st.binary())
-rejections_st = st.builds(Rejection, texts, st.sampled_from(ReasonCode), texts, st.none() | texts,
-                          st.none() | texts, st.none() | texts, st.none() | times, opt_longs, st.none() | texts,
-                          opt_longs, st.none() | originals)
-recents = st.builds(RecentCommand, texts, texts, longs, times)
-states_st = st.builds(ObjectState, st.booleans(), st.booleans(), longs, texts,
-                      st.lists(texts, max_size=4).map(tuple), st.none() | times, st.none() | times,
-                      st.none() | times, longs, st.lists(recents, max_size=4).map(tuple))
+RECORDS = record_strategies(texts, times, longs, max_editors=4, max_recent=4)
+commands_st, events_st, rejections_st, states_st = RECORDS.commands, RECORDS.events, RECORDS.rejections, RECORDS.states
 
 PAIRS = [
     (commands_st, codec.encode_command, codec.decode_command),

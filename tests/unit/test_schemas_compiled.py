@@ -14,20 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from commands import (
-    CreateObject,
-    DeleteObject,
-    Event,
-    EventType,
-    GrantEditor,
     ObjectState,
     ReasonCode,
     RecentCommand,
-    RevokeEditor,
-    UpdateObject,
 )
 from schemas import binary, codec, records
 from schemas.catalog import COMMAND, EVENT, STATE, SchemaCatalog
 from schemas.codec import DecodeError
+from tests.unit.record_strategies import record_strategies
 
 pytestmark = pytest.mark.unit
 
@@ -36,21 +30,8 @@ texts = st.text(max_size=80)  # past 63 characters a string's length takes two b
 times = st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 30),  # noqa: DTZ001
                      timezones=st.just(UTC))
 longs = st.integers(-(2**63), 2**63 - 1)
-opt_longs = st.none() | longs
-common = (texts, texts, texts, times, opt_longs)
-commands_st = st.one_of(
-    st.builds(CreateObject, *common, document=texts),
-    st.builds(UpdateObject, *common, patch=texts),
-    st.builds(DeleteObject, *common),
-    st.builds(GrantEditor, *common, editor=texts),
-    st.builds(RevokeEditor, *common, editor=texts),
-)
-events_st = st.builds(Event, texts, st.sampled_from(EventType), texts, longs, texts, texts, times, texts,
-                      st.none() | texts, st.none() | texts, st.none() | texts)
-recents = st.builds(RecentCommand, texts, texts, longs, times)
-states_st = st.builds(ObjectState, st.booleans(), st.booleans(), longs, texts,
-                      st.lists(texts, max_size=40).map(tuple), st.none() | times, st.none() | times,
-                      st.none() | times, longs, st.lists(recents, max_size=20).map(tuple))
+RECORDS = record_strategies(texts, times, longs, max_editors=40, max_recent=20)
+commands_st, events_st, states_st = RECORDS.commands, RECORDS.events, RECORDS.states
 
 CASES: list[tuple[Any, str, Callable[[Any], bytes], Callable[[Any], records.Record], Callable[[bytes], Any]]] = [
     (commands_st, COMMAND, codec.encode_command, records.command_to_record, codec.decode_command),

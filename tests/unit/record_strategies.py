@@ -1,0 +1,67 @@
+"""Hypothesis strategies for every record the codecs carry, built over the caller's texts, times and longs.
+
+The codec tests keep values inside what any Avro reader accepts; the compiled-codec tests push to the edges
+(year 1 to 9999, the full long range, long strings and lists). One builder, two sets of bounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from hypothesis import strategies as st
+
+from commands import (
+    CreateObject,
+    DeleteObject,
+    Event,
+    EventType,
+    GrantEditor,
+    ObjectState,
+    OriginalRecord,
+    ReasonCode,
+    RecentCommand,
+    Rejection,
+    RevokeEditor,
+    UpdateObject,
+)
+
+Strategy = st.SearchStrategy[Any]
+
+
+@dataclass(frozen=True)
+class RecordStrategies:
+    """One strategy per record type."""
+
+    commands: Strategy
+    events: Strategy
+    recents: Strategy
+    states: Strategy
+    rejections: Strategy
+
+
+def record_strategies(texts: Strategy, times: st.SearchStrategy[datetime], longs: st.SearchStrategy[int], *,
+                      max_editors: int, max_recent: int) -> RecordStrategies:
+    """Return strategies for commands, events, dedup entries, states and rejections over the given values."""
+    opt_longs = st.none() | longs
+    common = (texts, texts, texts, times, opt_longs)
+    commands = st.one_of(
+        st.builds(CreateObject, *common, document=texts),
+        st.builds(UpdateObject, *common, patch=texts),
+        st.builds(DeleteObject, *common),
+        st.builds(GrantEditor, *common, editor=texts),
+        st.builds(RevokeEditor, *common, editor=texts),
+    )
+    events = st.builds(Event, texts, st.sampled_from(EventType), texts, longs, texts, texts, times, texts,
+                       st.none() | texts, st.none() | texts, st.none() | texts)
+    recents = st.builds(RecentCommand, texts, texts, longs, times)
+    states = st.builds(ObjectState, st.booleans(), st.booleans(), longs, texts,
+                       st.lists(texts, max_size=max_editors).map(tuple), st.none() | times, st.none() | times,
+                       st.none() | times, longs, st.lists(recents, max_size=max_recent).map(tuple))
+    originals = st.builds(OriginalRecord, texts, st.integers(0, 2**31 - 1), longs, st.none() | st.binary(),
+                          st.none() | st.binary())
+    rejections = st.builds(Rejection, texts, st.sampled_from(ReasonCode), texts, st.none() | texts,
+                           st.none() | texts, st.none() | texts, st.none() | times, opt_longs, st.none() | texts,
+                           opt_longs, st.none() | originals)
+    return RecordStrategies(commands, events, recents, states, rejections)
