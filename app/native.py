@@ -86,8 +86,12 @@ def activate(root: str = ROOT) -> bool:
     global _active, _reason
     if _active:
         return True
-    if os.environ.get("ARBITER_NATIVE", "").strip().lower() == "off":
+    mode = os.environ.get("ARBITER_NATIVE", "").strip().lower()
+    if mode == "off":
         _reason = "ARBITER_NATIVE=off"
+        return False
+    if mode not in ("", "auto"):  # a typo must not silently mean either; pure Python is always valid
+        _reason = f"ARBITER_NATIVE={mode!r} is neither auto nor off"
         return False
     imported = [p for p in PACKAGES if p in sys.modules]
     if imported:

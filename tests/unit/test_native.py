@@ -20,7 +20,7 @@ from commands import EventType, ReasonCode
 pytestmark = pytest.mark.unit
 
 # What one fresh interpreter ends up with. argv: a root to activate() (or "" for app's own import) and a case:
-# "commands-first" imports commands before app, "off" keeps ARBITER_NATIVE=off.
+# "commands-first" imports commands before app, "off" keeps ARBITER_NATIVE=off, "typo" sets it to "of".
 PROBE = """
 import json, os, sys
 root, case = sys.argv[1:]
@@ -30,6 +30,8 @@ import app  # with a root to probe, ARBITER_NATIVE=off keeps this one from takin
 from app import native
 if root and case != "off":
     del os.environ["ARBITER_NATIVE"]
+if case == "typo":
+    os.environ["ARBITER_NATIVE"] = "of"
 active = native.activate(root) if root else native.status().startswith("compiled")
 import commands, schemas.codec
 print(json.dumps({"active": active, "commands": commands.__file__, "status": native.status()}))
@@ -138,6 +140,8 @@ def test_a_stale_build_is_not_used(fake_root: Path) -> None:
 
 def test_off_and_imported_win_over_a_current_build(fake_root: Path) -> None:
     assert probe(str(fake_root), case="off")["status"] == "pure Python (ARBITER_NATIVE=off)"
+    got = probe(str(fake_root), case="typo")
+    assert got["active"] is False and got["status"] == "pure Python (ARBITER_NATIVE='of' is neither auto nor off)"
     got = probe(str(fake_root), case="commands-first")
     assert got["active"] is False and got["status"] == "pure Python (commands imported before app)"
     assert not got["commands"].startswith(str(fake_root))
