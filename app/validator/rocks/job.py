@@ -4,7 +4,7 @@ No shuffle: Spark's Kafka source reads each topic partition as one task in offse
 whole partitions together into as many tasks as there are cores (each partition still one contiguous run in
 offset order), and the shard step runs each partition's run against that partition's shard. No foreachBatch:
 the batch id and time reach the tasks from Spark itself (see ``ShardTasks``), which saves a Python round trip
-and a second query plan per micro-batch (docs/benchmarks.md, "rocksdb query shape").
+and a second query plan per micro-batch (``python -m bench.validator.query_shape``; docs/benchmarks.md).
 """
 
 from __future__ import annotations
