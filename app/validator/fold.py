@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from datetime import timedelta
+from typing import NamedTuple
 
 from app.settings import Settings
 from app.validator.decode import to_command
@@ -17,9 +17,12 @@ def limits_for(settings: Settings) -> Limits:
     return Limits(dedup_ttl=timedelta(milliseconds=settings.dedup_ttl_ms))
 
 
-@dataclass(frozen=True, slots=True)
-class InputRecord:
-    """One record of the commands topic as the source gives it."""
+class InputRecord(NamedTuple):
+    """One record of the commands topic as the source gives it.
+
+    A named tuple, not a frozen dataclass: the shard step builds one per command, and a frozen dataclass's
+    generated ``__init__`` (one ``object.__setattr__`` per field) cost several times a tuple's construction.
+    """
 
     key: bytes | None
     value: bytes | None

@@ -52,6 +52,17 @@ def passthrough(settings: Settings, target: str, count: int) -> float:
     return elapsed
 
 
+def steady(batches: list) -> float | None:  # noqa: ANN001 - pyspark progress objects
+    """Return rows/s over every batch but the first (which also pays the Python workers' start); None if only one."""
+    rest = batches[1:]
+    seconds = sum(p.durationMs.get("triggerExecution", 0) for p in rest) / 1000
+    return sum(p.numInputRows for p in rest) / seconds if rest and seconds > 0 else None
+
+
+def _rate(value: float | None) -> str:
+    return "n/a (one batch)" if value is None else f"{value:,.0f}/s"
+
+
 def spark_passthrough(spark, settings: Settings, count: int) -> dict[str, float]:  # noqa: ANN001
     """Drain the commands topic into a copy topic with Spark's Kafka source and sink only; seconds and batches."""
     tag = uuid.uuid4().hex[:6]
@@ -69,7 +80,7 @@ def spark_passthrough(spark, settings: Settings, count: int) -> dict[str, float]
     if out != count:
         raise SystemExit(f"spark pass-through: {out} records for {count} commands")
     latencies = sorted(p.durationMs.get("triggerExecution", 0) / 1000 for p in batches)
-    return {"seconds": elapsed, "batches": len(batches), "p50": statistics.median(latencies)}
+    return {"seconds": elapsed, "batches": len(batches), "p50": statistics.median(latencies), "steady": steady(batches)}
 
 
 def run_backend(spark, settings: Settings, backend: str, count: int) -> dict[str, float]:  # noqa: ANN001
@@ -91,7 +102,7 @@ def run_backend(spark, settings: Settings, backend: str, count: int) -> dict[str
         raise SystemExit(f"{backend}: {out} outcomes for {count} commands")
     return {"seconds": elapsed, "batches": len(batches), "p50": statistics.median(latencies),
             "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
-            "rows_per_batch": count / max(1, len(batches))}
+            "rows_per_batch": count / max(1, len(batches)), "steady": steady(batches)}
 
 
 def main() -> None:
@@ -128,16 +139,22 @@ def main() -> None:
             sp = spark_passthrough(spark, settings, len(recs))
             sp_rate = len(recs) / sp["seconds"]
             print(f"spark pass-through (Kafka source -> Kafka sink, no Python): {sp['seconds']:.1f} s, "
-                  f"{sp_rate:,.0f} commands/s, {sp['batches']} batches, batch p50 {sp['p50']:.2f} s")
+                  f"{sp_rate:,.0f} commands/s, {sp['batches']} batches, batch p50 {sp['p50']:.2f} s; "
+                  f"steady (batches after the first) {_rate(sp['steady'])}")
             rates: dict[str, float] = {}
+            steadies: dict[str, float | None] = {}
             for backend in args.backend.split(","):
                 r = run_backend(spark, settings, backend, len(recs))
                 rate = rates[backend] = len(recs) / r["seconds"]
+                steadies[backend] = r["steady"]
                 print(f"{backend}: {r['seconds']:.1f} s, {rate:,.0f} commands/s, {r['batches']} batches of "
                       f"~{r['rows_per_batch']:.0f}, batch latency p50 {r['p50']:.2f} s p99 {r['p99']:.2f} s, "
-                      f"ratio to raw pass-through {rate / base_rate:.3f}, to spark pass-through {rate / sp_rate:.3f}")
+                      f"ratio to raw pass-through {rate / base_rate:.3f}, to spark pass-through {rate / sp_rate:.3f}; "
+                      f"steady (batches after the first) {_rate(r['steady'])}")
             if "rocksdb" in rates and "spark" in rates:
-                print(f"rocksdb / transformWithState: {rates['rocksdb'] / rates['spark']:.1f}x")
+                print(f"rocksdb / transformWithState: {rates['rocksdb'] / rates['spark']:.1f}x", end="")
+                a, b = steadies["rocksdb"], steadies["spark"]
+                print(f"; steady {a / b:.1f}x, steady rocksdb / raw {a / base_rate:.3f}" if a and b else "")
         finally:
             spark.stop()
 

@@ -24,10 +24,11 @@ from app.settings import Settings
 from app.spark_session import spark_session
 from app.topics import ensure_topics
 from app.validator.job import build_query
-from app.validator.sink import sink_options
+from app.validator.sink import SINK_DDL, sink_options
 from app.validator.source import kafka_source
 from app.validator.topic_io import producer
 from bench.harness import throwaway_broker
+from bench.validator.query_shape import identity
 from bench.validator.workload import records
 from schemas import codec
 
@@ -85,6 +86,16 @@ def _stats(lat: list[float]) -> str:
             f"({len(lat)} commands)")
 
 
+def breakdown(query) -> str:  # noqa: ANN001 - a pyspark StreamingQuery
+    """Return the median of each of Spark's ``durationMs`` parts over the query's recent batches that read rows."""
+    parts: dict[str, list[int]] = {}
+    for p in query.recentProgress:
+        if p.get("numInputRows", 0) > 0:
+            for k, v in p.get("durationMs", {}).items():
+                parts.setdefault(k, []).append(v)
+    return ", ".join(f"{k} {statistics.median(v):.0f}" for k, v in sorted(parts.items(), key=lambda kv: -max(kv[1])))
+
+
 def measure(probe: Probe, recs: list[tuple[bytes, bytes]], bursts: list[int], rounds: int, warm: int) -> dict[int, list[float]]:
     """Warm up with ``warm`` commands, then ``rounds`` bursts of each size; return latencies per burst size."""
     pos = warm
@@ -101,13 +112,18 @@ def measure(probe: Probe, recs: list[tuple[bytes, bytes]], bursts: list[int], ro
 
 def main() -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.validator.latency")
-    ap.add_argument("--backend", default="rocksdb,spark", help="comma-separated: rocksdb,spark (and the pass-through)")
+    ap.add_argument("--backend", default="rocksdb,spark", help="comma-separated: rocksdb,spark,floor "
+                    "(floor: the rocksdb query's shape with an identity Python step); "
+                    "the pass-through always runs first")
     ap.add_argument("--bursts", default="100,1000")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--objects", type=int, default=100_000)
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--warm", type=int, default=200)
     ap.add_argument("--trigger", default=Settings().trigger_interval, help="processing-time trigger (default: Settings')")
+    ap.add_argument("--async-progress", action="store_true",
+                    help="Spark's asyncProgressTrackingEnabled on the pass-through and floor queries (never on a validator: "
+                    "its shards key idempotency by batch id, which async progress tracking may re-plan)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     bursts = [int(b) for b in args.bursts.split(",")]
@@ -120,32 +136,43 @@ def main() -> None:
                         trigger_interval=args.trigger)
         spark = spark_session(base, app_name="arbiter-bench-latency")
         print(f"{total} commands on {args.objects} objects, {args.partitions} partitions, bursts {bursts} x "
-              f"{args.rounds}, trigger {args.trigger}, Spark local[{spark.sparkContext.defaultParallelism}]", flush=True)
+              f"{args.rounds}, trigger {args.trigger}, async progress (pass-through, floor) {args.async_progress}, "
+              f"Spark local[{spark.sparkContext.defaultParallelism}]", flush=True)
         try:
             for backend in ["passthrough", *filter(None, args.backend.split(","))]:
                 tag = uuid.uuid4().hex[:6]
                 s = base.model_copy(update={
-                    "state_backend": "rocksdb" if backend == "passthrough" else backend,
+                    "state_backend": backend if backend in ("rocksdb", "spark") else "rocksdb",
                     "topic_commands": f"lat-commands-{tag}", "topic_events": f"lat-events-{tag}",
                     "topic_rejections": f"lat-rejections-{tag}",
                     "checkpoint_location": str(work / f"checkpoint-{backend}-{tag}")})
                 ensure_topics(s)
-                if backend == "passthrough":
+                if backend == "floor":  # the rocksdb query's shape with an identity Python step: Spark's floor for it
+                    src = kafka_source(spark, s).selectExpr(f"'{s.topic_events}' AS topic", "key", "value", "partition")
+                    query = src.coalesce(spark.sparkContext.defaultParallelism).mapInArrow(identity, SINK_DDL) \
+                        .writeStream.format("kafka").options(**sink_options(s)) \
+                        .option("checkpointLocation", s.checkpoint_location).trigger(processingTime=args.trigger) \
+                        .option("asyncProgressTrackingEnabled", str(args.async_progress).lower()).start()
+                    probe = Probe(s, [s.topic_events], "copy")
+                elif backend == "passthrough":
                     query = kafka_source(spark, s).selectExpr(f"'{s.topic_events}' AS topic", "key", "value",
                                                               "partition").writeStream.format("kafka") \
                         .options(**sink_options(s)).option("checkpointLocation", s.checkpoint_location) \
-                        .trigger(processingTime=args.trigger).start()
+                        .trigger(processingTime=args.trigger) \
+                        .option("asyncProgressTrackingEnabled", str(args.async_progress).lower()).start()
                     probe = Probe(s, [s.topic_events], "copy")
                 else:
                     query = build_query(spark, s)
                     probe = Probe(s, [s.topic_events, s.topic_rejections], "outcome")
                 try:
                     lat = measure(probe, recs, bursts, args.rounds, args.warm)
+                    parts = breakdown(query)
                 finally:
                     probe.close()
                     query.stop()
                 for size, values in lat.items():
                     print(f"{backend}: bursts of {size}: {_stats(values)}", flush=True)
+                print(f"{backend}: Spark's durationMs per batch with rows, p50: {parts}", flush=True)
         finally:
             spark.stop()
 

@@ -40,6 +40,30 @@ def identity(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     yield from batches
 
 
+class Produce:
+    """A ``mapInArrow`` step that writes its rows to Kafka itself (librdkafka, flushed before the task ends), yields none."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from confluent_kafka import Producer
+
+        p = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 5,
+                      "queue.buffering.max.messages": 1_000_000})
+        for b in batches:
+            topics, keys, values, parts = (b.column(i).to_pylist() for i in range(4))
+            for t, k, v, n in zip(topics, keys, values, parts, strict=True):
+                while True:
+                    try:
+                        p.produce(t, v, k, partition=n)
+                        break
+                    except BufferError:
+                        p.poll(0.05)
+        p.flush()
+        return iter(())
+
+
 def writer(spark: Any, s: Settings, shape: str) -> Any:  # noqa: ANN401
     """Return the DataStreamWriter of ``shape`` (see the module docstring)."""
     src = kafka_source(spark, s).selectExpr(f"'{s.topic_events}' AS topic", "key", "value", "partition")
@@ -49,6 +73,11 @@ def writer(spark: Any, s: Settings, shape: str) -> Any:  # noqa: ANN401
         return src.writeStream.foreachBatch(each)
     if shape == "direct":
         out = src
+    elif shape == "noop":  # Spark's Kafka source alone
+        return src.writeStream.format("noop")
+    elif shape == "arrow-coalesced-produce":  # the Python task writes to Kafka itself; Spark's sink is a no-op
+        return src.coalesce(spark.sparkContext.defaultParallelism).mapInArrow(
+            Produce(s.kafka_bootstrap), SINK_DDL).writeStream.format("noop")
     elif shape.startswith("arrow-coalesced"):
         out = src.coalesce(spark.sparkContext.defaultParallelism).mapInArrow(identity, SINK_DDL)
     else:

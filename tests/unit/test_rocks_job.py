@@ -11,7 +11,7 @@ import pytest
 from app.settings import Settings
 from app.validator.fold import InputRecord
 from app.validator.murmur2 import partition_for
-from app.validator.rocks.job import ShardTasks, shard_step
+from app.validator.rocks.job import ShardTasks, _ints, shard_step
 from app.validator.rocks.shard import ShardOrderError, run_task
 from commands import CreateObject
 from schemas import codec
@@ -74,3 +74,13 @@ def test_the_task_function_refuses_to_run_outside_a_streaming_query(tmp_path: Pa
     step = ShardTasks(settings_in(tmp_path, "nobatch"), str(tmp_path / "ck"))
     with pytest.raises(ShardOrderError, match=r"streaming\.sql\.batchId"):
         list(step(iter([arrow(records_of(0, 1))])))
+
+
+@pytest.mark.parametrize("kind", [pa.int32(), pa.int64()])
+def test_int_columns_read_from_the_arrow_buffer_equal_to_pylist(kind: pa.DataType) -> None:
+    values = [0, 1, -5, 2**31 - 1, -(2**31), 7, 9]
+    col = pa.array(values, kind)
+    assert _ints(col) == values
+    assert _ints(col.slice(2, 3)) == values[2:5]  # an offset into the buffer, as a sliced batch has
+    assert _ints(pa.array([1, None, 3], kind)) == [1, None, 3]
+    assert _ints(pa.array([], kind)) == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -88,9 +89,20 @@ def _values(col: pa.Array) -> list[Any]:
     return col.to_pylist()
 
 
+_INT_FORMATS = {pa.int32(): "i", pa.int64(): "q"}
+
+
 def _ints(col: pa.Array) -> list[Any]:
-    """Return an integer column as Python ints, through numpy when it has no nulls (several times faster)."""
-    return col.to_numpy().tolist() if col.null_count == 0 else col.to_pylist()
+    """Return an integer column as Python ints, read straight from its Arrow buffer when it has no nulls.
+
+    Several times faster than ``to_pylist``, and not through numpy, whose Arrow conversion imports pandas:
+    ~1 s of every new Python worker's first task (py-spy, docs/benchmarks.md).
+    """
+    fmt = _INT_FORMATS.get(col.type)
+    if col.null_count or fmt is None or sys.byteorder != "little":
+        return col.to_pylist()
+    width = col.type.bit_width // 8
+    return memoryview(col.buffers()[1])[col.offset * width:(col.offset + len(col)) * width].cast(fmt).tolist()
 
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # set by Spark's MicroBatchExecution on every job of a micro-batch
