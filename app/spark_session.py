@@ -6,7 +6,14 @@ import os
 import sys
 
 from app.jars import spark_connector_jars
-from app.settings import Settings
+from app.settings import Settings, checkpoint_uri
+
+CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+# Spark's default (FileContext-based) renames each offset- and commit-log file through Hadoop's FileContext,
+# which without Hadoop's native library runs `readlink` in a child process for every rename: with the `chmod`
+# Hadoop also forks, ~100 ms of every micro-batch on this machine (strace of the driver JVM; docs/benchmarks.md).
+# The FileSystem-based manager, also Spark's, renames with java.io (atomic on a local disk and on HDFS).
+FILESYSTEM_CHECKPOINTS = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 
 
 def spark_session(settings: Settings, app_name: str = "arbiter", extra_conf: dict[str, str] | None = None):  # noqa: ANN201
@@ -32,8 +39,16 @@ def spark_session(settings: Settings, app_name: str = "arbiter", extra_conf: dic
         .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={settings.path(settings.var_dir)}")
         .config("spark.python.worker.reuse", "true")
     )
-    for key, value in {**settings.spark_conf, **(extra_conf or {})}.items():
+    conf = {**settings.spark_conf, **(extra_conf or {})}
+    if CHECKPOINT_FILE_MANAGER not in conf and _is_local(checkpoint_uri(settings)):
+        conf[CHECKPOINT_FILE_MANAGER] = FILESYSTEM_CHECKPOINTS
+    for key, value in conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def _is_local(uri: str) -> bool:
+    """Whether ``uri`` is a local path (no scheme, or ``file:``): the FileSystem-based checkpoint manager is for those."""
+    return "://" not in uri or uri.startswith("file:")
