@@ -11,7 +11,7 @@ import pytest
 from app.settings import Settings
 from app.validator.fold import InputRecord
 from app.validator.murmur2 import partition_for
-from app.validator.rocks.job import ShardTasks, _ints, shard_step
+from app.validator.rocks.job import NotInStreamingQuery, ShardTasks, _ints, shard_step
 from app.validator.rocks.shard import ShardOrderError, run_task
 from commands import CreateObject
 from schemas import codec
@@ -72,8 +72,9 @@ def test_a_partition_split_in_two_runs_is_refused_before_anything_is_decided(tmp
 
 def test_the_task_function_refuses_to_run_outside_a_streaming_query(tmp_path: Path) -> None:
     step = ShardTasks(settings_in(tmp_path, "nobatch"), str(tmp_path / "ck"))
-    with pytest.raises(ShardOrderError, match=r"streaming\.sql\.batchId"):
+    with pytest.raises(NotInStreamingQuery, match=r"streaming\.sql\.batchId") as raised:
         list(step(iter([arrow(records_of(0, 1))])))
+    assert raised.value.code == "NOT_IN_STREAMING_QUERY"
 
 
 @pytest.mark.parametrize("kind", [pa.int32(), pa.int64()])

@@ -22,6 +22,7 @@ import pyarrow as pa
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQueryListener
 
+from app.errors import ArbiterError
 from app.settings import Settings, checkpoint_uri
 from app.validator.fold import InputRecord
 from app.validator.rocks.lock import FileLock, acquire_job_lock, job_lock_path
@@ -105,6 +106,12 @@ def _ints(col: pa.Array) -> list[Any]:
     return memoryview(col.buffers()[1])[col.offset * width:(col.offset + len(col)) * width].cast(fmt).tolist()
 
 
+class NotInStreamingQuery(ArbiterError):
+    """The shard step ran without Spark's micro-batch id (outside a streaming query): it cannot be idempotent."""
+
+    code = "NOT_IN_STREAMING_QUERY"
+
+
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # set by Spark's MicroBatchExecution on every job of a micro-batch
 
 
@@ -126,7 +133,8 @@ class ShardTasks:
         context = TaskContext.get()
         raw = context.getLocalProperty(BATCH_ID_PROPERTY) if context is not None else None
         if raw is None:
-            raise ShardOrderError(f"no {BATCH_ID_PROPERTY} on this task: the shard step runs only in a streaming query")
+            raise NotInStreamingQuery(f"no {BATCH_ID_PROPERTY} on this task: the shard step runs only in a streaming "
+                                      "query, whose batch id keys the shards' idempotency")
         first = None
         for first in batches:
             if len(first):
