@@ -7,12 +7,12 @@ the index without scanning segments.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 from rocksdict import AccessType, Options, Rdict, WriteBatch, WriteOptions
 
 from projections.audit.chain import Head, head_key, parse_chain_key, unpack_head
+from projections.rocks import prefixed
 
 TP = tuple[str, int]
 
@@ -44,13 +44,6 @@ def write_options(sync: bool) -> WriteOptions:
 
 def new_batch() -> WriteBatch:
     return WriteBatch(raw_mode=True)
-
-
-def prefixed(db: Rdict, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-    for k, v in db.items(from_key=prefix):
-        if not k.startswith(prefix):
-            break
-        yield k, v
 
 
 def heads(db: Rdict) -> dict[TP, Head]:

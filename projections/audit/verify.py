@@ -15,6 +15,7 @@ from rocksdict import Rdict
 from commands import Event
 from projections.audit import store
 from projections.audit.chain import GENESIS, Entry, Head, link, parse_chain_key, unpack_entry
+from projections.rocks import prefixed
 from schemas import codec
 from schemas.codec import DecodeError
 
@@ -68,7 +69,7 @@ def verify(path: Path) -> VerifyReport:
     with reader(path) as db:
         heads = store.heads(db)
         chains: dict[TP, list[tuple[bytes, bytes]]] = {}
-        for k, v in store.prefixed(db, b"r"):
+        for k, v in prefixed(db, b"r"):
             chains.setdefault(parse_chain_key(k), []).append((k, v))
         for tp in sorted(set(chains) | set(heads)):
             _verify_chain(tp, chains.get(tp, []), heads.get(tp), report)
@@ -145,7 +146,7 @@ def history(path: Path, object_id: str) -> list[HistoryEntry]:
     prefix = b"x" + object_id.encode() + b"\x00"
     out: list[HistoryEntry] = []
     with reader(path) as db:
-        for k, _ in store.prefixed(db, prefix):
+        for k, _ in prefixed(db, prefix):
             ek = k[len(prefix):]
             raw = db.get(ek)
             if raw is None:

@@ -12,10 +12,12 @@ import os
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import cast
 
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
 from projections.db.view import ObjectView
+from projections.rocks import prefixed
 
 TP = tuple[str, int]
 CURRENT = "current"
@@ -90,15 +92,13 @@ class ReadModelStore:
 
     def get_many(self, object_ids: Iterable[str]) -> dict[str, ObjectView | None]:
         ids = list(object_ids)
-        raws = self._db[[doc_key(i) for i in ids]] if ids else []
+        raws = cast(list[bytes | None], self._db[[doc_key(i) for i in ids]]) if ids else []
         return {i: ObjectView.from_bytes(r) if r is not None else None for i, r in zip(ids, raws, strict=True)}
 
     def offsets(self) -> dict[TP, int]:
         """Return the next offset to read per partition, as last written with the documents."""
         out: dict[TP, int] = {}
-        for k, v in self._db.items(from_key=OFFSET):
-            if not k.startswith(OFFSET):
-                break
+        for k, v in prefixed(self._db, OFFSET):
             topic, _, part = k[1:].rpartition(b"\x00")
             out[(topic.decode(), int(part))] = int(v)
         return out
@@ -128,17 +128,13 @@ class ReadModelStore:
 
 
 def iter_views(db: Rdict) -> Iterator[tuple[str, ObjectView]]:
-    for k, v in db.items(from_key=DOC):
-        if not k.startswith(DOC):
-            break
+    for k, v in prefixed(db, DOC):
         yield k[1:].decode(), ObjectView.from_bytes(v)
 
 
 def iter_gaps(db: Rdict) -> dict[str, str]:
     out: dict[str, str] = {}
-    for k, v in db.items(from_key=GAP):
-        if not k.startswith(GAP):
-            break
+    for k, v in prefixed(db, GAP):
         out[k[1:].decode()] = v.decode()
     return out
 
