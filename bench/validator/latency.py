@@ -96,6 +96,20 @@ def breakdown(query) -> str:  # noqa: ANN001 - a pyspark StreamingQuery
     return ", ".join(f"{k} {statistics.median(v):.0f}" for k, v in sorted(parts.items(), key=lambda kv: -max(kv[1])))
 
 
+def copy_query(spark, s: Settings, trigger: str, async_progress: bool, *, python: bool):  # noqa: ANN001, ANN201
+    """Start a query copying the commands topic to the events topic: Spark's floor, with no state.
+
+    ``python``: the rocksdb query's shape (``coalesce`` to the cores, an identity ``mapInArrow`` step);
+    otherwise Kafka source straight to Kafka sink.
+    """
+    src = kafka_source(spark, s).selectExpr(f"'{s.topic_events}' AS topic", "key", "value", "partition")
+    if python:
+        src = src.coalesce(spark.sparkContext.defaultParallelism).mapInArrow(identity, SINK_DDL)
+    return src.writeStream.format("kafka").options(**sink_options(s)) \
+        .option("checkpointLocation", s.checkpoint_location).trigger(processingTime=trigger) \
+        .option("asyncProgressTrackingEnabled", str(async_progress).lower()).start()
+
+
 def measure(probe: Probe, recs: list[tuple[bytes, bytes]], bursts: list[int], rounds: int, warm: int) -> dict[int, list[float]]:
     """Warm up with ``warm`` commands, then ``rounds`` bursts of each size; return latencies per burst size."""
     pos = warm
@@ -147,19 +161,8 @@ def main() -> None:
                     "topic_rejections": f"lat-rejections-{tag}",
                     "checkpoint_location": str(work / f"checkpoint-{backend}-{tag}")})
                 ensure_topics(s)
-                if backend == "floor":  # the rocksdb query's shape with an identity Python step: Spark's floor for it
-                    src = kafka_source(spark, s).selectExpr(f"'{s.topic_events}' AS topic", "key", "value", "partition")
-                    query = src.coalesce(spark.sparkContext.defaultParallelism).mapInArrow(identity, SINK_DDL) \
-                        .writeStream.format("kafka").options(**sink_options(s)) \
-                        .option("checkpointLocation", s.checkpoint_location).trigger(processingTime=args.trigger) \
-                        .option("asyncProgressTrackingEnabled", str(args.async_progress).lower()).start()
-                    probe = Probe(s, [s.topic_events], "copy")
-                elif backend == "passthrough":
-                    query = kafka_source(spark, s).selectExpr(f"'{s.topic_events}' AS topic", "key", "value",
-                                                              "partition").writeStream.format("kafka") \
-                        .options(**sink_options(s)).option("checkpointLocation", s.checkpoint_location) \
-                        .trigger(processingTime=args.trigger) \
-                        .option("asyncProgressTrackingEnabled", str(args.async_progress).lower()).start()
+                if backend in ("floor", "passthrough"):
+                    query = copy_query(spark, s, args.trigger, args.async_progress, python=backend == "floor")
                     probe = Probe(s, [s.topic_events], "copy")
                 else:
                     query = build_query(spark, s)
