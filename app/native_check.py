@@ -26,13 +26,16 @@ from commands import (
     DeleteObject,
     Event,
     GrantEditor,
+    GrantReader,
     Limits,
     ObjectState,
     OriginalRecord,
     ReasonCode,
     RevokeEditor,
+    RevokeReader,
     UpdateObject,
     decide,
+    keep_original,
     reject_record,
 )
 from schemas import codec
@@ -43,10 +46,12 @@ PRINCIPALS = ("alice", "bob", "carol", "dave")
 LIMITS = (DEFAULT_LIMITS, Limits(max_editors=2, max_recent=4, max_document_bytes=300, dedup_ttl=timedelta(hours=1)),
           Limits(dedup_ttl=None))
 DOCUMENTS = ('{"title": "first"}', '{"a": [1, 2, {"b": null}], "ü": "ö€😀"}', "[]", "not json", '{"a": 1',
-             '{"x": "\\ud800"}', '{"x": "\\u00e9\\ud83d\\ude00"}', '{"pad": "' + "x" * 400 + '"}', "", " {}")
+             '{"x": "\\ud800"}', '{"x": "\\u00e9\\ud83d\\ude00"}', '{"pad": "' + "x" * 400 + '"}', "", " {}",
+             '{"n": NaN}', '{"n": 1e400}', '{"d":' + "[" * 40 + "]" * 40 + "}")
 EDITORS = ("bob", "carol", "dave", "erin", "alice", "")
 STEPS = (0, 1, 1, 7, 60, 300) * 80 + (3601,) * 4 + (90_000,)  # seconds; the last two outlive the dedup TTLs
-MODULES = ("commands.decide", "commands.state", "schemas.codec", "schemas.compiled", "schemas.records")
+MODULES = ("commands.decide", "commands.state", "commands.json_text", "schemas.codec", "schemas.compiled",
+           "schemas.records")
 
 
 def _fastavro_codec() -> codec.Codec:
@@ -69,9 +74,13 @@ def _command(rng: random.Random, i: int, object_id: str, owner: str, at: datetim
         return UpdateObject(command_id, object_id, principal, at, expected, patch=patch)
     if kind < 0.605:
         return DeleteObject(command_id, object_id, principal, at, expected)
-    if kind < 0.85:
+    if kind < 0.75:
         return GrantEditor(command_id, object_id, principal, at, expected, editor=rng.choice(EDITORS))
-    return RevokeEditor(command_id, object_id, principal, at, expected, editor=rng.choice(EDITORS))
+    if kind < 0.8:
+        return RevokeEditor(command_id, object_id, principal, at, expected, editor=rng.choice(EDITORS))
+    if kind < 0.93:
+        return GrantReader(command_id, object_id, principal, at, expected, reader=rng.choice(EDITORS))
+    return RevokeReader(command_id, object_id, principal, at, expected, reader=rng.choice(EDITORS))
 
 
 def _damage(rng: random.Random, value: bytes) -> bytes | None:
@@ -115,6 +124,9 @@ def run(seed: int = 7, count: int = 4000, objects: int = 40) -> tuple[str, Count
         if sent and rng.random() < 0.08:  # a resend, as it was or re-stamped by a retrying client
             cmd = rng.choice(sent[-60:])
             cmd = cmd if rng.random() < 0.5 else replace(cmd, issued_at=at)
+            if rng.random() < 0.25:  # the key reused by another principal, or for another request
+                cmd = replace(cmd, principal=rng.choice(PRINCIPALS)) if rng.random() < 0.5 else UpdateObject(
+                    cmd.command_id, cmd.object_id, cmd.principal, at, None, patch=f'{{"reused": {i}}}')
             object_id = cmd.object_id
             limits = LIMITS[ids.index(object_id) % 3]
             old = states.get(object_id)
@@ -134,7 +146,7 @@ def run(seed: int = 7, count: int = 4000, objects: int = 40) -> tuple[str, Count
                     raise codec.DecodeError("record has no value", ReasonCode.MALFORMED)
                 cmd = codec.decode_command(damaged)
             except codec.DecodeError as e:
-                original = OriginalRecord("commands", i % 4, i, object_id.encode(), damaged)
+                original = keep_original("commands", i % 4, i, object_id.encode(), damaged, keep=rng.choice((8, 4096)))
                 rejection = reject_record(original, e.reason, str(e), object_id=object_id)
                 h.update(codec.encode_rejection(rejection))
                 seen[f"undecodable {e.reason.value}"] += 1

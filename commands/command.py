@@ -1,7 +1,8 @@
-"""The five commands a client can send about one object; immutable, validated for UTC timestamps."""
+"""The seven commands a client can send about one object; immutable, validated for UTC timestamps."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -77,4 +78,42 @@ class RevokeEditor(_CommandBase):
     editor: str = field(kw_only=True)
 
 
-Command = CreateObject | UpdateObject | DeleteObject | GrantEditor | RevokeEditor
+@dataclass(frozen=True, slots=True)
+class GrantReader(_CommandBase):
+    """Let ``reader`` read the object (``GET /objects/{id}``)."""
+
+    reader: str = field(kw_only=True)
+
+
+@dataclass(frozen=True, slots=True)
+class RevokeReader(_CommandBase):
+    """Stop ``reader`` from reading the object."""
+
+    reader: str = field(kw_only=True)
+
+
+Command = CreateObject | UpdateObject | DeleteObject | GrantEditor | RevokeEditor | GrantReader | RevokeReader
+
+
+def fingerprint(command: Command) -> int:
+    """Return a 64-bit digest of what the command asks for: kind, object, expected version and payload.
+
+    Kept with each remembered command id, so a key reused for a *different* request is told apart from a
+    retry (``IDEMPOTENCY_KEY_REUSED``). Not the principal or the time: a retry differs in ``issued_at``.
+    A signed value, so it is an Avro long.
+    """
+    if isinstance(command, CreateObject):
+        payload = command.document
+    elif isinstance(command, UpdateObject):
+        payload = command.patch
+    elif isinstance(command, GrantEditor | RevokeEditor):
+        payload = command.editor
+    elif isinstance(command, GrantReader | RevokeReader):
+        payload = command.reader
+    else:
+        payload = ""
+    h = hashlib.blake2b(digest_size=8)
+    ev = command.expected_version
+    h.update(f"{type(command).__name__}\x00{command.object_id}\x00{'' if ev is None else ev}\x00".encode())
+    h.update(payload.encode("utf-8", "surrogatepass"))
+    return int.from_bytes(h.digest(), "big", signed=True)

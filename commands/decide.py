@@ -2,26 +2,33 @@
 
 Checks run in this order; the first that fails decides the rejection:
 
-1. MALFORMED      empty ``command_id`` or ``object_id`` (nothing to deduplicate or route on).
-2. DUPLICATE      ``command_id`` is in ``state.recent`` and unexpired (see ``commands.state``). The
-                  rejection names the first attempt: ``original_outcome="ACCEPTED"``, ``original_version``
-                  = the version it produced, ``current_version`` = the version now. Nothing is applied.
-3. existence      create: ALREADY_EXISTS if the object exists, DELETED if it was deleted (ids are not
-                  reused). Anything else: NOT_FOUND if unknown, DELETED if deleted.
-4. FORBIDDEN      only the owner deletes, grants and revokes; owner and editors update.
-5. VERSION_CONFLICT ``expected_version`` is set and differs from the current version (0 before create).
-6. TOO_LARGE      document or patch over ``Limits.max_document_bytes``; a grant beyond ``max_editors``.
-7. payload        MALFORMED if the document is not a JSON object, the patch not a JSON object (documents
-                  are objects, so a non-object patch, which would replace the whole document, is refused),
-                  or the editor is empty. Granting a current editor or the owner is ALREADY_EXISTS;
-                  revoking a non-editor is NOT_FOUND.
+1. MALFORMED      empty ``command_id``, ``object_id`` or ``principal``, or one over ``Limits.max_id_bytes``.
+2. visibility     (not for create) NOT_FOUND if the object is unknown, *or* if the principal may not read it
+                  (``commands.access``): an outsider's rejection is byte-for-byte the one an unknown id gets
+                  (version 0, same message), so a write never reveals that an object exists.
+3. FORBIDDEN      only the owner deletes and grants or revokes editors and readers; owner and editors update.
+4. dedup          the principal's own ``command_id`` in ``state.recent`` (unexpired; see ``commands.state``):
+                  DUPLICATE if the request is the same (same fingerprint), naming the first attempt
+                  (``original_outcome="ACCEPTED"``, ``original_version``); IDEMPOTENCY_KEY_REUSED if the key was
+                  used for a different request. Another principal's entry never matches. For a create, which
+                  anyone may send, this is the first check on an existing state.
+5. existence      create: DELETED if the object was deleted (ids are not reused), ALREADY_EXISTS if it exists.
+                  Anything else: DELETED if deleted.
+6. VERSION_CONFLICT ``expected_version`` is set and differs from the current version (0 before create).
+7. TOO_LARGE      document or patch over ``Limits.max_document_bytes``; a grant beyond ``max_editors`` /
+                  ``max_readers``.
+8. payload        MALFORMED if the document or patch is not the RFC 8259 JSON text of an object within
+                  ``Limits.max_json_depth`` (``commands.json_text``: no NaN/Infinity, no overflowing numbers, no
+                  lone surrogates), or the editor/reader is empty or over ``max_id_bytes``. Granting a current
+                  editor (reader) or the owner is ALREADY_EXISTS; revoking a non-editor (non-reader) NOT_FOUND.
 
 Cheap state checks come before size and JSON parsing, so a refused command is never parsed.
 
 Only accepted commands are remembered in ``recent``: a rejection returns the very same state object, so
 its encoded bytes are identical (a property the tests hold). A retry of a rejected command is therefore
-decided afresh, which is correct because the rejected attempt changed nothing: the retry is answered as
-the state now stands (e.g. it may succeed once the version it expected is current, or be rejected again).
+decided afresh, which is correct because the rejected attempt changed nothing.
+
+A deleted object keeps its owner, editors and readers (they are told DELETED; everyone else NOT_FOUND).
 
 ``decide`` reads no clock, environment or randomness: the event's ``occurred_at`` is the command's
 ``issued_at`` and ids are uuid5, so the same input always gives equal output.
@@ -29,14 +36,26 @@ the state now stands (e.g. it may succeed once the version it expected is curren
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
-from commands.command import Command, CreateObject, DeleteObject, GrantEditor, RevokeEditor, UpdateObject
+from commands.access import may_administer, may_read, may_update
+from commands.command import (
+    Command,
+    CreateObject,
+    DeleteObject,
+    GrantEditor,
+    GrantReader,
+    RevokeEditor,
+    RevokeReader,
+    UpdateObject,
+    fingerprint,
+    utf8_size,
+)
 from commands.errors import ReasonCode
 from commands.event import Event, EventType
 from commands.ids import command_rejection_id, event_id
-from commands.rejection import Rejection
+from commands.json_text import object_problem
+from commands.rejection import Rejection, clip
 from commands.state import ACCEPTED, DEFAULT_LIMITS, Limits, ObjectState, RecentCommand, remember
 
 
@@ -54,10 +73,12 @@ class Decision:
 
 
 def _reject(state: ObjectState | None, command: Command, reason: ReasonCode, message: str, *,
-            original: RecentCommand | None = None) -> Decision:
-    version = state.version if state is not None else 0
+            original: RecentCommand | None = None, version: int | None = None) -> Decision:
+    if version is None:
+        version = state.version if state is not None else 0
     rejection = Rejection(
-        rejection_id=command_rejection_id(command.command_id, command.object_id, version, reason.value),
+        rejection_id=command_rejection_id(command.command_id, command.object_id, version, reason.value,
+                                          command.principal),
         reason=reason,
         message=message,
         command_id=command.command_id,
@@ -71,25 +92,19 @@ def _reject(state: ObjectState | None, command: Command, reason: ReasonCode, mes
     return Decision(rejection, state)
 
 
-def _is_json_object(text: str) -> bool:
-    # A cheap first-character test spares json.loads for most garbage; a real object still needs a parse.
-    if not text.lstrip().startswith("{"):
-        return False
-    try:
-        value = json.loads(text)
-        if "\\u" in text:  # an escaped lone surrogate parses but can never be stored or sent as UTF-8
-            json.dumps(value, ensure_ascii=False).encode("utf-8")
-    except (ValueError, UnicodeEncodeError):
-        return False
-    return isinstance(value, dict)
+def _not_found(state: ObjectState | None, command: Command) -> Decision:
+    # The same bytes whether the object is unknown or hidden from this principal: version 0, same message.
+    return _reject(state, command, ReasonCode.NOT_FOUND, f"object {clip(command.object_id)} does not exist",
+                   version=0)
 
 
 def _accept(state: ObjectState | None, command: Command, etype: EventType, limits: Limits, *,
-            owner: str, editors: tuple[str, ...], document_size: int, deleted: bool = False,
-            document: str | None = None, patch: str | None = None, editor: str | None = None) -> Decision:
+            owner: str, editors: tuple[str, ...], readers: tuple[str, ...], document_size: int,
+            deleted: bool = False, document: str | None = None, patch: str | None = None,
+            editor: str | None = None, reader: str | None = None) -> Decision:
     at = command.issued_at
     version = state.version + 1 if state is not None else 1
-    entry = RecentCommand(command.command_id, ACCEPTED, version, at)
+    entry = RecentCommand(command.command_id, ACCEPTED, version, at, command.principal, fingerprint(command))
     # Positional arguments, in field order: this runs once per accepted command.
     new_state = ObjectState(
         True,  # exists
@@ -102,59 +117,104 @@ def _accept(state: ObjectState | None, command: Command, etype: EventType, limit
         at if deleted else None,  # deleted_at
         document_size,
         remember(state.recent if state is not None else (), entry, limits),  # recent
+        readers,
     )
     event = Event(event_id(command.object_id, version), etype, command.object_id, version, command.command_id,
-                  command.principal, at, owner, document, patch, editor)
+                  command.principal, at, owner, document, patch, editor, reader)
     return Decision(event, new_state)
+
+
+def _grantee(command: Command) -> str | None:
+    if isinstance(command, GrantEditor | RevokeEditor):
+        return command.editor
+    if isinstance(command, GrantReader | RevokeReader):
+        return command.reader
+    return None
 
 
 def _check_payload(command: Command, limits: Limits) -> tuple[ReasonCode, str] | None:
     size = command.size
     if size > limits.max_document_bytes:
         return ReasonCode.TOO_LARGE, f"payload is {size} bytes, over the limit of {limits.max_document_bytes}"
-    if isinstance(command, CreateObject) and not _is_json_object(command.document):
-        return ReasonCode.MALFORMED, "document must be the JSON text of an object"
-    if isinstance(command, UpdateObject) and not _is_json_object(command.patch):
-        return ReasonCode.MALFORMED, "patch must be the JSON text of an object (RFC 7386 merge patch)"
-    if isinstance(command, GrantEditor | RevokeEditor) and not command.editor:
-        return ReasonCode.MALFORMED, "editor must not be empty"
+    if isinstance(command, CreateObject):
+        problem = object_problem(command.document, limits.max_json_depth)
+        if problem is not None:
+            return ReasonCode.MALFORMED, f"document must be the JSON text of an object: {problem}"
+    elif isinstance(command, UpdateObject):
+        problem = object_problem(command.patch, limits.max_json_depth)
+        if problem is not None:
+            return ReasonCode.MALFORMED, f"patch must be the JSON text of an object (RFC 7386 merge patch): {problem}"
+    else:
+        grantee = _grantee(command)
+        if grantee is not None and not grantee:
+            return ReasonCode.MALFORMED, "editor or reader must not be empty"
+        if grantee is not None and utf8_size(grantee) > limits.max_id_bytes:
+            return ReasonCode.MALFORMED, f"editor or reader is over {limits.max_id_bytes} bytes"
     return None
+
+
+def _ids_problem(command: Command, limits: Limits) -> str | None:
+    if not command.command_id or not command.object_id or not command.principal:
+        return "command_id, object_id and principal must not be empty"
+    bound = limits.max_id_bytes
+    for name, value in (("command_id", command.command_id), ("object_id", command.object_id),
+                        ("principal", command.principal)):
+        if len(value) > bound // 4 and utf8_size(value) > bound:
+            return f"{name} is {utf8_size(value)} bytes, over the limit of {bound}"
+    return None
+
+
+def _dedup(state: ObjectState, command: Command, limits: Limits) -> Decision | None:
+    seen = state.find_recent(command.command_id, command.issued_at, limits.dedup_ttl, command.principal)
+    if seen is None:
+        return None
+    if seen.fingerprint is not None and seen.fingerprint != fingerprint(command):
+        return _reject(state, command, ReasonCode.IDEMPOTENCY_KEY_REUSED,
+                       f"idempotency key {clip(command.command_id)} was already used for a different request "
+                       f"(accepted at version {seen.version}); use a new key for a new request")
+    return _reject(state, command, ReasonCode.DUPLICATE,
+                   f"command {clip(command.command_id)} was already decided: {seen.outcome} at version "
+                   f"{seen.version}", original=seen)
 
 
 def decide(state: ObjectState | None, command: Command, limits: Limits = DEFAULT_LIMITS) -> Decision:
     """Decide ``command`` against ``state`` (None for an unknown object); pure and deterministic."""
-    if not command.command_id or not command.object_id:
-        return _reject(state, command, ReasonCode.MALFORMED, "command_id and object_id must not be empty")
-    if state is not None:
-        seen = state.find_recent(command.command_id, command.issued_at, limits.dedup_ttl)
-        if seen is not None:
-            return _reject(state, command, ReasonCode.DUPLICATE,
-                           f"command {command.command_id} was already decided: {seen.outcome} at version "
-                           f"{seen.version}", original=seen)
-    live = state is not None and state.exists
-    deleted = state is not None and state.deleted
+    problem = _ids_problem(command, limits)
+    if problem is not None:
+        return _reject(state, command, ReasonCode.MALFORMED, problem)
     if isinstance(command, CreateObject):
-        if deleted:
-            return _reject(state, command, ReasonCode.DELETED, f"object {command.object_id} was deleted; "
-                           "ids are not reused")
-        if live:
-            return _reject(state, command, ReasonCode.ALREADY_EXISTS, f"object {command.object_id} exists")
+        if state is not None:
+            duplicate = _dedup(state, command, limits)
+            if duplicate is not None:
+                return duplicate
+            if state.deleted:
+                return _reject(state, command, ReasonCode.DELETED, f"object {clip(command.object_id)} was "
+                               "deleted; ids are not reused")
+            if state.exists:
+                return _reject(state, command, ReasonCode.ALREADY_EXISTS,
+                               f"object {clip(command.object_id)} exists")
         return _decide_create(state, command, limits)
-    if deleted:
-        return _reject(state, command, ReasonCode.DELETED, f"object {command.object_id} was deleted")
-    if state is None or not live:
-        return _reject(state, command, ReasonCode.NOT_FOUND, f"object {command.object_id} does not exist")
-    allowed = command.principal == state.owner or (
-        isinstance(command, UpdateObject) and command.principal in state.editors)
-    if not allowed:
-        who = "the owner or an editor" if isinstance(command, UpdateObject) else "the owner"
-        return _reject(state, command, ReasonCode.FORBIDDEN, f"only {who} may do this")
+    if state is None or not (state.exists or state.deleted):
+        return _not_found(state, command)
+    principal = command.principal
+    if not may_read(principal, state.owner, state.editors, state.readers):
+        return _not_found(state, command)
+    if isinstance(command, UpdateObject):
+        if not may_update(principal, state.owner, state.editors):
+            return _reject(state, command, ReasonCode.FORBIDDEN, "only the owner or an editor may do this")
+    elif not may_administer(principal, state.owner):
+        return _reject(state, command, ReasonCode.FORBIDDEN, "only the owner may do this")
+    duplicate = _dedup(state, command, limits)
+    if duplicate is not None:
+        return duplicate
+    if state.deleted:
+        return _reject(state, command, ReasonCode.DELETED, f"object {clip(command.object_id)} was deleted")
     if command.expected_version is not None and command.expected_version != state.version:
         return _reject(state, command, ReasonCode.VERSION_CONFLICT,
                        f"expected version {command.expected_version}, current is {state.version}")
-    problem = _check_payload(command, limits)
-    if problem is not None:
-        return _reject(state, command, *problem)
+    problem_code = _check_payload(command, limits)
+    if problem_code is not None:
+        return _reject(state, command, *problem_code)
     return _decide_change(state, command, limits)
 
 
@@ -165,30 +225,45 @@ def _decide_create(state: ObjectState | None, command: CreateObject, limits: Lim
     problem = _check_payload(command, limits)
     if problem is not None:
         return _reject(state, command, *problem)
-    return _accept(state, command, EventType.CREATED, limits, owner=command.principal, editors=(),
+    return _accept(state, command, EventType.CREATED, limits, owner=command.principal, editors=(), readers=(),
                    document_size=command.size, document=command.document)
 
 
 def _decide_change(state: ObjectState, command: Command, limits: Limits) -> Decision:
-    owner, editors, size = state.owner, state.editors, state.document_size
+    owner, editors, readers, size = state.owner, state.editors, state.readers, state.document_size
     if isinstance(command, UpdateObject):
-        return _accept(state, command, EventType.UPDATED, limits, owner=owner, editors=editors,
+        return _accept(state, command, EventType.UPDATED, limits, owner=owner, editors=editors, readers=readers,
                        document_size=size, patch=command.patch)
     if isinstance(command, DeleteObject):
-        return _accept(state, command, EventType.DELETED, limits, owner=owner, editors=(), document_size=size,
-                       deleted=True)
+        return _accept(state, command, EventType.DELETED, limits, owner=owner, editors=editors, readers=readers,
+                       document_size=size, deleted=True)
     if isinstance(command, GrantEditor):
         if command.editor == owner or command.editor in editors:
-            return _reject(state, command, ReasonCode.ALREADY_EXISTS, f"{command.editor} may already edit")
+            return _reject(state, command, ReasonCode.ALREADY_EXISTS, f"{clip(command.editor)} may already edit")
         if len(editors) >= limits.max_editors:
             return _reject(state, command, ReasonCode.TOO_LARGE,
                            f"object already has the maximum of {limits.max_editors} editors")
         return _accept(state, command, EventType.EDITOR_GRANTED, limits, owner=owner,
-                       editors=(*editors, command.editor), document_size=size, editor=command.editor)
+                       editors=(*editors, command.editor), readers=readers, document_size=size,
+                       editor=command.editor)
     if isinstance(command, RevokeEditor):
         if command.editor not in editors:
-            return _reject(state, command, ReasonCode.NOT_FOUND, f"{command.editor} is not an editor")
+            return _reject(state, command, ReasonCode.NOT_FOUND, f"{clip(command.editor)} is not an editor")
         return _accept(state, command, EventType.EDITOR_REVOKED, limits, owner=owner,
-                       editors=tuple(e for e in editors if e != command.editor), document_size=size,
-                       editor=command.editor)
+                       editors=tuple(e for e in editors if e != command.editor), readers=readers,
+                       document_size=size, editor=command.editor)
+    if isinstance(command, GrantReader):
+        if command.reader == owner or command.reader in readers:
+            return _reject(state, command, ReasonCode.ALREADY_EXISTS, f"{clip(command.reader)} may already read")
+        if len(readers) >= limits.max_readers:
+            return _reject(state, command, ReasonCode.TOO_LARGE,
+                           f"object already has the maximum of {limits.max_readers} readers")
+        return _accept(state, command, EventType.READER_GRANTED, limits, owner=owner, editors=editors,
+                       readers=(*readers, command.reader), document_size=size, reader=command.reader)
+    if isinstance(command, RevokeReader):
+        if command.reader not in readers:
+            return _reject(state, command, ReasonCode.NOT_FOUND, f"{clip(command.reader)} is not a reader")
+        return _accept(state, command, EventType.READER_REVOKED, limits, owner=owner, editors=editors,
+                       readers=tuple(r for r in readers if r != command.reader), document_size=size,
+                       reader=command.reader)
     raise TypeError(f"not a command: {type(command).__name__}")  # pragma: no cover - exhaustive union

@@ -15,13 +15,16 @@ class EventType(StrEnum):
     DELETED = "DELETED"
     EDITOR_GRANTED = "EDITOR_GRANTED"
     EDITOR_REVOKED = "EDITOR_REVOKED"
+    READER_GRANTED = "READER_GRANTED"
+    READER_REVOKED = "READER_REVOKED"
 
 
 @dataclass(frozen=True, slots=True)
 class Event:
     """An accepted change; ``event_id`` is uuid5(object_id:version), ``occurred_at`` the command's issued_at.
 
-    ``document`` is set for CREATED, ``patch`` for UPDATED, ``editor`` for EDITOR_GRANTED/EDITOR_REVOKED.
+    ``document`` is set for CREATED, ``patch`` for UPDATED, ``editor`` for EDITOR_GRANTED/EDITOR_REVOKED,
+    ``reader`` for READER_GRANTED/READER_REVOKED.
     ``owner`` is the object's owner after the event.
     """
 
@@ -36,3 +39,4 @@ class Event:
     document: str | None = None
     patch: str | None = None
     editor: str | None = None
+    reader: str | None = None

@@ -24,9 +24,14 @@ def event_id(object_id: str, version: int) -> str:
     return uuid5(f"{object_id}:{version}")
 
 
-def command_rejection_id(command_id: str, object_id: str, state_version: int, reason: str) -> str:
-    """Return the id of the rejection of ``command_id`` against ``object_id`` at ``state_version``."""
-    return uuid5(f"rejection:{command_id}:{object_id}:{state_version}:{reason}")
+def command_rejection_id(command_id: str, object_id: str, state_version: int, reason: str,
+                         principal: str = "") -> str:
+    """Return the id of the rejection of ``principal``'s ``command_id`` against ``object_id`` at ``state_version``.
+
+    The principal is part of the name: command ids are idempotency keys of their principal, so two principals'
+    commands with one id are two commands, and their rejections two records.
+    """
+    return uuid5(f"rejection:{principal}:{command_id}:{object_id}:{state_version}:{reason}")
 
 
 def record_rejection_id(topic: str, partition: int, offset: int, reason: str) -> str:

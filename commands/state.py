@@ -1,7 +1,11 @@
 """The compact per-object state the validator keeps (never the document) and the limits that bound it.
 
-Deduplication: ``recent`` holds the last ``Limits.max_recent`` *accepted* command ids (FIFO, oldest
-first) with the outcome "ACCEPTED", the version they produced and their ``issued_at``. TTL is in event
+Deduplication: ``recent`` holds the last ``Limits.max_recent`` *accepted* commands (FIFO, oldest first):
+command id, the outcome "ACCEPTED", the version produced, ``issued_at``, the principal that sent it and
+a fingerprint of the request (``commands.command.fingerprint``). A command id is an idempotency key of
+*its principal*: an entry only ever matches a command of the same principal. Entries written before
+principals were kept (state schema v1) have ``principal=None`` and match any principal that passes the
+authorization check; their ``fingerprint`` is None and is not compared. TTL is in event
 time and pure: an entry whose ``at`` is more than ``Limits.dedup_ttl`` before the incoming command's
 ``issued_at`` no longer matches, and expired entries are pruned on the next accepted write. With
 ``dedup_ttl=None`` only the FIFO bound applies. Rejected commands are never recorded (see ``decide``).
@@ -23,6 +27,9 @@ class Limits:
     max_recent: int = 16
     max_document_bytes: int = 10 * 1024 * 1024
     dedup_ttl: timedelta | None = timedelta(hours=24)
+    max_readers: int = 64
+    max_id_bytes: int = 256
+    max_json_depth: int = 32
 
 
 DEFAULT_LIMITS = Limits()
@@ -30,12 +37,14 @@ DEFAULT_LIMITS = Limits()
 
 @dataclass(frozen=True, slots=True)
 class RecentCommand:
-    """One remembered command: its id, its outcome ("ACCEPTED"), the version it produced, its issued_at."""
+    """One remembered command: id, outcome ("ACCEPTED"), version produced, issued_at, principal, fingerprint."""
 
     command_id: str
     outcome: str
     version: int
     at: datetime
+    principal: str | None = None
+    fingerprint: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +65,17 @@ class ObjectState:
     deleted_at: datetime | None = None
     document_size: int = 0
     recent: tuple[RecentCommand, ...] = ()
+    readers: tuple[str, ...] = ()
 
-    def find_recent(self, command_id: str, now: datetime, ttl: timedelta | None) -> RecentCommand | None:
-        """Return the unexpired entry for ``command_id`` as seen by a command issued at ``now``."""
+    def find_recent(self, command_id: str, now: datetime, ttl: timedelta | None,
+                    principal: str | None = None) -> RecentCommand | None:
+        """Return the unexpired entry for ``command_id`` of ``principal`` as seen by a command issued at ``now``.
+
+        An entry with no principal (written by state schema v1) matches any principal.
+        """
         for entry in self.recent:
-            if entry.command_id == command_id and (ttl is None or now - entry.at <= ttl):
+            if entry.command_id == command_id and (entry.principal is None or entry.principal == principal) \
+                    and (ttl is None or now - entry.at <= ttl):
                 return entry
         return None
 

@@ -1,4 +1,4 @@
-"""Hand-compiled Avro codecs for the hot schemas (command, event and state v1): several times faster than fastavro.
+"""Hand-compiled Avro codecs for the hot schemas (command, event and state v2): several times faster than fastavro.
 
 Each codec is tied to one committed schema file and serves only while that file is the subject's newest
 version and the data's writer schema; the ``Codec`` checks this and uses fastavro for everything else
@@ -20,8 +20,10 @@ from commands import (
     Event,
     EventType,
     GrantEditor,
+    GrantReader,
     ObjectState,
     RevokeEditor,
+    RevokeReader,
     UpdateObject,
 )
 from schemas import records
@@ -43,8 +45,10 @@ from schemas.binary import (
 from schemas.catalog import COMMAND, EVENT, SCHEMA_DIR, STATE, Schema
 from schemas.wire import HEADER_SIZE
 
-_KINDS = (CreateObject, UpdateObject, DeleteObject, GrantEditor, RevokeEditor)  # the CommandKind symbols' order
-_KIND_NAMES = dict(zip(_KINDS, ("CREATE", "UPDATE", "DELETE", "GRANT_EDITOR", "REVOKE_EDITOR"), strict=True))
+_KINDS = (CreateObject, UpdateObject, DeleteObject, GrantEditor, RevokeEditor, GrantReader,
+          RevokeReader)  # the CommandKind symbols' order
+_KIND_NAMES = dict(zip(_KINDS, ("CREATE", "UPDATE", "DELETE", "GRANT_EDITOR", "REVOKE_EDITOR", "GRANT_READER",
+                                "REVOKE_READER"), strict=True))
 _KIND_INDEX = {kind: i << 1 for i, kind in enumerate(_KINDS)}  # zig-zag, one byte each
 _EVENT_TYPES = tuple(EventType)  # EventType's declaration order is the Avro enum's (checked below)
 _EVENT_TYPE_INDEX = {t: i << 1 for i, t in enumerate(_EVENT_TYPES)}
@@ -73,6 +77,7 @@ def encode_command(out: bytearray, cmd: Command) -> None:
     write_optional_string(out, cmd.document if isinstance(cmd, CreateObject) else None)
     write_optional_string(out, cmd.patch if isinstance(cmd, UpdateObject) else None)
     write_optional_string(out, cmd.editor if isinstance(cmd, GrantEditor | RevokeEditor) else None)
+    write_optional_string(out, cmd.reader if isinstance(cmd, GrantReader | RevokeReader) else None)
 
 
 def decode_command(data: bytes) -> Command:
@@ -86,6 +91,7 @@ def decode_command(data: bytes) -> Command:
     document, pos = read_optional_string(data, pos)
     patch, pos = read_optional_string(data, pos)
     editor, pos = read_optional_string(data, pos)
+    reader, pos = read_optional_string(data, pos)
     _end(data, pos)
     common = (command_id, object_id, principal, records.from_micros(issued_at), expected_version)
     if kind is UpdateObject:
@@ -96,7 +102,11 @@ def decode_command(data: bytes) -> Command:
         return DeleteObject(*common)
     if kind is GrantEditor:
         return GrantEditor(*common, editor=_payload(kind, "editor", editor))
-    return RevokeEditor(*common, editor=_payload(kind, "editor", editor))
+    if kind is RevokeEditor:
+        return RevokeEditor(*common, editor=_payload(kind, "editor", editor))
+    if kind is GrantReader:
+        return GrantReader(*common, reader=_payload(kind, "reader", reader))
+    return RevokeReader(*common, reader=_payload(kind, "reader", reader))
 
 
 def _payload(kind: type, name: str, value: str | None) -> str:
@@ -118,6 +128,7 @@ def encode_event(out: bytearray, ev: Event) -> None:
     write_optional_string(out, ev.document)
     write_optional_string(out, ev.patch)
     write_optional_string(out, ev.editor)
+    write_optional_string(out, ev.reader)
 
 
 def decode_event(data: bytes) -> Event:
@@ -133,9 +144,10 @@ def decode_event(data: bytes) -> Event:
     document, pos = read_optional_string(data, pos)
     patch, pos = read_optional_string(data, pos)
     editor, pos = read_optional_string(data, pos)
+    reader, pos = read_optional_string(data, pos)
     _end(data, pos)
     return Event(event_id, etype, object_id, version, command_id, principal, records.from_micros(occurred_at),
-                 owner, document, patch, editor)
+                 owner, document, patch, editor, reader)
 
 
 def encode_state(out: bytearray, st: ObjectState) -> None:
@@ -154,6 +166,9 @@ def encode_state(out: bytearray, st: ObjectState) -> None:
     write_strings(out, [r.outcome for r in recent])
     write_longs(out, [r.version for r in recent])
     write_longs(out, records.recent_micros(recent))
+    write_strings(out, st.readers)
+    write_strings(out, [r.principal or "" for r in recent])
+    write_longs(out, [r.fingerprint or 0 for r in recent])
 
 
 def decode_state(data: bytes) -> ObjectState:
@@ -171,9 +186,12 @@ def decode_state(data: bytes) -> ObjectState:
     outcomes, pos = read_strings(data, pos)
     versions, pos = read_longs(data, pos)
     ats, pos = read_longs(data, pos)
+    readers, pos = read_strings(data, pos)
+    principals, pos = read_strings(data, pos)
+    fingerprints, pos = read_longs(data, pos)
     _end(data, pos)
     return records.state_from_fields(exists, deleted, version, owner, editors, created_at, updated_at, deleted_at,
-                                     document_size, ids, outcomes, versions, ats)
+                                     document_size, ids, outcomes, versions, ats, readers, principals, fingerprints)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,9 +213,9 @@ def _symbols(schema: Schema, field: str) -> list[str]:
 
 
 COMPILED: dict[str, CompiledCodec] = {
-    COMMAND: CompiledCodec(_load("command.v1.avsc"), encode_command, decode_command),
-    EVENT: CompiledCodec(_load("event.v1.avsc"), encode_event, decode_event),
-    STATE: CompiledCodec(_load("state.v1.avsc"), encode_state, decode_state),
+    COMMAND: CompiledCodec(_load("command.v2.avsc"), encode_command, decode_command),
+    EVENT: CompiledCodec(_load("event.v2.avsc"), encode_event, decode_event),
+    STATE: CompiledCodec(_load("state.v2.avsc"), encode_state, decode_state),
 }
 
 if _symbols(COMPILED[EVENT].schema, "type") != [t.value for t in _EVENT_TYPES] or _symbols(

@@ -20,12 +20,14 @@ from commands import (
     Event,
     EventType,
     GrantEditor,
+    GrantReader,
     ObjectState,
     OriginalRecord,
     ReasonCode,
     RecentCommand,
     Rejection,
     RevokeEditor,
+    RevokeReader,
     UpdateObject,
 )
 
@@ -70,27 +72,34 @@ def recent_micros(recent: tuple[RecentCommand, ...]) -> list[int]:
 
 # RecentCommand is built ~16 times per decoded state; setting its slots directly skips the frozen
 # dataclass __init__ (one object.__setattr__ call per field), about 40% cheaper. It has no __post_init__.
-if [f.name for f in fields(RecentCommand)] != ["command_id", "outcome", "version", "at"]:
+if [f.name for f in fields(RecentCommand)] != ["command_id", "outcome", "version", "at", "principal",
+                                                "fingerprint"]:
     raise ImportError("schemas.records builds RecentCommand by its fields; update _slot_recent")
 _slots = vars(RecentCommand)
 _set_command_id = _slots["command_id"].__set__
 _set_outcome = _slots["outcome"].__set__
 _set_version = _slots["version"].__set__
 _set_at = _slots["at"].__set__
+_set_principal = _slots["principal"].__set__
+_set_fingerprint = _slots["fingerprint"].__set__
 _new = object.__new__
 
 
-def _slot_recent(command_id: str, outcome: str, version: int, at_micros: int) -> RecentCommand:
+def _slot_recent(command_id: str, outcome: str, version: int, at_micros: int, principal: str | None,
+                 fingerprint: int | None) -> RecentCommand:
     entry: RecentCommand = _new(RecentCommand)
     _set_command_id(entry, command_id)
     _set_outcome(entry, outcome)
     _set_version(entry, version)
     _set_at(entry, _EPOCH + timedelta(0, 0, at_micros))
+    _set_principal(entry, principal)
+    _set_fingerprint(entry, fingerprint)
     return entry
 
 
-def _init_recent(command_id: str, outcome: str, version: int, at_micros: int) -> RecentCommand:
-    return RecentCommand(command_id, outcome, version, _EPOCH + timedelta(0, 0, at_micros))
+def _init_recent(command_id: str, outcome: str, version: int, at_micros: int, principal: str | None,
+                 fingerprint: int | None) -> RecentCommand:
+    return RecentCommand(command_id, outcome, version, _EPOCH + timedelta(0, 0, at_micros), principal, fingerprint)
 
 
 # Compiled by mypyc (app/native.py), RecentCommand is a native class that object.__new__ refuses to build;
@@ -108,6 +117,8 @@ _KIND_OF: dict[type, str] = {
     DeleteObject: "DELETE",
     GrantEditor: "GRANT_EDITOR",
     RevokeEditor: "REVOKE_EDITOR",
+    GrantReader: "GRANT_READER",
+    RevokeReader: "REVOKE_READER",
 }
 
 
@@ -123,6 +134,7 @@ def command_to_record(cmd: Command) -> Record:
         "document": cmd.document if isinstance(cmd, CreateObject) else None,
         "patch": cmd.patch if isinstance(cmd, UpdateObject) else None,
         "editor": cmd.editor if isinstance(cmd, GrantEditor | RevokeEditor) else None,
+        "reader": cmd.reader if isinstance(cmd, GrantReader | RevokeReader) else None,
     }
 
 
@@ -148,6 +160,10 @@ def command_from_record(rec: Record) -> Command:
         return GrantEditor(*common, editor=_required(rec, "editor"))
     if kind == "REVOKE_EDITOR":
         return RevokeEditor(*common, editor=_required(rec, "editor"))
+    if kind == "GRANT_READER":
+        return GrantReader(*common, reader=_required(rec, "reader"))
+    if kind == "REVOKE_READER":
+        return RevokeReader(*common, reader=_required(rec, "reader"))
     raise ValueError(f"unknown command kind {kind!r}")
 
 
@@ -156,7 +172,7 @@ def event_to_record(ev: Event) -> Record:
     return {
         "event_id": ev.event_id, "type": ev.type.value, "object_id": ev.object_id, "version": ev.version,
         "command_id": ev.command_id, "principal": ev.principal, "occurred_at": micros(ev.occurred_at),
-        "owner": ev.owner, "document": ev.document, "patch": ev.patch, "editor": ev.editor,
+        "owner": ev.owner, "document": ev.document, "patch": ev.patch, "editor": ev.editor, "reader": ev.reader,
     }
 
 
@@ -164,14 +180,16 @@ def event_from_record(rec: Record) -> Event:
     """Return the event in an Event record."""
     return Event(rec["event_id"], EventType(rec["type"]), rec["object_id"], rec["version"], rec["command_id"],
                  rec["principal"], from_micros(rec["occurred_at"]), rec["owner"], rec["document"], rec["patch"],
-                 rec["editor"])
+                 rec["editor"], rec.get("reader"))
 
 
 def rejection_to_record(rej: Rejection) -> Record:
     """Return ``rej`` as a Rejection record."""
     o = rej.original
     original = None if o is None else {
-        "topic": o.topic, "partition": o.partition, "offset": o.offset, "key": o.key, "value": o.value}
+        "topic": o.topic, "partition": o.partition, "offset": o.offset, "key": o.key, "value": o.value,
+        "key_length": o.key_length, "value_length": o.value_length, "key_sha256": o.key_sha256,
+        "value_sha256": o.value_sha256}
     return {
         "rejection_id": rej.rejection_id, "reason": rej.reason.value, "message": rej.message,
         "command_id": rej.command_id, "object_id": rej.object_id, "principal": rej.principal,
@@ -183,7 +201,9 @@ def rejection_to_record(rej: Rejection) -> Record:
 def rejection_from_record(rec: Record) -> Rejection:
     """Return the rejection in a Rejection record."""
     o = rec["original"]
-    original = None if o is None else OriginalRecord(o["topic"], o["partition"], o["offset"], o["key"], o["value"])
+    original = None if o is None else OriginalRecord(o["topic"], o["partition"], o["offset"], o["key"], o["value"],
+                                                     o.get("key_length"), o.get("value_length"),
+                                                     o.get("key_sha256"), o.get("value_sha256"))
     return Rejection(rec["rejection_id"], ReasonCode(rec["reason"]), rec["message"], rec["command_id"],
                      rec["object_id"], rec["principal"], opt_from_micros(rec["occurred_at"]),
                      rec["current_version"], rec["original_outcome"], rec["original_version"], original)
@@ -200,6 +220,9 @@ def state_to_record(st: ObjectState) -> Record:
         "recent_outcomes": [r.outcome for r in recent],
         "recent_versions": [r.version for r in recent],
         "recent_at": recent_micros(recent),
+        "readers": st.readers,
+        "recent_principals": [r.principal or "" for r in recent],
+        "recent_fingerprints": [r.fingerprint or 0 for r in recent],
     }
 
 
@@ -208,16 +231,29 @@ def state_from_record(rec: Record) -> ObjectState:
     return state_from_fields(rec["exists"], rec["deleted"], rec["version"], rec["owner"], rec["editors"],
                              rec["created_at"], rec["updated_at"], rec["deleted_at"], rec["document_size"],
                              rec["recent_command_ids"], rec["recent_outcomes"], rec["recent_versions"],
-                             rec["recent_at"])
+                             rec["recent_at"], rec.get("readers", []), rec.get("recent_principals", []),
+                             rec.get("recent_fingerprints", []))
 
 
 def state_from_fields(exists: bool, deleted: bool, version: int, owner: str, editors: list[str],
                       created_at: int | None, updated_at: int | None, deleted_at: int | None, document_size: int,
-                      ids: list[str], outcomes: list[str], versions: list[int], ats: list[int]) -> ObjectState:
-    """Return the state with these ObjectState record fields; raise ValueError if the arrays differ in length."""
+                      ids: list[str], outcomes: list[str], versions: list[int], ats: list[int],
+                      readers: list[str] | None = None, principals: list[str] | None = None,
+                      fingerprints: list[int] | None = None) -> ObjectState:
+    """Return the state with these ObjectState record fields; raise ValueError if the arrays differ in length.
+
+    Empty ``principals`` and ``fingerprints`` with a non-empty window mean state written by schema v1: its
+    entries get None for both (see ``commands.state``); within a v2 window "" and 0 mean None.
+    """
     n = len(ids)
     if len(outcomes) != n or len(versions) != n or len(ats) != n:
         raise ValueError(f"recent arrays differ in length: {n}, {len(outcomes)}, {len(versions)}, {len(ats)}")
+    # "" and 0 stand for None inside a v2 window (an entry carried over from v1 state).
+    who: list[str | None] = [p or None for p in principals] if principals else [None] * n
+    prints: list[int | None] = [f or None for f in fingerprints] if fingerprints else [None] * n
+    if len(who) != n or len(prints) != n:
+        raise ValueError(f"recent arrays differ in length: {n} ids, {len(who)} principals, {len(prints)} fingerprints")
     return ObjectState(exists, deleted, version, owner, tuple(editors), opt_from_micros(created_at),
                        opt_from_micros(updated_at), opt_from_micros(deleted_at), document_size,
-                       tuple(map(_new_recent, ids, outcomes, versions, ats)))
+                       tuple(map(_new_recent, ids, outcomes, versions, ats, who, prints)),
+                       tuple(readers) if readers else ())

@@ -18,12 +18,14 @@ from commands import (
     Event,
     EventType,
     GrantEditor,
+    GrantReader,
     ObjectState,
     OriginalRecord,
     ReasonCode,
     RecentCommand,
     Rejection,
     RevokeEditor,
+    RevokeReader,
     UpdateObject,
 )
 
@@ -52,15 +54,20 @@ def record_strategies(texts: Strategy, times: st.SearchStrategy[datetime], longs
         st.builds(DeleteObject, *common),
         st.builds(GrantEditor, *common, editor=texts),
         st.builds(RevokeEditor, *common, editor=texts),
+        st.builds(GrantReader, *common, reader=texts),
+        st.builds(RevokeReader, *common, reader=texts),
     )
     events = st.builds(Event, texts, st.sampled_from(EventType), texts, longs, texts, texts, times, texts,
-                       st.none() | texts, st.none() | texts, st.none() | texts)
-    recents = st.builds(RecentCommand, texts, texts, longs, times)
+                       st.none() | texts, st.none() | texts, st.none() | texts, st.none() | texts)
+    # "" and 0 stand for "none" in a stored window (schemas.records), so entries use None for them.
+    recents = st.builds(RecentCommand, texts, texts, longs, times, st.none() | texts.filter(bool),
+                        st.none() | longs.filter(bool))
     states = st.builds(ObjectState, st.booleans(), st.booleans(), longs, texts,
                        st.lists(texts, max_size=max_editors).map(tuple), st.none() | times, st.none() | times,
-                       st.none() | times, longs, st.lists(recents, max_size=max_recent).map(tuple))
+                       st.none() | times, longs, st.lists(recents, max_size=max_recent).map(tuple),
+                       st.lists(texts, max_size=max_editors).map(tuple))
     originals = st.builds(OriginalRecord, texts, st.integers(0, 2**31 - 1), longs, st.none() | st.binary(),
-                          st.none() | st.binary())
+                          st.none() | st.binary(), opt_longs, opt_longs, st.none() | texts, st.none() | texts)
     rejections = st.builds(Rejection, texts, st.sampled_from(ReasonCode), texts, st.none() | texts,
                            st.none() | texts, st.none() | texts, st.none() | times, opt_longs, st.none() | texts,
                            opt_longs, st.none() | originals)

@@ -16,11 +16,13 @@ from commands import (
     DeleteObject,
     Event,
     GrantEditor,
+    GrantReader,
     Limits,
     ObjectState,
     ReasonCode,
     Rejection,
     RevokeEditor,
+    RevokeReader,
     UpdateObject,
     decide,
 )
@@ -30,11 +32,12 @@ pytestmark = pytest.mark.unit
 
 OBJECTS = ["o1", "o2"]
 PRINCIPALS = ["alice", "bob", "carol", "dave"]
-DOCUMENTS = {'{"a": 1}': True, "{}": True, "[1]": False, "{bad": False}
-LIMITS = Limits(max_editors=1, max_recent=4, max_document_bytes=64, dedup_ttl=timedelta(seconds=50))
+DOCUMENTS = {'{"a": 1}': True, '{"b": 2}': True, "{}": True, "[1]": False, "{bad": False, '{"n": NaN}': False}
+LIMITS = Limits(max_editors=1, max_recent=4, max_document_bytes=64, dedup_ttl=timedelta(seconds=50), max_readers=2)
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 # Weighted so that objects live long enough to be shared, updated and revoked before a delete.
-KINDS = ["create", "update", "update", "update", "grant", "grant", "grant", "revoke", "revoke", "delete"]
+KINDS = ["create", "update", "update", "update", "grant", "grant", "grant", "revoke", "revoke", "read", "read",
+         "unread", "delete"]
 
 
 @dataclass
@@ -46,15 +49,32 @@ class Model:
     version: int = 0
     owner: str = ""
     editors: list[str] = field(default_factory=list)
-    accepted: list[tuple[str, int, datetime]] = field(default_factory=list)
+    readers: list[str] = field(default_factory=list)
+    # (principal, command_id, version, issued_at, request): the request is what a retry must repeat.
+    accepted: list[tuple[str, str, int, datetime, tuple[object, ...]]] = field(default_factory=list)
+
+
+def request(cmd: Command) -> tuple[object, ...]:
+    """What a command asks for, independent of its id, sender and time: a key reused for another is refused."""
+    payload = {f: getattr(cmd, f) for f in cmd.__dataclass_fields__}
+    for f in ("command_id", "principal", "issued_at"):
+        payload.pop(f)
+    return (type(cmd).__name__, tuple(sorted(payload.items())))
+
+
+def _dedup(m: Model, cmd: Command) -> ReasonCode | None:
+    for who, cid, _, at, req in m.accepted:
+        if who == cmd.principal and cid == cmd.command_id and cmd.issued_at - at <= LIMITS.dedup_ttl:  # type: ignore[operator]
+            return ReasonCode.DUPLICATE if req == request(cmd) else ReasonCode.IDEMPOTENCY_KEY_REUSED
+    return None
 
 
 def expected(m: Model, cmd: Command) -> ReasonCode | None:
     """Return the reason the reference model rejects ``cmd`` for, or None if it accepts it."""
-    for cid, _, at in m.accepted:
-        if cid == cmd.command_id and cmd.issued_at - at <= LIMITS.dedup_ttl:  # type: ignore[operator]
-            return ReasonCode.DUPLICATE
     if isinstance(cmd, CreateObject):
+        seen = _dedup(m, cmd) if m.exists or m.deleted else None
+        if seen is not None:
+            return seen
         if m.deleted:
             return ReasonCode.DELETED
         if m.exists:
@@ -64,13 +84,18 @@ def expected(m: Model, cmd: Command) -> ReasonCode | None:
         if len(cmd.document) > LIMITS.max_document_bytes:
             return ReasonCode.TOO_LARGE
         return None if DOCUMENTS[cmd.document] else ReasonCode.MALFORMED
+    if not m.exists and not m.deleted:
+        return ReasonCode.NOT_FOUND
+    who = cmd.principal
+    if who != m.owner and who not in m.editors and who not in m.readers:
+        return ReasonCode.NOT_FOUND  # may not read it: looks exactly like an unknown id
+    if who != m.owner and not (isinstance(cmd, UpdateObject) and who in m.editors):
+        return ReasonCode.FORBIDDEN
+    seen = _dedup(m, cmd)
+    if seen is not None:
+        return seen
     if m.deleted:
         return ReasonCode.DELETED
-    if not m.exists:
-        return ReasonCode.NOT_FOUND
-    may_edit = cmd.principal == m.owner or cmd.principal in m.editors
-    if cmd.principal != m.owner and not (isinstance(cmd, UpdateObject) and may_edit):
-        return ReasonCode.FORBIDDEN
     if cmd.expected_version is not None and cmd.expected_version != m.version:
         return ReasonCode.VERSION_CONFLICT
     if isinstance(cmd, UpdateObject) and not DOCUMENTS[cmd.patch]:
@@ -82,6 +107,13 @@ def expected(m: Model, cmd: Command) -> ReasonCode | None:
             return ReasonCode.TOO_LARGE
     if isinstance(cmd, RevokeEditor) and cmd.editor not in m.editors:
         return ReasonCode.NOT_FOUND
+    if isinstance(cmd, GrantReader):
+        if cmd.reader == m.owner or cmd.reader in m.readers:
+            return ReasonCode.ALREADY_EXISTS
+        if len(m.readers) >= LIMITS.max_readers:
+            return ReasonCode.TOO_LARGE
+    if isinstance(cmd, RevokeReader) and cmd.reader not in m.readers:
+        return ReasonCode.NOT_FOUND
     return None
 
 
@@ -90,14 +122,18 @@ def apply(m: Model, cmd: Command) -> None:
     if isinstance(cmd, CreateObject):
         m.exists, m.owner = True, cmd.principal
     elif isinstance(cmd, DeleteObject):
-        m.deleted, m.editors = True, []
+        m.deleted = True  # owner, editors and readers are kept: they are told DELETED, others NOT_FOUND
     elif isinstance(cmd, GrantEditor):
         m.editors.append(cmd.editor)
     elif isinstance(cmd, RevokeEditor):
         m.editors.remove(cmd.editor)
+    elif isinstance(cmd, GrantReader):
+        m.readers.append(cmd.reader)
+    elif isinstance(cmd, RevokeReader):
+        m.readers.remove(cmd.reader)
     m.version += 1
-    fresh = [a for a in m.accepted if cmd.issued_at - a[2] <= LIMITS.dedup_ttl]  # type: ignore[operator]
-    m.accepted = [*fresh, (cmd.command_id, m.version, cmd.issued_at)][-LIMITS.max_recent:]
+    fresh = [a for a in m.accepted if cmd.issued_at - a[3] <= LIMITS.dedup_ttl]  # type: ignore[operator]
+    m.accepted = [*fresh, (cmd.principal, cmd.command_id, m.version, cmd.issued_at, request(cmd))][-LIMITS.max_recent:]
 
 
 class ObjectsMachine(RuleBasedStateMachine):
@@ -155,6 +191,8 @@ class ObjectsMachine(RuleBasedStateMachine):
             "delete": lambda: DeleteObject(*args),
             "grant": lambda: GrantEditor(*args, editor=other),
             "revoke": lambda: RevokeEditor(*args, editor=other),
+            "read": lambda: GrantReader(*args, reader=other),
+            "unread": lambda: RevokeReader(*args, reader=other),
         }[kind]()
         self.submit(cmd)
 
@@ -173,6 +211,13 @@ class ObjectsMachine(RuleBasedStateMachine):
             # A client retry carries the same command_id; the API stamps it with a new issued_at.
             self.submit(type(cmd)(**{**{f: getattr(cmd, f) for f in cmd.__dataclass_fields__}, "issued_at": self.now}))
 
+    @rule(data=st.data(), who=st.sampled_from(PRINCIPALS), patch=st.sampled_from(['{"a": 1}', '{"b": 2}']))
+    def reuse_key(self, data: st.DataObject, who: str, patch: str) -> None:
+        # Another principal's key (a separate command of its own), or the same principal's key on another request.
+        if self.sent:
+            cmd = data.draw(st.sampled_from(self.sent))
+            self.submit(UpdateObject(cmd.command_id, cmd.object_id, who, self.now, None, patch=patch))
+
     @invariant()
     def states_match_model(self) -> None:
         for obj, state in self.states.items():
@@ -182,6 +227,7 @@ class ObjectsMachine(RuleBasedStateMachine):
                 continue
             assert (state.version, state.deleted, state.owner) == (model.version, model.deleted, model.owner)
             assert list(state.editors) == model.editors
+            assert list(state.readers) == model.readers
             assert len(state.recent) <= LIMITS.max_recent
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import io
 import uuid
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 
+import fastavro
 import pytest
 
 from commands import (
@@ -16,16 +18,21 @@ from commands import (
     Event,
     EventType,
     GrantEditor,
+    GrantReader,
     Limits,
     ObjectState,
     OriginalRecord,
     ReasonCode,
     Rejection,
     RevokeEditor,
+    RevokeReader,
     UpdateObject,
     decide,
     reject_record,
 )
+from schemas import codec, records
+from schemas.catalog import SchemaCatalog
+from schemas.wire import header
 
 pytestmark = pytest.mark.unit
 
@@ -122,10 +129,122 @@ def test_create_with_expected_version_other_than_zero_conflicts() -> None:
     GrantEditor("g", "o1", "bob", at(1), editor="carol"),
     RevokeEditor("r", "o1", "bob", at(1), editor="bob"),
     UpdateObject("u", "o1", "mallory", at(1), patch="{}"),
+    GrantReader("gr", "o1", "bob", at(1), reader="carol"),
+    RevokeReader("rr", "o1", "bob", at(1), reader="mallory"),
 ])
 def test_forbidden_only_owner_shares_and_deletes_only_owner_and_editors_update(cmd: object) -> None:
     s = decide(created(), GrantEditor("g0", "o1", "alice", at(0.5), editor="bob")).state
+    s = decide(s, GrantReader("g1", "o1", "alice", at(0.6), reader="mallory")).state
     assert rejected(s, cmd).reason is ReasonCode.FORBIDDEN
+
+
+@pytest.mark.parametrize("cmd", [
+    UpdateObject("u", "o1", "eve", at(1), patch="{}"),
+    DeleteObject("d", "o1", "eve", at(1)),
+    GrantEditor("g", "o1", "eve", at(1), editor="eve"),
+    RevokeReader("r", "o1", "eve", at(1), reader="eve"),
+])
+@pytest.mark.parametrize("deleted", [False, True])
+def test_an_outsider_is_told_not_found_exactly_as_for_an_unknown_id(cmd: object, deleted: bool) -> None:
+    s = decide(created(), GrantEditor("g0", "o1", "alice", at(0.5), editor="bob")).state
+    if deleted:
+        s = decide(s, DeleteObject("d0", "o1", "alice", at(0.7))).state
+    hidden = rejected(s, cmd)
+    unknown = rejected(None, cmd)
+    assert hidden.reason is ReasonCode.NOT_FOUND
+    assert codec.encode_rejection(hidden) == codec.encode_rejection(unknown)
+
+
+def test_a_deleted_object_keeps_its_roles_so_they_are_told_deleted() -> None:
+    s = decide(created(), GrantEditor("g0", "o1", "alice", at(0.5), editor="bob")).state
+    s = decide(s, GrantReader("g1", "o1", "alice", at(0.6), reader="carol")).state
+    s = decide(s, DeleteObject("d0", "o1", "alice", at(0.7))).state
+    assert s is not None and s.editors == ("bob",) and s.readers == ("carol",)
+    assert rejected(s, UpdateObject("u", "o1", "bob", at(1), patch="{}")).reason is ReasonCode.DELETED
+    assert rejected(s, UpdateObject("u", "o1", "carol", at(1), patch="{}")).reason is ReasonCode.FORBIDDEN
+
+
+def test_reader_grant_and_revoke() -> None:
+    s = created()
+    d = decide(s, GrantReader("g", "o1", "alice", at(1), reader="bob"))
+    assert isinstance(d.outcome, Event) and d.outcome.type is EventType.READER_GRANTED and d.outcome.reader == "bob"
+    assert d.state is not None and d.state.readers == ("bob",)
+    assert rejected(d.state, GrantReader("g2", "o1", "alice", at(2), reader="bob")).reason is ReasonCode.ALREADY_EXISTS
+    assert rejected(d.state, GrantReader("g3", "o1", "alice", at(2), reader="alice")).reason \
+        is ReasonCode.ALREADY_EXISTS
+    assert rejected(d.state, RevokeReader("r1", "o1", "alice", at(2), reader="carol")).reason is ReasonCode.NOT_FOUND
+    r = decide(d.state, RevokeReader("r", "o1", "alice", at(3), reader="bob"))
+    assert isinstance(r.outcome, Event) and r.outcome.type is EventType.READER_REVOKED
+    assert r.state is not None and r.state.readers == ()
+    limits = Limits(max_readers=1)
+    assert rejected(d.state, GrantReader("g4", "o1", "alice", at(2), reader="carol"), limits).reason \
+        is ReasonCode.TOO_LARGE
+
+
+def test_idempotency_keys_belong_to_their_principal() -> None:
+    s = decide(created(), GrantEditor("g0", "o1", "alice", at(0.5), editor="bob")).state
+    s = decide(s, UpdateObject("K", "o1", "alice", at(1), patch='{"a": 2}')).state
+    # bob, an editor, uses alice's key: his own command, applied as such
+    d = decide(s, UpdateObject("K", "o1", "bob", at(2), patch='{"a": 2}'))
+    assert d.accepted and d.state is not None and d.state.version == 4
+    # alice's retry is still answered with her own outcome, not bob's
+    r = rejected(d.state, UpdateObject("K", "o1", "alice", at(3), patch='{"a": 2}'))
+    assert (r.reason, r.original_version) == (ReasonCode.DUPLICATE, 3)
+    r = rejected(d.state, UpdateObject("K", "o1", "bob", at(3), patch='{"a": 2}'))
+    assert (r.reason, r.original_version) == (ReasonCode.DUPLICATE, 4)
+    # mallory (no rights) with alice's key learns nothing: NOT_FOUND, as for an unknown id
+    assert rejected(d.state, UpdateObject("K", "o1", "mallory", at(3), patch='{"a": 2}')).reason \
+        is ReasonCode.NOT_FOUND
+    # a create by someone else with the creator's key is not a duplicate of it
+    assert rejected(d.state, CreateObject("c-create", "o1", "bob", at(3), document='{"a": 1}')).reason \
+        is ReasonCode.ALREADY_EXISTS
+
+
+def test_dedup_runs_after_authorization() -> None:
+    s = decide(created(), GrantEditor("g0", "o1", "alice", at(0.5), editor="bob")).state
+    s = decide(s, UpdateObject("K", "o1", "bob", at(1), patch='{"a": 2}')).state
+    s = decide(s, RevokeEditor("r0", "o1", "alice", at(2), editor="bob")).state
+    s = decide(s, GrantReader("g1", "o1", "alice", at(2.5), reader="bob")).state
+    assert rejected(s, UpdateObject("K", "o1", "bob", at(3), patch='{"a": 2}')).reason is ReasonCode.FORBIDDEN
+
+
+@pytest.mark.parametrize("other", [
+    UpdateObject("K", "o1", "alice", at(3), patch='{"a": 3}'),
+    UpdateObject("K", "o1", "alice", at(3), expected_version=2, patch='{"a": 2}'),
+    DeleteObject("K", "o1", "alice", at(3)),
+    GrantEditor("K", "o1", "alice", at(3), editor="bob"),
+])
+def test_a_key_reused_for_a_different_request_is_refused(other: object) -> None:
+    s = decide(created(), UpdateObject("K", "o1", "alice", at(1), patch='{"a": 2}')).state
+    assert rejected(s, other).reason is ReasonCode.IDEMPOTENCY_KEY_REUSED
+    assert rejected(s, UpdateObject("K", "o1", "alice", at(2), patch='{"a": 2}')).reason is ReasonCode.DUPLICATE
+
+
+def test_state_written_by_schema_v1_still_reads_and_dedups() -> None:
+    s = decide(created(), UpdateObject("u", "o1", "alice", at(1), patch='{"a": 2}')).state
+    assert s is not None
+    v1 = SchemaCatalog.repository().by_id(1301)
+    assert v1 is not None
+    body = io.BytesIO()
+    record = {k: v for k, v in records.state_to_record(s).items()
+              if k not in ("readers", "recent_principals", "recent_fingerprints")}
+    fastavro.schemaless_writer(body, v1.parsed, record)
+    old = codec.decode_state(header(1301) + body.getvalue())
+    assert [(r.command_id, r.principal, r.fingerprint) for r in old.recent] == [("c-create", None, None),
+                                                                               ("u", None, None)]
+    assert old.readers == () and old.version == 2
+    assert rejected(old, UpdateObject("u", "o1", "alice", at(2), patch='{"a": 9}')).reason is ReasonCode.DUPLICATE
+    new = decide(old, UpdateObject("u2", "o1", "alice", at(3), patch="{}")).state
+    assert new is not None and codec.decode_state(codec.encode_state(new)) == new
+
+
+@pytest.mark.parametrize("field", ["command_id", "object_id", "principal"])
+def test_ids_over_the_bound_are_malformed(field: str) -> None:
+    cmd = UpdateObject("u", "o1", "alice", at(1), patch="{}")
+    cmd = replace(cmd, **{field: "é" * 129})  # 258 UTF-8 bytes
+    assert rejected(created(), cmd).reason is ReasonCode.MALFORMED
+    assert decide(created(), replace(UpdateObject("u", "o1", "alice", at(1), patch="{}"),
+                                     command_id="é" * 128)).accepted
 
 
 def test_editor_may_update() -> None:
@@ -141,10 +260,12 @@ def test_duplicate_names_the_original_outcome_and_version() -> None:
     assert (r.original_outcome, r.original_version, r.current_version) == ("ACCEPTED", 2, 3)
 
 
-def test_duplicate_is_checked_before_everything_else() -> None:
+def test_duplicate_is_checked_before_existence() -> None:
     s = decide(created(), DeleteObject("d", "o1", "alice", at(1))).state
     assert rejected(s, DeleteObject("d", "o1", "alice", at(2))).reason is ReasonCode.DUPLICATE
-    assert rejected(s, CreateObject("c-create", "o1", "x", at(2), document="{}")).reason is ReasonCode.DUPLICATE
+    assert rejected(s, CreateObject("c-create", "o1", "alice", at(2), document='{"a": 1}')).reason \
+        is ReasonCode.DUPLICATE
+    assert rejected(s, CreateObject("c-create", "o1", "x", at(2), document='{"a": 1}')).reason is ReasonCode.DELETED
 
 
 def test_duplicate_expires_after_ttl_in_event_time() -> None:
@@ -252,3 +373,18 @@ def test_lone_surrogate_is_malformed(payload: str) -> None:
 
 def test_escaped_valid_unicode_is_accepted() -> None:
     assert decide(None, CreateObject("c1", "o1", "alice", T0, document='{"a": "\\u00e9\\ud83d\\ude00"}')).accepted
+
+
+@pytest.mark.parametrize("text", [
+    '{"a": NaN}', '{"a": Infinity}', '{"a": -Infinity}', '{"a": 1e400}', '{"a": -1e400}',
+    '{"a": "\\ud800"}', '{"a":' + "[" * 32 + "]" * 32 + "}", '{"a": 1} x', "{'a': 1}",
+])
+def test_only_rfc8259_objects_within_the_depth_limit_are_stored(text: str) -> None:
+    assert rejected(None, CreateObject("c", "o1", "alice", T0, document=text)).reason is ReasonCode.MALFORMED
+    assert rejected(created(), UpdateObject("u", "o1", "alice", at(1), patch=text)).reason is ReasonCode.MALFORMED
+
+
+def test_nesting_at_the_depth_limit_and_large_finite_numbers_are_accepted() -> None:
+    deep = '{"a":' + "[" * 30 + "{}" + "]" * 30 + "}"  # 32 levels: the limit
+    assert decide(None, CreateObject("c", "o1", "alice", T0, document=deep)).accepted
+    assert decide(None, CreateObject("c", "o1", "alice", T0, document='{"a": 1e308, "b": "[[[[{{{{"}')).accepted
