@@ -41,7 +41,7 @@ class Scenario:
         self.s = settings
         self.http = httpx.Client(base_url=base_url, timeout=60.0)
         secret = settings.auth_secret.get_secret_value()
-        self.tokens = {p: issue_token(secret, p, 3600) for p in ("alice", "bob", "mallory")}
+        self.tokens = {p: issue_token(secret, p, 3600) for p in ("alice", "bob", "mallory", "eve")}
         self.rows: list[Step] = []
         tag = uuid.uuid4().hex[:6]
         self.doc, self.notes = f"plan-{tag}", f"notes-{tag}"
@@ -87,17 +87,23 @@ class Scenario:
         self._call("create the shared document", "alice", "POST", "/objects",
                    {"id": d, "document": {"title": "Launch plan", "owner_note": "draft"}})
         self._call("share it with bob", "alice", "PUT", f"/objects/{d}/editors/bob")
-        with ThreadPoolExecutor(2) as pool:  # both read version 2 and race to write version 3
-            races = [pool.submit(self._call, f"race: {w} updates at If-Match 2", w, "PATCH", f"/objects/{d}",
-                                 {"status": f"{w}'s edit"}, if_match=2) for w in ("alice", "bob")]
+        self._call("let mallory read it", "alice", "PUT", f"/objects/{d}/readers/mallory")
+        with ThreadPoolExecutor(2) as pool:  # both read version 3 and race to write version 4
+            races = [pool.submit(self._call, f"race: {w} updates at If-Match 3", w, "PATCH", f"/objects/{d}",
+                                 {"status": f"{w}'s edit"}, if_match=3) for w in ("alice", "bob")]
             for f in races:
                 f.result()
-        self._call("bob updates with a stale If-Match 1", "bob", "PATCH", f"/objects/{d}", {"status": "stale"},
-                   if_match=1)
+        self._call("bob updates with a stale If-Match 2", "bob", "PATCH", f"/objects/{d}", {"status": "stale"},
+                   if_match=2)
         key = f"retry-{uuid.uuid4().hex[:8]}"
         self._call("alice updates (Idempotency-Key K)", "alice", "PATCH", f"/objects/{d}", {"reviewed": True}, key=key)
         self._call("alice's client retries K", "alice", "PATCH", f"/objects/{d}", {"reviewed": True}, key=key)
-        self._call("mallory (not an editor) edits", "mallory", "PATCH", f"/objects/{d}", {"status": "hacked"})
+        self._call("bob sends alice's key K: his own command", "bob", "PATCH", f"/objects/{d}", {"reviewed": True},
+                   key=key)
+        self._call("alice reuses K for another edit", "alice", "PATCH", f"/objects/{d}", {"reviewed": False}, key=key)
+        self._call("mallory (a reader) edits", "mallory", "PATCH", f"/objects/{d}", {"status": "hacked"})
+        self._call("eve (no access) edits", "eve", "PATCH", f"/objects/{d}", {"status": "hacked"})
+        self._call("eve reads it", "eve", "GET", f"/objects/{d}")
         self._call("malformed JSON body", "alice", "POST", "/objects", raw=b'{"id": "x", "document": ')
         self._call("bob creates his notes", "bob", "POST", "/objects", {"id": n, "document": {"text": "hello"}})
         self._call("bob updates his notes", "bob", "PATCH", f"/objects/{n}", {"text": "hello, world"})

@@ -10,19 +10,28 @@ from projections.db import fastjson
 
 @dataclass(frozen=True, slots=True)
 class ObjectView:
-    """An object's document at ``version``; a deleted object keeps its version and an empty document."""
+    """An object's document at ``version`` and who may read it; a deleted object keeps its version, its
+    roles (owner, editors and readers are told it was deleted, others that it does not exist) and an empty
+    document.
+
+    Views stored before roles were kept read back with no editors or readers: rebuild the read model
+    (``arbiter project db --rebuild``) to fill them in from the events.
+    """
 
     document: dict[str, Any]
     version: int
     deleted: bool = False
     owner: str = ""
     updated_at: str | None = field(default=None, compare=False)
+    editors: tuple[str, ...] = ()
+    readers: tuple[str, ...] = ()
 
     def to_bytes(self) -> bytes:
         return fastjson.dumps({"v": self.version, "del": self.deleted, "owner": self.owner, "at": self.updated_at,
-                               "doc": self.document})
+                               "ed": list(self.editors), "rd": list(self.readers), "doc": self.document})
 
     @classmethod
     def from_bytes(cls, data: bytes) -> ObjectView:
         d = fastjson.loads(data)
-        return cls(document=d["doc"], version=d["v"], deleted=d["del"], owner=d["owner"], updated_at=d["at"])
+        return cls(document=d["doc"], version=d["v"], deleted=d["del"], owner=d["owner"], updated_at=d["at"],
+                   editors=tuple(d.get("ed", ())), readers=tuple(d.get("rd", ())))

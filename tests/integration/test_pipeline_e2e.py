@@ -88,15 +88,20 @@ def test_scenario_status_page_and_clean_stop(pipeline: Run, settings: Settings, 
     assert _row(out, "create the shared document")[1] == "alice"
     assert decided("create the shared document", "201") == ["accepted", "", "1"]
     assert decided("share it with bob", "200") == ["accepted", "", "2"]
-    races = sorted(_row(out, f"race: {w} updates at If-Match 2")[2:] for w in ("alice", "bob"))
-    assert [r[1:] for r in races] == [["accepted", "", "3"], ["rejected", "VERSION_CONFLICT", "3"]], races
-    assert decided("bob updates with a stale If-Match 1", "412") == ["rejected", "VERSION_CONFLICT", "3"]
+    assert decided("let mallory read it", "200") == ["accepted", "", "3"]
+    races = sorted(_row(out, f"race: {w} updates at If-Match 3")[2:] for w in ("alice", "bob"))
+    assert [r[1:] for r in races] == [["accepted", "", "4"], ["rejected", "VERSION_CONFLICT", "4"]], races
+    assert decided("bob updates with a stale If-Match 2", "412") == ["rejected", "VERSION_CONFLICT", "4"]
     first, retry = decided("alice updates (Idempotency-Key K)", "200"), decided("alice's client retries K", "200")
-    assert first == ["accepted", "", "4"]
-    assert retry in (["accepted", "", "4"], ["rejected", "DUPLICATE", "4"])  # answered with the original outcome
-    assert decided("mallory (not an editor) edits", "403")[:2] == ["rejected", "FORBIDDEN"]
+    assert first == ["accepted", "", "5"]
+    assert retry in (["accepted", "", "5"], ["rejected", "DUPLICATE", "5"])  # answered with the original outcome
+    assert decided("bob sends alice's key K: his own command", "200") == ["accepted", "", "6"]
+    assert decided("alice reuses K for another edit", "422")[:2] == ["rejected", "IDEMPOTENCY_KEY_REUSED"]
+    assert decided("mallory (a reader) edits", "403")[:2] == ["rejected", "FORBIDDEN"]
+    assert decided("eve (no access) edits", "404") == ["rejected", "NOT_FOUND", "0"]  # as for an unknown id
+    assert _row(out, "eve reads it")[2:5] == ["404", "rejected", "NOT_FOUND"]
     assert _row(out, "malformed JSON body")[2:5] == ["400", "refused by the API", "INVALID_JSON"]
-    assert decided("alice deletes the document", "204") == ["accepted", "", "5"]
+    assert decided("alice deletes the document", "204") == ["accepted", "", "7"]
     assert decided("bob updates after delete", "410")[:2] == ["rejected", "DELETED"]
     assert _row(out, "garbage bytes put on the topic")[3:5] == ["rejected", "MALFORMED"]
     assert any("HTTP 410" in line for line in out) and any("HTTP 200" in line and "hello, world" in line for line in out)

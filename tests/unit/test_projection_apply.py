@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commands import CreateObject, DeleteObject, Event, GrantEditor, UpdateObject, decide
+from commands import CreateObject, DeleteObject, Event, EventType, GrantEditor, UpdateObject, decide
 from projections.db import fastjson
 from projections.db.apply import Status, apply_event
 from projections.db.view import ObjectView
@@ -124,3 +124,49 @@ def test_lone_surrogate_payload_is_invalid_not_a_crash() -> None:
                 document='{"a": "\\ud800"}')
     res = apply_event(None, bad)
     assert res.status is Status.INVALID and "surrogate" in res.detail
+
+
+def _fold(cmds: list[object]) -> ObjectView | None:
+    state, view = None, None
+    for c in cmds:
+        d = decide(state, c)  # type: ignore[arg-type]
+        assert d.accepted, d.outcome
+        state = d.state
+        res = apply_event(view, d.outcome)  # type: ignore[arg-type]
+        assert res.status is Status.APPLIED, res
+        view = res.view
+    return view
+
+
+def test_roles_follow_grants_and_revokes_and_survive_delete() -> None:
+    from commands import GrantReader, RevokeEditor, RevokeReader
+
+    view = _fold([
+        CreateObject("c1", "o", "alice", T, document='{"a": 1}'),
+        GrantEditor("c2", "o", "alice", T, editor="bob"),
+        GrantReader("c3", "o", "alice", T, reader="carol"),
+        GrantReader("c4", "o", "alice", T, reader="dave"),
+        RevokeReader("c5", "o", "alice", T, reader="carol"),
+        GrantEditor("c6", "o", "alice", T, editor="erin"),
+        RevokeEditor("c7", "o", "alice", T, editor="bob"),
+    ])
+    assert view is not None and (view.owner, view.editors, view.readers) == ("alice", ("erin",), ("dave",))
+    assert view.document == {"a": 1} and view.version == 7
+    assert ObjectView.from_bytes(view.to_bytes()) == view
+    deleted = apply_event(view, decide(None, CreateObject("x", "o", "alice", T, document="{}")).outcome)  # type: ignore[arg-type]
+    assert deleted.status is Status.STALE
+    gone = _fold([CreateObject("c1", "o", "alice", T, document='{"a": 1}'),
+                  GrantReader("c2", "o", "alice", T, reader="dave"), DeleteObject("c3", "o", "alice", T)])
+    assert gone is not None and gone.deleted and gone.readers == ("dave",) and gone.document == {}
+
+
+def test_views_stored_before_roles_read_with_none() -> None:
+    old = b'{"at":null,"del":false,"doc":{"a":1},"owner":"alice","v":3}'
+    view = ObjectView.from_bytes(old)
+    assert (view.owner, view.editors, view.readers, view.version) == ("alice", (), (), 3)
+
+
+@pytest.mark.parametrize("payload", ['{"a": NaN}', '{"a": Infinity}', '{"a": 1e400}', '{"a": "\\ud800"}'])
+def test_a_payload_that_could_not_be_served_as_json_is_not_applied(payload: str) -> None:
+    ev = Event("e", EventType.CREATED, "o", 1, "c", "alice", T, "alice", payload)
+    assert apply_event(None, ev).status is Status.INVALID
