@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     replication_factor: int = Field(default=1, ge=1)
     min_insync_replicas: int = Field(default=1, ge=1)
     retention_ms: int = Field(default=7 * 24 * 3600 * 1000, description="Retention of all three topics.")
+    max_message_bytes: int = Field(
+        default=1024 * 1024, ge=64 * 1024, le=64 * 1024 * 1024,
+        description="Topics' max.message.bytes; every other size limit derives from it (app/limits.py).")
     schema_registry_url: str | None = None
 
     # --- Spark / validator -------------------------------------------------------------------
@@ -93,8 +96,15 @@ class Settings(BaseSettings):
     produce_timeout_s: float = Field(default=10.0, gt=0, description="Delivery wait before a write answers 503.")
     retry_after_s: int = Field(default=2, ge=1, description="Retry-After of a 503.")
     wait_max_s: float = Field(default=30.0, ge=0, description="Cap on `Prefer: wait=<seconds>`.")
-    outcome_cache_size: int = Field(default=200_000, ge=1, description="Recent outcomes kept for GET /commands/{id}.")
+    outcome_cache_size: int = Field(default=200_000, ge=1, description="Most command ids kept for GET /commands/{id}.")
     read_model_dir: Path | None = Field(default=None, description="DB projection's read model; empty = <var_dir>/read_model.")
+    # --- API (issue 13: gate integrity) -----------------------------------------------------------
+    outcome_cache_bytes: int = Field(default=64 * 1024 * 1024, ge=64 * 1024,
+                                     description="Memory bound (estimated bytes) of the outcome summaries kept per API process.")
+    max_waiters: int = Field(default=10_000, ge=1, description="Most concurrent `Prefer: wait` requests per API process; "
+                             "beyond it a write is refused before it is produced: 503 TOO_MANY_WAITERS.")
+    operators: list[str] = Field(default_factory=lambda: ["operator"],
+                                 description='Principals that may read /status.json and /metrics (JSON list: \'["ops"]\').')
 
     @model_validator(mode="after")
     def _refuse_placeholder_secret(self) -> Settings:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
 
+from app import limits
 from app.errors import BrokerUnavailable, SetupError
 from app.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 def topic_config(settings: Settings) -> dict[str, str]:
@@ -19,6 +24,7 @@ def topic_config(settings: Settings) -> dict[str, str]:
         "cleanup.policy": "delete",
         "message.timestamp.type": "CreateTime",
         "unclean.leader.election.enable": "false",
+        **limits.topic_config(settings),  # max.message.bytes: the start of the size chain (app/limits.py)
     }
 
 
@@ -27,7 +33,10 @@ def admin(bootstrap: str) -> AdminClient:
 
 
 def ensure_topics(settings: Settings, names: list[str] | None = None, partitions: int | None = None) -> list[str]:
-    """Create the topics that do not exist yet; refuse a mismatched partition count. Returns the created ones."""
+    """Create the topics that do not exist yet; refuse a mismatched partition count. Returns the created ones.
+
+    Existing topics get ``max.message.bytes`` = ``settings.max_message_bytes`` (see ``align_max_message_bytes``).
+    """
     names = names or [settings.topic_commands, settings.topic_events, settings.topic_rejections]
     partitions = partitions or settings.partitions
     client = admin(settings.kafka_bootstrap)
@@ -41,19 +50,65 @@ def ensure_topics(settings: Settings, names: list[str] | None = None, partitions
                 f"topic {name!r} has {len(existing[name].partitions)} partitions but ARBITER_PARTITIONS={partitions}; "
                 "object ids are hashed to partitions, so the count cannot change under live state"
             )
+    align_max_message_bytes(client, settings, [n for n in names if n in existing])
     new = [
         NewTopic(n, num_partitions=partitions, replication_factor=settings.replication_factor,
                  config=topic_config(settings))
         for n in names if n not in existing
     ]
+    created, raced = [], []
     if new:
         for name, fut in client.create_topics(new, operation_timeout=30).items():
             try:
                 fut.result()
+                created.append(name)
             except KafkaException as e:
                 if "TOPIC_ALREADY_EXISTS" not in str(e):
                     raise BrokerUnavailable(f"creating topic {name!r} failed: {e}") from e
-    return [t.topic for t in new]
+                raced.append(name)  # created meanwhile (or not yet in the metadata we listed): align it too
+    align_max_message_bytes(client, settings, raced)
+    return [t.topic for t in new if t.topic in created]
+
+
+def align_max_message_bytes(client: AdminClient, settings: Settings, names: list[str]) -> None:
+    """Set ``max.message.bytes`` of existing topics ``names`` to ``settings.max_message_bytes`` where it differs.
+
+    A topic that takes less than the validator's sink may send would refuse an output record, failing the
+    micro-batch on every restart: if it cannot be altered, that is a ``SetupError``. One that takes more is
+    only logged when it cannot be altered (every record Arbiter writes still fits).
+    """
+    if not names:
+        return
+    want = str(settings.max_message_bytes)
+    resources = [ConfigResource(ResourceType.TOPIC, n) for n in names]
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            described = {r.name: f.result(timeout=30) for r, f in client.describe_configs(resources).items()}
+            break
+        except KafkaException as e:
+            # A topic created a moment ago may not be known to the broker answering yet.
+            if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() > deadline:
+                raise BrokerUnavailable(f"cannot describe topics {names}: {e}") from e
+            time.sleep(0.2)
+    for name, entries in described.items():
+        entry = entries.get("max.message.bytes")
+        have = entry.value if entry is not None else None
+        if have == want:
+            continue
+        change = ConfigResource(ResourceType.TOPIC, name, incremental_configs=[
+            ConfigEntry("max.message.bytes", want, incremental_operation=AlterConfigOpType.SET)])
+        try:
+            for fut in client.incremental_alter_configs([change]).values():
+                fut.result(timeout=30)
+        except KafkaException as e:
+            if have is None or int(have) < settings.max_message_bytes:
+                raise SetupError(f"topic {name!r} has max.message.bytes={have}, below ARBITER_MAX_MESSAGE_BYTES={want}, "
+                                 f"and altering it failed: {e}") from e
+            log.warning("topic %r keeps max.message.bytes=%s (ARBITER_MAX_MESSAGE_BYTES=%s): altering failed: %s",
+                        name, have, want, e)
+            continue
+        log.warning("topic %r: max.message.bytes %s -> %s (ARBITER_MAX_MESSAGE_BYTES)", name, have, want)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import time
 
 from commands.errors import ArbiterError
 
-PRINCIPAL_PATTERN = r"^[A-Za-z0-9._@:+\-]{1,128}$"
+PRINCIPAL_PATTERN = r"^[A-Za-z0-9_@:+\-][A-Za-z0-9._@:+\-]{0,127}$"  # not "." or "..": URLs would lose them
 _PRINCIPAL = re.compile(PRINCIPAL_PATTERN)
 
 

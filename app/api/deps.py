@@ -1,4 +1,4 @@
-"""Dependencies of the routes as ``Annotated`` aliases: the app context, the read model, the principal."""
+"""Dependencies of the routes as ``Annotated`` aliases: the app context, the read model, the principal, operators."""
 
 from __future__ import annotations
 
@@ -24,6 +24,12 @@ class ObjectViewLike(Protocol):
     def version(self) -> int: ...
     @property
     def deleted(self) -> bool: ...
+    @property
+    def owner(self) -> str: ...
+    @property
+    def editors(self) -> tuple[str, ...]: ...
+    @property
+    def readers(self) -> tuple[str, ...]: ...
 
 
 class ReadModelPort(Protocol):
@@ -64,6 +70,15 @@ async def _principal(request: Request) -> str:
     return verify_token(request.app.state.settings.auth_secret.get_secret_value(), token.strip())
 
 
+async def _operator(request: Request) -> str:
+    """Return the principal if it is one of ``ARBITER_OPERATORS``: 401 without a valid token, else 403."""
+    principal = await _principal(request)
+    if principal not in request.app.state.settings.operators:
+        raise ApiError(f"{principal!r} is not an operator (ARBITER_OPERATORS)", code="FORBIDDEN")
+    return principal
+
+
 ContextDep = Annotated[ApiContext, Depends(_context)]
 ReadModelDep = Annotated[ReadModelPort, Depends(_read_model)]
 PrincipalDep = Annotated[str, Depends(_principal)]
+OperatorDep = Annotated[str, Depends(_operator)]

@@ -12,12 +12,14 @@ from fastapi import FastAPI
 from app.api import problems
 from app.api.body_limit import BodyLimit
 from app.api.deps import ApiContext, ReadModelPort
+from app.api.memo import Memo
 from app.api.metrics import ApiMetrics, RequestMetrics
 from app.api.models import Problem
 from app.api.outcomes import OutcomeCache, OutcomeConsumer
 from app.api.producer import CommandProducer
 from app.api.read_model import open_read_model
 from app.api.routes import commands, objects, ops
+from app.api.secret_policy import require_usable_secret
 from app.settings import Settings
 from app.status import routes as status_routes
 from app.status.collector import StatusCollector
@@ -28,17 +30,27 @@ DESCRIPTION = """\
 Commands about shared objects go onto Kafka keyed by object id; a validator decides each one.
 Writes answer **202** once the broker acknowledged the command (`Location: /commands/{id}`), or the
 decision itself with `Prefer: wait=<seconds>`. Every error is `application/problem+json` with a `code`.
-Authenticate with `Authorization: Bearer <token>` (`arbiter token <principal>`).
+Authenticate with `Authorization: Bearer <token>` (`arbiter token <principal>`). Objects are read by their
+owner, editors and readers only; `/status.json` and `/metrics` by the principals in `ARBITER_OPERATORS`.
 """
+
+#: Paths that need a bearer token (declared in the OpenAPI document).
+_SECURED = ("/objects", "/commands", "/status.json", "/metrics")
 
 
 def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -> FastAPI:
-    """Return the API for ``settings``; the producer and the outcomes consumer start with the app's lifespan."""
+    """Return the API for ``settings``; the producer and the outcomes consumer start with the app's lifespan.
+
+    Refuses (``SetupError`` WEAK_SECRET) a placeholder or short secret unless development on loopback
+    (``settings.api_host``; ``arbiter api`` puts its bind address there).
+    """
+    require_usable_secret(settings, settings.api_host)
     metrics = ApiMetrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.producer = CommandProducer(settings)
+        app.state.broker_probe = Memo(app.state.producer.broker_reachable, interval=1.0)
         app.state.outcome_consumer = OutcomeConsumer(
             settings.kafka_bootstrap, [settings.topic_events, settings.topic_rejections], settings.partitions,
             app.state.outcomes, settings.kafka_config)
@@ -56,16 +68,20 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
             if owned and app.state.read_model is not None and hasattr(app.state.read_model, "close"):
                 app.state.read_model.close()
 
-    app = FastAPI(title="Arbiter Command API", version="1", description=DESCRIPTION, lifespan=lifespan)
+    # redirect_slashes=False: "/objects/" is a 404 problem, not a 307 to a route the client did not ask for
+    app = FastAPI(title="Arbiter Command API", version="1", description=DESCRIPTION, lifespan=lifespan,
+                  redirect_slashes=False)
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.status = StatusCollector(settings)
+    app.state.status_memo = status_routes.status_memo(lambda: app.state.status.snapshot())
 
     def on_outcome(outcome: Any) -> None:  # noqa: ANN401 - Event | Rejection
         metrics.outcome(outcome)
         app.state.status.observe(outcome)
 
-    app.state.outcomes = OutcomeCache(settings.outcome_cache_size, on_outcome)
+    app.state.outcomes = OutcomeCache(max_bytes=settings.outcome_cache_bytes, max_entries=settings.outcome_cache_size,
+                                      max_waiters=settings.max_waiters, on_outcome=on_outcome)
     app.state.read_model = read_model
     app.state.outcome_consumer = None
     problems.install(app)
@@ -86,7 +102,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
             schema["components"]["securitySchemes"] = {"bearer": {
                 "type": "http", "scheme": "bearer", "description": "`arbiter token <principal>` prints one."}}
             for path, item in schema["paths"].items():
-                if path.startswith(("/objects", "/commands")):
+                if path.startswith(_SECURED):
                     for op in item.values():
                         op["security"] = [{"bearer": []}]
                         op["responses"].update({str(k): v for k, v in problems.PROBLEM_RESPONSES.items()

@@ -26,10 +26,15 @@ class ApiMetrics:
                                         ["code"], registry=self.registry)
         self.outcomes = Counter("arbiter_api_outcomes", "Outcomes seen on events/rejections: ACCEPTED or the reason",
                                 ["outcome"], registry=self.registry)
-        self.waits = Counter("arbiter_api_waits", "Prefer: wait requests by result", ["result"],
-                             registry=self.registry)
-        self.cached = Gauge("arbiter_api_outcomes_cached", "Outcomes held for GET /commands/{id}",
+        self.waits = Counter("arbiter_api_waits", "Prefer: wait requests by result: decided, timeout, refused "
+                             "(over ARBITER_MAX_WAITERS)", ["result"], registry=self.registry)
+        self.cached = Gauge("arbiter_api_outcomes_cached", "Command ids with outcomes held for GET /commands/{id}",
                             registry=self.registry)
+        self.cached_bytes = Gauge("arbiter_api_outcomes_cached_bytes",
+                                  "Estimated bytes of the outcome summaries held (bound: ARBITER_OUTCOME_CACHE_BYTES)",
+                                  registry=self.registry)
+        self.waiting = Gauge("arbiter_api_waiters", "Requests waiting for a decision (bound: ARBITER_MAX_WAITERS)",
+                             registry=self.registry)
 
     def outcome(self, o: Event | Rejection) -> None:
         self.outcomes.labels("ACCEPTED" if isinstance(o, Event) else o.reason.value).inc()

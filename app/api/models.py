@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
 from app.api.auth import PRINCIPAL_PATTERN
+from commands.json_text import DEFAULT_MAX_DEPTH, depth_of
 
 #: Compact JSON text of documents and patches; one encoder (json.dumps with options builds one per call).
 compact_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 
-OBJECT_ID_PATTERN = r"^[A-Za-z0-9._~:@+\-]{1,256}$"
+# ASCII only, so the lengths are UTF-8 bytes: within commands.Limits.max_id_bytes (256), which the validator enforces.
+OBJECT_ID_PATTERN = r"^[A-Za-z0-9_~:@+\-][A-Za-z0-9._~:@+\-]{0,255}$"  # not "." or "..": URLs would lose them
 IDEMPOTENCY_KEY_PATTERN = r"^[\x21-\x7e]{1,200}$"
 
 ObjectId = Annotated[str, Field(pattern=OBJECT_ID_PATTERN, description="Object id: 1-256 URL-safe characters.")]
@@ -28,6 +30,16 @@ def _json_integer(value: Any) -> Any:
     return value
 
 
+def _within_depth(value: dict[str, Any]) -> dict[str, Any]:
+    """Hold a document or patch to the validator's nesting limit (the rest of RFC 8259 is checked per body)."""
+    if depth_of(value) > DEFAULT_MAX_DEPTH:
+        raise ValueError(f"JSON nesting deeper than {DEFAULT_MAX_DEPTH} levels")
+    return value
+
+
+#: A JSON object stored as a document or applied as a merge patch: at most DEFAULT_MAX_DEPTH levels deep.
+Document = Annotated[dict[str, Any], AfterValidator(_within_depth)]
+
 # exact in JSON Schema, JavaScript and Avro long
 Version = Annotated[int, Field(ge=0, le=2**53 - 1), BeforeValidator(_json_integer)]
 IdempotencyKey = Annotated[str, Field(pattern=IDEMPOTENCY_KEY_PATTERN)]
@@ -39,10 +51,10 @@ class _Strict(BaseModel):
 
 
 class CreateRequest(_Strict):
-    """Create an object; ``id`` is the client's choice or a fresh uuid."""
+    """Create an object; ``id`` is the client's choice, else uuid5 of (principal, command id)."""
 
     id: ObjectId | None = None
-    document: dict[str, Any] = Field(description="The object's JSON document.")
+    document: Document = Field(description="The object's JSON document.")
 
 
 class CommandQueued(_Strict):
@@ -87,13 +99,13 @@ class _BatchBase(_Strict):
 class BatchCreate(_BatchBase):
     kind: Literal["create"]
     object_id: ObjectId | None = None
-    document: dict[str, Any]
+    document: Document
 
 
 class BatchUpdate(_BatchBase):
     kind: Literal["update"]
     object_id: ObjectId
-    patch: dict[str, Any]
+    patch: Document
 
 
 class BatchDelete(_BatchBase):
@@ -113,7 +125,20 @@ class BatchRevoke(_BatchBase):
     editor: Principal
 
 
-BatchItem = Annotated[BatchCreate | BatchUpdate | BatchDelete | BatchGrant | BatchRevoke, Field(discriminator="kind")]
+class BatchGrantReader(_BatchBase):
+    kind: Literal["grant_reader"]
+    object_id: ObjectId
+    reader: Principal
+
+
+class BatchRevokeReader(_BatchBase):
+    kind: Literal["revoke_reader"]
+    object_id: ObjectId
+    reader: Principal
+
+
+BatchItem = Annotated[BatchCreate | BatchUpdate | BatchDelete | BatchGrant | BatchRevoke | BatchGrantReader
+                      | BatchRevokeReader, Field(discriminator="kind")]
 
 
 class BatchRequest(_Strict):

@@ -1,13 +1,18 @@
 """Waiting for the validator's decisions: one consumer of events and rejections per API process.
 
 Each process assigns itself every partition of both topics from their ends at start (no consumer group
-coordination, so any number of API processes each see every outcome) and keeps a bounded cache of recent
-outcomes by command id. A waiter for (command_id, issued_at) is resolved by an event with that command
-id (a retry of an accepted command is answered with its original outcome) or by a rejection of that very
-attempt (same ``occurred_at``): an earlier attempt's rejection is not this attempt's answer.
+coordination, so any number of API processes each see every outcome) and keeps a bounded cache of outcome
+*summaries* (``app.api.summary``: never documents or patches) keyed by (principal, command_id): a command id is an
+idempotency key of its principal, so one principal's key never names, answers or reveals another's command.
 
-Limitation: only outcomes written after this process started, and at most ``outcome_cache_size`` of
-them, are known to ``lookup``; older ones answer 404 on ``GET /commands/{id}``.
+A waiter for (principal, command_id, issued_at) is resolved only by the decision of that very attempt (same
+``occurred_at``): the validator decides every attempt, a retry of an accepted command as DUPLICATE naming the
+original outcome, a reused key with a different request as IDEMPOTENCY_KEY_REUSED. An earlier attempt's
+event or rejection is never the answer to a later one.
+
+Bounds: at most ``max_bytes`` (estimated) and ``max_entries`` command ids, oldest evicted first; at most
+``max_waiters`` concurrent waiters (``reserve_waiter``). Only outcomes written after this process started are
+known to ``lookup``; older or evicted ones answer 404 on ``GET /commands/{id}``.
 """
 
 from __future__ import annotations
@@ -23,91 +28,138 @@ from datetime import datetime
 
 from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
 
-from commands import Event, Rejection
+from app.api.summary import OutcomeSummary, summarize
+from commands import DEFAULT_LIMITS, Event, Rejection
+from commands.command import utf8_size
 from schemas import codec
 from schemas.wire import DecodeError
 
 log = logging.getLogger(__name__)
 
 Outcome = Event | Rejection
+Key = tuple[str, str]  # (principal, command_id)
+_Waiter = tuple[datetime, asyncio.AbstractEventLoop, "asyncio.Future[OutcomeSummary]"]
+#: Summaries kept per command id: its event and the latest rejections of its attempts.
+PER_COMMAND = 4
 
 
-def _matches(outcome: Outcome, issued_at: datetime) -> bool:
-    return isinstance(outcome, Event) or outcome.occurred_at == issued_at
+def _answerable(s: OutcomeSummary) -> bool:
+    # Ids the API never accepts (over Limits.max_id_bytes) belong to no API request: not worth memory.
+    bound = DEFAULT_LIMITS.max_id_bytes
+    return all(t is None or utf8_size(t) <= bound for t in (s.command_id, s.principal, s.object_id))
 
 
 class OutcomeCache:
-    """Recent outcomes by command id (an event, if any, wins) and the waiters on them; thread-safe."""
+    """Recent outcome summaries by (principal, command_id) and the waiters on them; thread-safe."""
 
-    def __init__(self, size: int, on_outcome: Callable[[Outcome], None] | None = None) -> None:
-        self.size = size
+    def __init__(self, *, max_bytes: int, max_entries: int, max_waiters: int,
+                 on_outcome: Callable[[Outcome], None] | None = None) -> None:
+        self.max_bytes = max_bytes
+        self.max_entries = max_entries
+        self.max_waiters = max_waiters
         self._on_outcome = on_outcome
         self._lock = threading.Lock()
-        self._known: OrderedDict[str, list[Outcome]] = OrderedDict()
-        self._waiters: dict[str, list[tuple[datetime, asyncio.AbstractEventLoop, asyncio.Future[Outcome]]]] = {}
+        self._known: OrderedDict[Key, list[OutcomeSummary]] = OrderedDict()
+        self._bytes = 0
+        self._waiters: dict[Key, list[_Waiter]] = {}
+        self._reserved = 0
 
     def __len__(self) -> int:
         return len(self._known)
 
+    @property
+    def nbytes(self) -> int:
+        """Estimated bytes the cached summaries hold."""
+        return self._bytes
+
+    @property
+    def waiting(self) -> int:
+        """Waiter slots in use."""
+        return self._reserved
+
     def offer(self, outcome: Outcome) -> None:
-        """Record an outcome (from any thread) and wake the waiters it answers."""
-        cid = outcome.command_id
+        """Record an outcome (from any thread) and wake the waiters of the attempt it decides."""
         if self._on_outcome is not None:
             self._on_outcome(outcome)
-        if cid is None:  # a record that never became a command answers nobody
+        summary = summarize(outcome)
+        if summary is None or not _answerable(summary):
             return
+        key = (summary.principal, summary.command_id)
         with self._lock:
-            seen = self._known.pop(cid, None) or []
-            seen.append(outcome)
-            self._known[cid] = seen[-4:]
-            while len(self._known) > self.size:
-                self._known.popitem(last=False)
-            waiters = self._waiters.get(cid)
-            woken = []
+            seen = self._known.pop(key, None) or []
+            seen.append(summary)
+            self._bytes += summary.nbytes
+            if len(seen) > PER_COMMAND:
+                # keep the event (it names the command's outcome) and the newest rejections
+                drop = next((s for s in seen if s.kind == "rejected"), seen[0])
+                seen.remove(drop)
+                self._bytes -= drop.nbytes
+            self._known[key] = seen
+            while len(self._known) > 1 and (self._bytes > self.max_bytes or len(self._known) > self.max_entries):
+                _, old = self._known.popitem(last=False)
+                self._bytes -= sum(s.nbytes for s in old)
+            woken: list[_Waiter] = []
+            waiters = self._waiters.get(key)
             if waiters:
-                woken = [w for w in waiters if _matches(outcome, w[0])]
-                rest = [w for w in waiters if not _matches(outcome, w[0])]
-                if rest:
-                    self._waiters[cid] = rest
-                else:
-                    del self._waiters[cid]
+                woken = [w for w in waiters if w[0] == summary.occurred_at]
+                if woken:
+                    rest = [w for w in waiters if w[0] != summary.occurred_at]
+                    if rest:
+                        self._waiters[key] = rest
+                    else:
+                        del self._waiters[key]
         for _, loop, fut in woken:
-            loop.call_soon_threadsafe(_resolve, fut, outcome)
+            loop.call_soon_threadsafe(_resolve, fut, summary)
 
-    def lookup(self, command_id: str) -> Outcome | None:
-        """Return the command's known outcome: its event if accepted, else its latest rejection."""
+    def lookup(self, principal: str, command_id: str) -> OutcomeSummary | None:
+        """Return the outcome of ``principal``'s command: its event if accepted, else its latest rejection."""
         with self._lock:
-            seen = self._known.get(command_id)
+            seen = self._known.get((principal, command_id))
             if not seen:
                 return None
-            return next((o for o in seen if isinstance(o, Event)), seen[-1])
+            return next((s for s in seen if s.kind == "accepted"), seen[-1])
 
-    async def wait(self, command_id: str, issued_at: datetime, timeout: float) -> Outcome | None:
-        """Return the outcome of the attempt issued at ``issued_at``, or None after ``timeout`` seconds."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Outcome] = loop.create_future()
-        entry = (issued_at, loop, fut)
+    def reserve_waiter(self) -> bool:
+        """Take one of ``max_waiters`` slots for a ``Prefer: wait`` request; False when all are taken."""
         with self._lock:
-            for o in self._known.get(command_id, ()):
-                if _matches(o, issued_at):
-                    return o
-            self._waiters.setdefault(command_id, []).append(entry)
+            if self._reserved >= self.max_waiters:
+                return False
+            self._reserved += 1
+            return True
+
+    def release_waiter(self) -> None:
+        """Give back a slot taken by ``reserve_waiter``."""
+        with self._lock:
+            self._reserved -= 1
+
+    async def wait(self, principal: str, command_id: str, issued_at: datetime,
+                   timeout: float) -> OutcomeSummary | None:
+        """Return the decision of the attempt issued at ``issued_at``, or None after ``timeout`` seconds."""
+        key = (principal, command_id)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[OutcomeSummary] = loop.create_future()
+        entry: _Waiter = (issued_at, loop, fut)
+        with self._lock:
+            for s in self._known.get(key, ()):
+                if s.occurred_at == issued_at:
+                    return s
+            self._waiters.setdefault(key, []).append(entry)
         try:
             return await asyncio.wait_for(fut, timeout)
         except TimeoutError:
             return None
         finally:
             with self._lock:
-                waiters = self._waiters.get(command_id)
+                waiters = self._waiters.get(key)
                 if waiters and entry in waiters:
                     waiters.remove(entry)
                     if not waiters:
-                        del self._waiters[command_id]
+                        del self._waiters[key]
 
 
-def _resolve(fut: asyncio.Future[Outcome], outcome: Outcome) -> None:
+def _resolve(fut: asyncio.Future[OutcomeSummary], summary: OutcomeSummary) -> None:
     if not fut.done():
-        fut.set_result(outcome)
+        fut.set_result(summary)
 
 
 class OutcomeConsumer:

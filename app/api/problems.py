@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from commands import Rejection
+from app.api.summary import OutcomeSummary
 from commands.errors import ArbiterError, ReasonCode
 
 PROBLEM_JSON = "application/problem+json"
@@ -28,6 +28,7 @@ STATUS: dict[str, int] = {
     ReasonCode.MALFORMED: 422,
     ReasonCode.UNSUPPORTED_SCHEMA: 422,
     ReasonCode.MISROUTED: 422,
+    ReasonCode.IDEMPOTENCY_KEY_REUSED: 422,
     "UNAUTHORIZED": 401,
     "BAD_REQUEST": 400,
     "INVALID_JSON": 400,
@@ -39,6 +40,8 @@ STATUS: dict[str, int] = {
     "UNSUPPORTED_MEDIA_TYPE": 415,
     "BROKER_UNAVAILABLE": 503,
     "READ_MODEL_UNAVAILABLE": 503,
+    "TOO_MANY_WAITERS": 503,
+    "UNSERVABLE_DOCUMENT": 503,
 }
 
 _TITLES: dict[str, str] = {
@@ -50,9 +53,12 @@ _TITLES: dict[str, str] = {
     ReasonCode.DUPLICATE: "The command was already decided",
     ReasonCode.TOO_LARGE: "Too large",
     ReasonCode.MALFORMED: "The command is malformed",
+    ReasonCode.IDEMPOTENCY_KEY_REUSED: "The Idempotency-Key was already used for a different request",
     "UNAUTHORIZED": "A valid bearer token is required",
     "BROKER_UNAVAILABLE": "The command could not be stored; retry with the same Idempotency-Key",
     "READ_MODEL_UNAVAILABLE": "The read model is not open",
+    "TOO_MANY_WAITERS": "Too many requests are waiting for decisions; nothing was produced, retry later",
+    "UNSERVABLE_DOCUMENT": "The stored document is not RFC 8259 JSON; the read model needs a rebuild",
 }
 
 
@@ -67,10 +73,10 @@ class ApiError(ArbiterError):
 
 
 class Rejected(ArbiterError):
-    """The validator rejected the command the client waited on."""
+    """The validator rejected the command the client waited on (``rejection`` is its summary)."""
 
-    def __init__(self, rejection: Rejection, *, expected_version: int | None) -> None:
-        super().__init__(rejection.message, code=rejection.reason.value)
+    def __init__(self, rejection: OutcomeSummary, *, expected_version: int | None) -> None:
+        super().__init__(rejection.message or "", code=rejection.reason or "REJECTED")
         self.rejection = rejection
         self.expected_version = expected_version
 
@@ -102,10 +108,10 @@ def _arbiter_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ArbiterError)
     if isinstance(exc, Rejected):
         rej = exc.rejection
-        headers = {"ETag": f'"{rej.current_version}"'} if rej.current_version is not None else {}
-        return problem(status_of(rej.reason, expected_version=exc.expected_version), rej.reason.value, rej.message,
+        headers = {"ETag": f'"{rej.version}"'} if rej.version is not None else {}
+        return problem(status_of(exc.code, expected_version=exc.expected_version), exc.code, exc.message,
                        instance=f"/commands/{rej.command_id}", headers=headers, command_id=rej.command_id,
-                       object_id=rej.object_id, current_version=rej.current_version,
+                       object_id=rej.object_id, current_version=rej.version,
                        expected_version=exc.expected_version)
     headers, extra = (exc.headers, exc.extra) if isinstance(exc, ApiError) else ({}, {})
     status = status_of(exc.code)
@@ -154,6 +160,9 @@ def install(app: FastAPI) -> None:
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"description": text, "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
     for status, text in [(400, "Bad request (e.g. invalid JSON, bad If-Match)"), (401, "Missing or bad bearer token"),
-                         (413, "Body larger than ARBITER_MAX_BODY_BYTES"), (422, "Request does not match the schema"),
-                         (503, "Broker unreachable or produce timed out; retry after Retry-After seconds")]
+                         (413, "Body larger than ARBITER_MAX_BODY_BYTES"),
+                         (422, "Request does not match the schema, or its JSON is not RFC 8259 (NaN, Infinity, numbers "
+                               "beyond a double, lone surrogates, nesting deeper than 32 levels)"),
+                         (503, "Broker unreachable, produce timed out or too many waiters (nothing produced); "
+                               "retry after Retry-After seconds")]
 }

@@ -17,6 +17,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from app import limits
 from app.api.problems import ApiError
 from app.errors import BrokerUnavailable
 from app.settings import Settings
@@ -45,7 +46,7 @@ def producer_config(settings: Settings) -> dict[str, Any]:
         "linger.ms": 2,
         "socket.nagle.disable": True,  # small produce requests must not wait for delayed ACKs
         "queue.buffering.max.messages": 2_000_000,
-        "message.max.bytes": settings.max_body_bytes + 64 * 1024,
+        **limits.api_producer_config(settings),  # message.max.bytes: a command that could not fit its topic is 413
         "message.timeout.ms": timeout_ms,
         "request.timeout.ms": min(timeout_ms, 30_000),
         "socket.connection.setup.timeout.ms": min(timeout_ms, 10_000),

@@ -13,7 +13,9 @@ from fastapi.responses import JSONResponse
 from app.api.deps import ApiContext
 from app.api.problems import ApiError, Rejected
 from app.errors import BrokerUnavailable
-from commands import ACCEPTED, Command, CreateObject, DeleteObject, Event, ReasonCode
+from app.limits import for_settings
+from commands import ACCEPTED, Command, CreateObject, DeleteObject, ReasonCode
+from commands.ids import uuid5
 from schemas import codec
 
 IF_MATCH_PATTERN = r'^"[0-9]{1,18}"$'
@@ -28,6 +30,16 @@ def now() -> datetime:
 def command_id(idempotency_key: str | None) -> str:
     """Return the Idempotency-Key (a retry keeps its command id) or a fresh uuid4."""
     return idempotency_key if idempotency_key else str(uuid.uuid4())
+
+
+def new_object_id(principal: str, command_id: str) -> str:
+    """Return the id of an object created without one: uuid5 of (principal, command id).
+
+    Deterministic, so a retried create (same Idempotency-Key) lands on the same object and is answered
+    DUPLICATE -> the original outcome instead of creating a second object; another principal's same key
+    names another object.
+    """
+    return uuid5(f"object:{principal}:{command_id}")
 
 
 def expected_version(if_match: str | None) -> int | None:
@@ -66,7 +78,31 @@ def _decided(cmd: Command, version: int, event: str | None) -> Response:
 
 
 async def submit(cmd: Command, ctx: ApiContext, wait: float | None) -> Response:
-    """Produce ``cmd``; answer 202 once acknowledged, or the decision if it arrives within ``wait`` seconds."""
+    """Produce ``cmd``; answer 202 once acknowledged, or the decision if it arrives within ``wait`` seconds.
+
+    A document or patch over ``app.limits``' ``max_document_bytes`` is 413 TOO_LARGE, not produced. A waiter
+    slot is taken *before* producing: when all ``max_waiters`` are taken the answer is 503
+    TOO_MANY_WAITERS and nothing was produced.
+    """
+    largest = for_settings(ctx.settings).max_document_bytes
+    if cmd.size > largest:  # the validator would reject it TOO_LARGE: say so now, and store nothing
+        raise ApiError(f"the document or patch is {cmd.size} bytes, over the {largest} whose event fits a Kafka "
+                       "record (ARBITER_MAX_MESSAGE_BYTES)", code=ReasonCode.TOO_LARGE.value)
+    outcomes = ctx.outcomes
+    if not wait:
+        return await _submit(cmd, ctx, None)
+    if not outcomes.reserve_waiter():
+        ctx.metrics.waits.labels("refused").inc()
+        raise ApiError(f"{outcomes.max_waiters} requests are already waiting for decisions (ARBITER_MAX_WAITERS); "
+                       "the command was not produced: retry later, or without Prefer: wait", code="TOO_MANY_WAITERS",
+                       headers={"Retry-After": str(ctx.settings.retry_after_s)}, command_id=cmd.command_id)
+    try:
+        return await _submit(cmd, ctx, wait)
+    finally:
+        outcomes.release_waiter()
+
+
+async def _submit(cmd: Command, ctx: ApiContext, wait: float | None) -> Response:
     settings, producer, outcomes, metrics = ctx.settings, ctx.producer, ctx.outcomes, ctx.metrics
     value = codec.encode_command(cmd)
     start = time.perf_counter()
@@ -81,12 +117,12 @@ async def submit(cmd: Command, ctx: ApiContext, wait: float | None) -> Response:
     metrics.produce_seconds.labels("single").observe(time.perf_counter() - start)
     metrics.produced.inc()
     if wait:
-        outcome = await outcomes.wait(cmd.command_id, cmd.issued_at, wait)
+        outcome = await outcomes.wait(cmd.principal, cmd.command_id, cmd.issued_at, wait)
         metrics.waits.labels("timeout" if outcome is None else "decided").inc()
-        if isinstance(outcome, Event):
-            return _decided(cmd, outcome.version, outcome.type.value)
+        if outcome is not None and outcome.kind == "accepted" and outcome.version is not None:
+            return _decided(cmd, outcome.version, outcome.event)
         if outcome is not None:
-            if outcome.reason is ReasonCode.DUPLICATE and outcome.original_outcome == ACCEPTED \
+            if outcome.reason == ReasonCode.DUPLICATE and outcome.original_outcome == ACCEPTED \
                     and outcome.original_version is not None:
                 return _decided(cmd, outcome.original_version, None)
             raise Rejected(outcome, expected_version=cmd.expected_version)

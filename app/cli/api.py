@@ -1,10 +1,16 @@
-"""``arbiter api`` serves the Command API with uvicorn; ``arbiter token <principal>`` prints a bearer token."""
+"""``arbiter api`` serves the Command API with uvicorn; ``arbiter token <principal>`` prints a bearer token.
+
+Tokens are printed by ``arbiter token`` (and by ``arbiter run``'s development summary on loopback), never by
+``arbiter api``: its output is a log (``var/logs/api.log`` under ``arbiter run``) and a token there is a credential
+anyone who reads the log can use.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 
-from app.settings import PLACEHOLDER_SECRET, get_settings
+from app.settings import get_settings
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,18 +36,18 @@ def _token(args: argparse.Namespace) -> int:
 def _api(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from app.api.auth import issue_token
     from app.api.main import create_app
+    from app.api.secret_policy import require_usable_secret
 
     s = get_settings()
     host, port = args.host or s.api_host, args.port or s.api_port
-    if s.environment == "development":
-        token = issue_token(s.auth_secret.get_secret_value(), "dev", s.token_ttl_s)
-        note = " (signed with the development placeholder secret)" if \
-            s.auth_secret.get_secret_value() == PLACEHOLDER_SECRET else ""
-        print(f"development token for principal 'dev'{note}:\n  Authorization: Bearer {token}", flush=True)
-    print(f"serving the Command API on http://{host}:{port} (OpenAPI at /docs, /openapi.json)", flush=True)
+    require_usable_secret(s, host)  # before anything starts, with the address actually bound
+    s = s.model_copy(update={"api_host": host, "api_port": port})
+    print(f"serving the Command API on http://{host}:{port} (OpenAPI at /docs, /openapi.json; "
+          "tokens: `arbiter token <principal>`)", flush=True)
     if args.workers > 1:
+        # the workers import app.api.asgi, which reads the environment: give them the address they serve on
+        os.environ["ARBITER_API_HOST"], os.environ["ARBITER_API_PORT"] = host, str(port)
         uvicorn.run("app.api.asgi:app", host=host, port=port, workers=args.workers, log_level="warning")
     else:
         uvicorn.run(create_app(s), host=host, port=port, log_level="warning")

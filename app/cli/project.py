@@ -6,6 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
+from app.limits import consumer_config
 from app.settings import Settings, get_settings
 from projections.runner import Projection, Runner, RunnerConfig
 
@@ -24,7 +25,8 @@ def runner_config(s: Settings, name: str, topics: tuple[str, ...], *, assign_all
                   until_caught_up: bool = False) -> RunnerConfig:
     """Map Settings onto the runner's plain configuration."""
     return RunnerConfig(bootstrap=s.kafka_bootstrap, topics=topics, group_id=f"{s.projection_group_prefix}-{name}",
-                        kafka_config=dict(s.kafka_config), assign_all=assign_all, batch_size=s.projection_batch_size,
+                        kafka_config={**consumer_config(s), **s.kafka_config}, assign_all=assign_all,
+                        batch_size=s.projection_batch_size,
                         stop_when_caught_up=until_caught_up)
 
 

@@ -1,12 +1,23 @@
-"""``GET /`` (the status page), ``/status.js`` and ``/status.json`` (its figures)."""
+"""``GET /`` (the status page), ``/status.js`` and ``/status.json`` (its figures, operators only).
+
+The page and its script are open; the figures need an operator's bearer token (``ARBITER_OPERATORS``): the
+script takes it from the page's address (``/#token=<token>``) and keeps it in ``sessionStorage``. However many
+clients poll, the figures are computed at most once per second (``app.api.memo.Memo``).
+"""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse
+
+from app.api.deps import OperatorDep
+from app.api.memo import Memo
+from app.api.problems import PROBLEM_RESPONSES
 
 STATIC = Path(__file__).parent / "static"
 router = APIRouter(tags=["status"])
@@ -22,6 +33,19 @@ def status_script() -> FileResponse:
     return FileResponse(STATIC / "status.js", media_type="text/javascript")
 
 
-@router.get("/status.json", summary="Live figures of the pipeline (the status page's data)")
-def status_json(request: Request) -> dict[str, Any]:
-    return request.app.state.status.snapshot()  # type: ignore[no-any-return]
+def status_memo(snapshot: Callable[[], dict[str, Any]]) -> Memo[bytes]:
+    """Return the memo that renders ``snapshot()`` (the collector's figures) as JSON at most once per second."""
+
+    def render() -> bytes:
+        return json.dumps(snapshot(), separators=(",", ":"), allow_nan=False).encode()
+
+    return Memo(render, interval=1.0)
+
+
+@router.get("/status.json", summary="Live figures of the pipeline (the status page's data); operators only",
+            responses={200: {"content": {"application/json": {"schema": {"type": "object"}}}},
+                       401: PROBLEM_RESPONSES[401],
+                       403: PROBLEM_RESPONSES[401] | {"description": "The principal is not in ARBITER_OPERATORS"}})
+async def status_json(request: Request, operator: OperatorDep) -> Response:
+    memo: Memo[bytes] = request.app.state.status_memo
+    return Response(await memo.get(), media_type="application/json", headers={"Cache-Control": "no-store"})

@@ -6,15 +6,23 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import NamedTuple
 
+from app.limits import size_limits
 from app.settings import Settings
 from app.validator.decode import to_command
-from app.validator.outputs import outcome_record
+from app.validator.outputs import OutputRecord, outcome_record, record_size, too_large
 from commands import Limits, ObjectState, Rejection, decide
+
+__all__ = ["InputRecord", "OutputRecord", "fold", "limits_for"]
 
 
 def limits_for(settings: Settings) -> Limits:
-    """Return the domain limits with the event-time dedup TTL set to ``settings.dedup_ttl_ms``."""
-    return Limits(dedup_ttl=timedelta(milliseconds=settings.dedup_ttl_ms))
+    """Return the domain limits: dedup TTL ``settings.dedup_ttl_ms``, the largest document ``app.limits`` allows.
+
+    ``max_document_bytes`` is the largest payload whose event fits a record of ``settings.max_message_bytes``.
+    """
+    sizes = size_limits(settings.max_message_bytes)
+    return Limits(dedup_ttl=timedelta(milliseconds=settings.dedup_ttl_ms), max_document_bytes=sizes.max_document_bytes,
+                  max_id_bytes=sizes.max_id_bytes)
 
 
 class InputRecord(NamedTuple):
@@ -31,9 +39,6 @@ class InputRecord(NamedTuple):
     offset: int
 
 
-OutputRecord = tuple[str, bytes | None, bytes, int]
-
-
 def fold(load: Callable[[], ObjectState | None], records: Iterable[InputRecord], settings: Settings,
          limits: Limits | None = None, *, ordered: bool = False) -> tuple[list[OutputRecord], ObjectState | None, bool]:
     """Return (output records, new state, whether any command was accepted) for one key's records.
@@ -41,26 +46,39 @@ def fold(load: Callable[[], ObjectState | None], records: Iterable[InputRecord],
     Records are sorted by (partition, offset) first unless the caller says they are ``ordered``: Spark does
     not promise row order within a group. ``load`` is called once, at the first record that decodes: a
     record that does not decode into a command becomes a rejection and never touches the state.
+
+    An output record over ``app.limits``' ``max_record_bytes`` becomes a ``TOO_LARGE`` rejection that fits
+    (``outputs.too_large``), and its command changes nothing: one record never fails the micro-batch.
     """
     limits = limits or limits_for(settings)
     partitions = settings.partitions
+    sizes = size_limits(settings.max_message_bytes)
+    bound, keep = sizes.max_record_bytes, sizes.keep_bytes
     out: list[OutputRecord] = []
     append = out.append
     changed = False
     loaded = False
     state: ObjectState | None = None
     for rec in records if ordered else sorted(records, key=_position):
-        item = to_command(rec.key, rec.value, rec.topic, rec.partition, rec.offset, partitions=partitions)
+        item = to_command(rec.key, rec.value, rec.topic, rec.partition, rec.offset, partitions=partitions,
+                          keep=keep, id_bytes=sizes.max_id_bytes)
         if isinstance(item, Rejection):
-            append(outcome_record(item, settings, rec.partition))
+            output = outcome_record(item, settings, rec.partition)
+            if record_size(output) > bound:  # by construction it fits; kept as the one guarantee for every output
+                output = too_large(item, record_size(output), sizes, settings, *rec)
+            append(output)
             continue
         if not loaded:
             state, loaded = load(), True
         decision = decide(state, item, limits)
-        if decision.accepted:
+        output = outcome_record(decision.outcome, settings, rec.partition)
+        key = output[1]
+        if len(output[2]) + (len(key) if key is not None else 0) > bound:  # record_size, inline: once per command
+            output = too_large(decision.outcome, record_size(output), sizes, settings, *rec)  # state not advanced
+        elif decision.accepted:
             changed = True
             state = decision.state
-        append(outcome_record(decision.outcome, settings, rec.partition))
+        append(output)
     return out, state, changed
 
 

@@ -1,13 +1,22 @@
-"""Map an outcome to the Kafka record the sink writes: topic, key, codec bytes and an explicit partition."""
+"""Map an outcome to the Kafka record the sink writes: topic, key, codec bytes and an explicit partition.
+
+An outcome whose record would not fit a Kafka record (``app.limits``) is replaced by a ``TOO_LARGE``
+rejection that does: one record must never fail the micro-batch, which Spark would replay forever.
+"""
 
 from __future__ import annotations
 
+from app.limits import FALLBACK_KEEP_BYTES, MESSAGE_CHARS, SizeLimits, clip_utf8
 from app.settings import Settings
-from commands import Event, Rejection
+from commands import Event, ReasonCode, Rejection, keep_original
+from commands.ids import record_rejection_id
+from commands.rejection import clip
 from schemas import codec
 
+OutputRecord = tuple[str, bytes | None, bytes, int]
 
-def outcome_record(outcome: Event | Rejection, settings: Settings, partition: int) -> tuple[str, bytes | None, bytes, int]:
+
+def outcome_record(outcome: Event | Rejection, settings: Settings, partition: int) -> OutputRecord:
     """Return ``(topic, key, value, partition)`` for ``outcome`` decided from a command read at ``partition``.
 
     The partition is the source command's, so a replayed batch lands every record where the first attempt did.
@@ -19,3 +28,37 @@ def outcome_record(outcome: Event | Rejection, settings: Settings, partition: in
     else:
         key = outcome.original.key if outcome.original is not None else None
     return settings.topic_rejections, key, codec.encode_rejection(outcome), partition
+
+
+def record_size(record: OutputRecord) -> int:
+    """Return the key + value bytes of an output record: what ``SizeLimits.max_record_bytes`` bounds."""
+    key = record[1]
+    return len(record[2]) + (len(key) if key is not None else 0)
+
+
+def too_large(outcome: Event | Rejection, size: int, sizes: SizeLimits, settings: Settings, key: bytes | None,
+              value: bytes | None, topic: str, partition: int, offset: int) -> OutputRecord:
+    """Return the ``TOO_LARGE`` rejection record replacing ``outcome`` (``size`` bytes of key and value, too many).
+
+    ``key``/``value``/``topic``/``partition``/``offset`` are the source record's: the rejection keeps its
+    coordinates and ``FALLBACK_KEEP_BYTES`` of its key and value (with their lengths and SHA-256), and the
+    outcome's ids clipped to ``max_id_bytes``. Built only from its inputs, so a replay writes the same bytes.
+    """
+    what = f"event {outcome.type.value}" if isinstance(outcome, Event) else f"rejection {outcome.reason.value}"
+    version = outcome.version - 1 if isinstance(outcome, Event) else outcome.current_version
+    ids = sizes.max_id_bytes
+    message = clip(f"{topic}[{partition}]@{offset}: its {what} is {size} bytes of key and value, over the "
+                   f"{sizes.max_record_bytes} that fit a Kafka record (max.message.bytes={sizes.max_message_bytes}); "
+                   "the command is rejected and changes nothing", MESSAGE_CHARS)
+    rejection = Rejection(
+        rejection_id=record_rejection_id(topic, partition, offset, ReasonCode.TOO_LARGE.value),
+        reason=ReasonCode.TOO_LARGE,
+        message=message,
+        command_id=None if outcome.command_id is None else clip_utf8(outcome.command_id, ids),
+        object_id=None if outcome.object_id is None else clip_utf8(outcome.object_id, ids),
+        principal=None if outcome.principal is None else clip_utf8(outcome.principal, ids),
+        occurred_at=outcome.occurred_at,
+        current_version=version,
+        original=keep_original(topic, partition, offset, key, value, keep=FALLBACK_KEEP_BYTES),
+    )
+    return outcome_record(rejection, settings, partition)

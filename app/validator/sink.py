@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app import limits
 from app.settings import Settings
 
 # The sink's columns, in order; ``topic`` routes each row, ``partition`` pins it (the source command's partition).
@@ -24,6 +25,8 @@ def sink_options(settings: Settings) -> dict[str, str]:
         "kafka.retries": "2147483647",
         "kafka.delivery.timeout.ms": "120000",
         "kafka.linger.ms": "5",
+        # max.request.size = the topics' max.message.bytes: every output record is sized to fit (app/limits.py).
+        **limits.sink_options(settings),
     }
     for k, v in settings.kafka_config.items():
         if k.startswith("security.") or k.startswith("sasl.") or k.startswith("ssl."):

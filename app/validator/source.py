@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from app import limits
 from app.settings import Settings
 
 
@@ -20,6 +21,8 @@ def source_options(settings: Settings) -> dict[str, str]:
         # waits at the broker and every next task waits for it: ~2 s per live micro-batch of 8 partitions on
         # 2 cores (docs/benchmarks.md, "Latency"). 10 ms bounds that wait; it costs nothing between batches.
         "kafka.fetch.max.wait.ms": "10",
+        # One partition fetch holds a whole batch of the topic's max.message.bytes (app/limits.py).
+        **limits.source_options(settings),
     }
     if settings.max_offsets_per_trigger is not None:
         opts["maxOffsetsPerTrigger"] = str(settings.max_offsets_per_trigger)

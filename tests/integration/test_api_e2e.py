@@ -34,23 +34,30 @@ def test_prefer_wait_returns_the_validators_decision(spark, settings: Settings) 
             assert created.json()["event"] == "CREATED" and created_b.status_code == 201
             assert missing.status_code == 404 and missing.json()["code"] == "NOT_FOUND"
 
-            # none of the first three changes e2e, so their order within the partition does not matter
-            retried, again, forbidden, granted = together(
+            # none of the first four changes e2e, so their order within the partition does not matter
+            retried, again, reused, outsider, granted = together(
                 ("post", ("/objects",), {"json": {"id": "e2e", "document": {"a": 1}},
                                          "headers": {**alice, "Idempotency-Key": "e2e-create"}}),
                 ("post", ("/objects",), {"json": {"id": "e2e", "document": {}}, "headers": alice}),
+                ("post", ("/objects",), {"json": {"id": "e2e", "document": {"a": 2}},
+                                         "headers": {**alice, "Idempotency-Key": "e2e-create"}}),
                 ("patch", ("/objects/e2e",), {"json": {"a": 2}, "headers": bob}),
                 ("put", ("/objects/e2e-b/editors/bob",), {"headers": {**alice, "If-Match": '"1"'}}))
             assert retried.status_code == 201 and retried.headers["etag"] == '"1"'  # the original outcome
             assert again.status_code == 409 and again.json()["code"] == "ALREADY_EXISTS"
-            assert forbidden.status_code == 403 and forbidden.json()["code"] == "FORBIDDEN"
+            assert reused.status_code == 422 and reused.json()["code"] == "IDEMPOTENCY_KEY_REUSED", reused.text
+            # bob may not read e2e: told exactly what an unknown id gets
+            assert outsider.status_code == 404 and outsider.json()["code"] == "NOT_FOUND"
+            assert outsider.headers["etag"] == missing.headers["etag"] == '"0"'
             assert granted.status_code == 200 and granted.headers["etag"] == '"2"'
 
-            updated, deleted = together(
+            updated, deleted, forbidden = together(
                 ("patch", ("/objects/e2e-b",), {"json": {"a": 2}, "headers": {**bob, "If-Match": '"2"'}}),
-                ("delete", ("/objects/e2e",), {"headers": alice}))
+                ("delete", ("/objects/e2e",), {"headers": alice}),
+                ("delete", ("/objects/e2e-b",), {"headers": bob}))  # an editor may not delete
             assert updated.status_code == 200 and updated.headers["etag"] == '"3"', updated.text
             assert deleted.status_code == 204 and deleted.headers["etag"] == '"2"' and not deleted.content
+            assert forbidden.status_code == 403 and forbidden.json()["code"] == "FORBIDDEN"
 
             stale, after = together(
                 ("patch", ("/objects/e2e-b",), {"json": {"a": 3}, "headers": {**bob, "If-Match": '"2"'}}),
@@ -61,5 +68,6 @@ def test_prefer_wait_returns_the_validators_decision(spark, settings: Settings) 
 
             outcome = client.get("/commands/e2e-create", headers=alice).json()
             assert outcome["status"] == "accepted" and outcome["version"] == 1
+            assert client.get("/commands/e2e-create", headers=bob).status_code == 404  # alice's key, not bob's
     finally:
         query.stop()

@@ -6,7 +6,6 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import pytest
@@ -17,26 +16,18 @@ from app.topics import ensure_topics
 from commands import Event, EventType, ReasonCode, Rejection
 from commands.ids import event_id
 from schemas import codec
-from tests.integration.test_api_support import TestClient, api_client, auth, consume_all, produce_outcome
+from tests.integration.test_api_support import (
+    FakeReadModel,
+    TestClient,
+    View,
+    api_client,
+    auth,
+    consume_all,
+    is_problem,
+    produce_outcome,
+)
 
 pytestmark = pytest.mark.integration
-
-
-@dataclass
-class View:
-    document: dict
-    version: int
-    deleted: bool = False
-
-
-@dataclass
-class FakeReadModel:
-    """Stands in for projections.db.ReadModel (same get contract); the real one has its own tests."""
-
-    views: dict[str, View] = field(default_factory=dict)
-
-    def get(self, object_id: str) -> View | None:
-        return self.views.get(object_id)
 
 
 @pytest.fixture(scope="module")
@@ -51,23 +42,14 @@ def module_settings(base_settings: Settings, tmp_path_factory: pytest.TempPathFa
 
 @pytest.fixture(scope="module")
 def read_model() -> FakeReadModel:
-    return FakeReadModel({"live": View({"a": 1, "ü": "ß"}, 3), "gone": View({}, 5, deleted=True)})
+    return FakeReadModel({"live": View({"a": 1, "ü": "ß"}, 3, readers=("reader",)),
+                          "gone": View({}, 5, deleted=True, readers=("reader",))})
 
 
 @pytest.fixture(scope="module")
 def client(module_settings: Settings, read_model: FakeReadModel) -> Iterator[TestClient]:
     with api_client(module_settings, read_model) as c:
         yield c
-
-
-def is_problem(r, status: int, code: str | None = None) -> dict:  # noqa: ANN001
-    assert r.status_code == status, r.text
-    assert r.headers["content-type"].startswith("application/problem+json"), r.headers
-    body = r.json()
-    assert body["status"] == status and body["type"].startswith("urn:arbiter:problem:") and body["detail"]
-    if code is not None:
-        assert body["code"] == code, body
-    return body
 
 
 # --- authentication ------------------------------------------------------------------------------
@@ -180,7 +162,7 @@ def test_prefer_wait_answers_with_the_decision(settings: Settings) -> None:
         is_problem(client.get(f"/commands/{quiet.json()['command_id']}", headers=h), 404, "NOT_FOUND")
         known = client.get("/commands/c-ok", headers=h)
         assert known.status_code == 200 and known.json()["status"] == "accepted" and known.headers["etag"] == '"1"'
-        metrics = client.get("/metrics").text
+        metrics = client.get("/metrics", headers=auth(settings, "operator")).text
     assert 'arbiter_api_outcomes_total{outcome="ACCEPTED"}' in metrics
     assert 'arbiter_api_outcomes_total{outcome="FORBIDDEN"} 1.0' in metrics
     assert 'arbiter_api_requests_total{method="POST",route="/objects",status="201"} 1.0' in metrics
@@ -217,7 +199,18 @@ def test_ops_endpoints(client: TestClient) -> None:
                                                            "outcomes_consumer": True}
     spec = client.get("/openapi.json").json()
     assert "/commands:batch" in spec["paths"] and "Problem" in spec["components"]["schemas"]
-    assert client.get("/metrics").headers["content-type"].startswith("text/plain")
+
+def test_metrics_and_status_are_for_operators_only(client: TestClient, module_settings: Settings) -> None:
+    for path in ("/metrics", "/status.json"):
+        is_problem(client.get(path), 401, "UNAUTHORIZED")
+        is_problem(client.get(path, headers=auth(module_settings, "alice")), 403, "FORBIDDEN")
+        assert client.get(path, headers=auth(module_settings, "operator")).status_code == 200, path
+    metrics = client.get("/metrics", headers=auth(module_settings, "operator"))
+    assert metrics.headers["content-type"].startswith("text/plain")
+    assert "arbiter_api_outcomes_cached_bytes" in metrics.text and "arbiter_api_waiters" in metrics.text
+    assert client.get("/status.json", headers=auth(module_settings, "operator")).json()["broker"] == "up"
+    page = client.get("/")  # the page itself is open; its script sends the token
+    assert page.status_code == 200 and "Authorization" in client.get("/status.js").text
 
 
 def test_get_object_through_the_real_read_model(settings: Settings) -> None:
@@ -231,13 +224,18 @@ def test_get_object_through_the_real_read_model(settings: Settings) -> None:
         is_problem(client.get("/objects/doc", headers=h), 404, "NOT_FOUND")
         store = ReadModelStore.open_current(root)
         try:
-            store.write({"doc": ObjectView({"title": "hello"}, 2, owner="alice"),
-                         "old": ObjectView({}, 4, deleted=True, owner="alice")}, {})
+            store.write({"doc": ObjectView({"title": "hello"}, 2, owner="alice", readers=("reader",)),
+                         "old": ObjectView({}, 4, deleted=True, owner="alice", editors=("reader",))}, {})
             deadline = time.monotonic() + 10
             while (r := client.get("/objects/doc", headers=h)).status_code == 404 and time.monotonic() < deadline:
                 time.sleep(0.1)  # the secondary catches up within its refresh interval
             assert r.status_code == 200 and r.json() == {"title": "hello"} and r.headers["etag"] == '"2"'
             is_problem(client.get("/objects/old", headers=h), 410, "DELETED")
+            outsider = auth(settings, "mallory")
+            hidden, unknown = client.get("/objects/doc", headers=outsider), client.get("/objects/dox", headers=outsider)
+            is_problem(hidden, 404, "NOT_FOUND")
+            assert hidden.content == unknown.content.replace(b"dox", b"doc") and "etag" not in hidden.headers
+            is_problem(client.get("/objects/old", headers=outsider), 404, "NOT_FOUND")
             assert client.get("/healthz").json()["read_model"] is True
         finally:
             store.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import Consumer, Message, Producer
@@ -20,6 +21,44 @@ from app.api.main import create_app
 from app.settings import Settings
 from commands import Event, Rejection
 from schemas import codec
+
+
+@dataclass
+class View:
+    """What the API reads of an object (``projections.db.ObjectView``'s fields)."""
+
+    document: dict[str, Any]
+    version: int
+    deleted: bool = False
+    owner: str = "alice"
+    editors: tuple[str, ...] = ()
+    readers: tuple[str, ...] = ()
+
+
+@dataclass
+class FakeReadModel:
+    """Stands in for projections.db.ReadModel (same get contract) where a test needs exact control."""
+
+    views: dict[str, View] = field(default_factory=dict)
+
+    def get(self, object_id: str) -> View | None:
+        return self.views.get(object_id)
+
+
+def is_problem(r: Any, status: int, code: str | None = None) -> dict[str, Any]:  # noqa: ANN401 - an httpx Response
+    """Assert ``r`` is an RFC 9457 problem with ``status`` (and ``code``); return its body."""
+    assert r.status_code == status, r.text
+    assert r.headers["content-type"].startswith("application/problem+json"), r.headers
+    body: dict[str, Any] = r.json()
+    assert body["status"] == status and body["type"].startswith("urn:arbiter:problem:") and body["detail"]
+    if code is not None:
+        assert body["code"] == code, body
+    return body
+
+
+def produced_commands(settings: Settings, n: int, timeout: float = 10.0) -> list[Any]:
+    """The commands the API produced so far (at least ``n`` awaited), decoded."""
+    return [codec.decode_command(m.value()) for m in consume_all(settings, settings.topic_commands, n, timeout)]
 
 
 def token(settings: Settings, principal: str) -> str:
@@ -62,7 +101,49 @@ def consume_all(settings: Settings, topic: str, n: int, timeout: float = 20.0) -
 def produce_outcome(settings: Settings, outcome: Event | Rejection) -> None:
     """Write an outcome onto events/rejections as the validator would: codec bytes keyed by object id."""
     topic = settings.topic_events if isinstance(outcome, Event) else settings.topic_rejections
-    p = Producer({"bootstrap.servers": settings.kafka_bootstrap, "partitioner": "murmur2_random", "acks": "all"})
+    from app.limits import api_producer_config
+
+    p = Producer({"bootstrap.servers": settings.kafka_bootstrap, "partitioner": "murmur2_random", "acks": "all",
+                  **api_producer_config(settings)})
     key: Any = outcome.object_id.encode() if outcome.object_id else None
     p.produce(topic, codec.encode_outcome(outcome), key)
     assert p.flush(10) == 0
+
+
+@contextmanager
+def domain_validator(settings: Settings) -> Iterator[list[Any]]:
+    """Play the validator on a thread: every command on the commands topic through ``commands.decide`` (the real
+    rules, state per object), each outcome onto events/rejections. Yields the outcomes written so far."""
+    import threading
+
+    from app.validator.fold import limits_for
+    from commands import decide
+
+    stop = threading.Event()
+    written: list[Any] = []
+
+    def run() -> None:
+        c = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"t-validator-{id(written)}",
+                      "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        c.subscribe([settings.topic_commands])
+        states: dict[str, Any] = {}
+        try:
+            while not stop.is_set():
+                for m in c.consume(num_messages=100, timeout=0.1):
+                    if m.error() is not None:
+                        continue
+                    cmd = codec.decode_command(m.value())
+                    d = decide(states.get(cmd.object_id), cmd, limits_for(settings))
+                    states[cmd.object_id] = d.state
+                    produce_outcome(settings, d.outcome)
+                    written.append(d.outcome)
+        finally:
+            c.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        yield written
+    finally:
+        stop.set()
+        thread.join(10)

@@ -21,6 +21,7 @@ from commands import (
     CreateObject,
     DeleteObject,
     GrantEditor,
+    GrantReader,
     ObjectState,
     ReasonCode,
     RevokeEditor,
@@ -49,14 +50,17 @@ def _life(obj: str, n: int) -> list[Command]:
     return [
         UpdateObject(f"{obj}-u0", obj, "alice", _at(n), patch="{}"),  # NOT_FOUND
         create, create,  # DUPLICATE
-        UpdateObject(f"{obj}-u1", obj, "bob", _at(n + 1), patch="{}"),  # FORBIDDEN
+        GrantReader(f"{obj}-g0", obj, "alice", _at(n + 1), reader="bob"),
+        UpdateObject(f"{obj}-u1", obj, "bob", _at(n + 1), patch="{}"),  # FORBIDDEN (a reader)
+        UpdateObject(f"{obj}-u1", obj, "eve", _at(n + 1), patch="{}"),  # NOT_FOUND (may not read it)
         GrantEditor(f"{obj}-g", obj, "alice", _at(n + 2), editor="bob"),
-        UpdateObject(f"{obj}-u2", obj, "bob", _at(n + 3), expected_version=2, patch='{"b": 2}'),
+        UpdateObject(f"{obj}-u2", obj, "bob", _at(n + 3), expected_version=3, patch='{"b": 2}'),
+        UpdateObject(f"{obj}-u2", obj, "bob", _at(n + 3), patch='{"b": 3}'),  # IDEMPOTENCY_KEY_REUSED
         UpdateObject(f"{obj}-u3", obj, "alice", _at(n + 4), expected_version=1, patch="{}"),  # VERSION_CONFLICT
         RevokeEditor(f"{obj}-r", obj, "alice", _at(n + 5), editor="bob"),
         DeleteObject(f"{obj}-d", obj, "alice", _at(n + 6)),
         CreateObject(f"{obj}-c2", obj, "carol", _at(n + 7), document="{}"),  # DELETED
-    ][: 1 + n % 10]
+    ][: 1 + n % 13]
 
 
 def _per_key(records: list[Out]) -> dict[bytes | None, list[Out]]:

@@ -22,6 +22,7 @@ from commands import (
     DeleteObject,
     Event,
     GrantEditor,
+    GrantReader,
     ReasonCode,
     Rejection,
     RevokeEditor,
@@ -46,16 +47,19 @@ def _scenario(obj: str, n: int) -> list[Command]:
         UpdateObject(f"{obj}-u-early", obj, "alice", _at(n), patch='{"a": 0}'),  # NOT_FOUND
         create,
         create,  # retry -> DUPLICATE
-        UpdateObject(f"{obj}-u1", obj, "bob", _at(n + 1), patch='{"b": 2}'),  # FORBIDDEN
+        GrantReader(f"{obj}-g0", obj, "alice", _at(n + 1), reader="bob"),
+        UpdateObject(f"{obj}-u1", obj, "bob", _at(n + 1), patch='{"b": 2}'),  # FORBIDDEN (a reader)
+        UpdateObject(f"{obj}-u1", obj, "eve", _at(n + 1), patch='{"b": 2}'),  # NOT_FOUND (may not read it)
         GrantEditor(f"{obj}-g1", obj, "alice", _at(n + 2), editor="bob"),
-        UpdateObject(f"{obj}-u2", obj, "bob", _at(n + 3), expected_version=2, patch='{"b": 2}'),
-        UpdateObject(f"{obj}-u3", obj, "alice", _at(n + 4), expected_version=2, patch='{"c": 3}'),  # VERSION_CONFLICT
+        UpdateObject(f"{obj}-u2", obj, "bob", _at(n + 3), expected_version=3, patch='{"b": 2}'),
+        UpdateObject(f"{obj}-u2", obj, "bob", _at(n + 3), patch='{"b": 3}'),  # IDEMPOTENCY_KEY_REUSED
+        UpdateObject(f"{obj}-u3", obj, "alice", _at(n + 4), expected_version=3, patch='{"c": 3}'),  # VERSION_CONFLICT
         UpdateObject(f"{obj}-u4", obj, "alice", _at(n + 5), patch="[1]"),  # MALFORMED patch
         RevokeEditor(f"{obj}-r1", obj, "alice", _at(n + 6), editor="bob"),
         DeleteObject(f"{obj}-d1", obj, "alice", _at(n + 7)),
         UpdateObject(f"{obj}-u5", obj, "alice", _at(n + 8), patch='{"d": 4}'),  # DELETED
         CreateObject(f"{obj}-c2", obj, "carol", _at(n + 9), document="{}"),  # DELETED (ids not reused)
-    ][: max(1, n % 13)]
+    ][: max(1, n % 16)]
 
 
 @pytest.fixture
@@ -81,7 +85,7 @@ def test_sequences_match_decide(spark, settings: Settings) -> None:  # noqa: ANN
     assert solo_versions == [1, 2, 3, 4, 5]
     reasons = Counter(codec.decode_rejection(v).reason for t, _, v, _ in got if t == settings.topic_rejections)
     assert {ReasonCode.NOT_FOUND, ReasonCode.DUPLICATE, ReasonCode.FORBIDDEN, ReasonCode.VERSION_CONFLICT,
-            ReasonCode.MALFORMED, ReasonCode.DELETED} <= set(reasons)
+            ReasonCode.MALFORMED, ReasonCode.DELETED, ReasonCode.IDEMPOTENCY_KEY_REUSED} <= set(reasons)
 
     progress = json.loads(progress_path(settings).read_text())
     assert progress["numInputRows"] == len(commands)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.api.problems import ApiError, status_of
+from app.api.problems import STATUS, ApiError, status_of
 from app.api.submit import command_id, expected_version, prefer_wait
 from commands import ReasonCode
 
@@ -47,4 +47,9 @@ def test_status_mapping() -> None:
     assert status_of(ReasonCode.VERSION_CONFLICT, expected_version=3) == 412
     assert [status_of(c) for c in ("NOT_FOUND", "FORBIDDEN", "DELETED", "ALREADY_EXISTS")] == [404, 403, 410, 409]
     assert status_of("BROKER_UNAVAILABLE") == 503 and status_of("UNAUTHORIZED") == 401
+    assert status_of(ReasonCode.IDEMPOTENCY_KEY_REUSED) == 422
+    assert status_of("TOO_MANY_WAITERS") == 503 and status_of("UNSERVABLE_DOCUMENT") == 503
     assert all(400 <= status_of(c) < 500 for c in ReasonCode)  # no reason code is ever a 5xx
+    assert {c for c, s in STATUS.items() if s >= 500} <= {"BROKER_UNAVAILABLE", "READ_MODEL_UNAVAILABLE",
+                                                          "TOO_MANY_WAITERS", "UNSERVABLE_DOCUMENT"}
+    assert {s for s in STATUS.values() if s >= 500} == {503}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 import yaml
 
 from app.cli import build_parser
-from app.settings import ROOT, Settings
+from app.settings import PLACEHOLDER_SECRET, ROOT, Settings
 
 pytestmark = pytest.mark.unit
 
@@ -62,3 +63,16 @@ def test_depends_on_names_real_services_and_healthchecked_ones() -> None:
             assert dep in SERVICES, f"{name} depends on unknown {dep}"
             if cond.get("condition") == "service_healthy":
                 assert "healthcheck" in SERVICES[dep], f"{name} waits for {dep} to be healthy but it has no healthcheck"
+
+
+def test_the_api_secret_is_required_and_has_no_default() -> None:
+    """``${VAR:?message}`` makes ``docker compose up`` fail when the secret is unset or empty; any default
+    (the placeholder, or anything else committed here) would be a secret everyone knows."""
+    text = (ROOT / "docker-compose.yml").read_text()
+    secret = SERVICES["api"]["environment"]["ARBITER_AUTH_SECRET"]
+    assert re.fullmatch(r"\$\{ARBITER_AUTH_SECRET:\?[^}]+\}", secret), secret
+    assert PLACEHOLDER_SECRET not in text
+    for svc in SERVICES.values():
+        for key, value in (svc.get("environment") or {}).items():
+            if key == "ARBITER_AUTH_SECRET":
+                assert ":?" in str(value) and ":-" not in str(value), value

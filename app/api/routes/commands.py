@@ -10,33 +10,45 @@ from fastapi import APIRouter, Path
 from fastapi.responses import JSONResponse
 
 from app.api.deps import ContextDep, PrincipalDep
+from app.api.json_body import StrictJsonRoute
 from app.api.models import (
     BatchCreate,
     BatchDelete,
     BatchGrant,
+    BatchGrantReader,
     BatchItem,
     BatchRequest,
     BatchResponse,
+    BatchRevoke,
+    BatchRevokeReader,
     BatchUpdate,
     CommandOutcome,
     compact_json,
 )
 from app.api.problems import PROBLEM_RESPONSES, ApiError
 from app.api.producer import Delivered
-from app.api.submit import now
+from app.api.submit import new_object_id, now
 from app.errors import BrokerUnavailable
-from commands import Command, CreateObject, DeleteObject, Event, GrantEditor, RevokeEditor, UpdateObject
+from commands import (
+    Command,
+    CreateObject,
+    DeleteObject,
+    GrantEditor,
+    GrantReader,
+    RevokeEditor,
+    RevokeReader,
+    UpdateObject,
+)
 from schemas import codec
 
-router = APIRouter(prefix="/commands", tags=["commands"])
-
+router = APIRouter(prefix="/commands", tags=["commands"], route_class=StrictJsonRoute)
 
 
 def _command(item: BatchItem, principal: str, issued_at: Any) -> Command:
     cid = item.idempotency_key or str(uuid.uuid4())
     ev = item.expected_version
     if isinstance(item, BatchCreate):
-        return CreateObject(cid, item.object_id or str(uuid.uuid4()), principal, issued_at, ev,
+        return CreateObject(cid, item.object_id or new_object_id(principal, cid), principal, issued_at, ev,
                             document=compact_json(item.document))
     if isinstance(item, BatchUpdate):
         return UpdateObject(cid, item.object_id, principal, issued_at, ev, patch=compact_json(item.patch))
@@ -44,7 +56,12 @@ def _command(item: BatchItem, principal: str, issued_at: Any) -> Command:
         return DeleteObject(cid, item.object_id, principal, issued_at, ev)
     if isinstance(item, BatchGrant):
         return GrantEditor(cid, item.object_id, principal, issued_at, ev, editor=item.editor)
-    return RevokeEditor(cid, item.object_id, principal, issued_at, ev, editor=item.editor)
+    if isinstance(item, BatchRevoke):
+        return RevokeEditor(cid, item.object_id, principal, issued_at, ev, editor=item.editor)
+    if isinstance(item, BatchGrantReader):
+        return GrantReader(cid, item.object_id, principal, issued_at, ev, reader=item.reader)
+    assert isinstance(item, BatchRevokeReader)
+    return RevokeReader(cid, item.object_id, principal, issued_at, ev, reader=item.reader)
 
 
 @router.post(":batch", response_model=BatchResponse, status_code=202,
@@ -85,17 +102,14 @@ async def batch(body: BatchRequest, principal: PrincipalDep, ctx: ContextDep) ->
 @router.get("/{command_id}", response_model=CommandOutcome,
             responses={401: PROBLEM_RESPONSES[401],
                        404: PROBLEM_RESPONSES[401] | {"description": "Outcome not known to this process (yet)"}},
-            summary="The outcome of a command, once this API process has seen it")
+            summary="The outcome of one of the caller's commands, once this API process has seen it")
 async def command_outcome(command_id: Annotated[str, Path(max_length=200)], principal: PrincipalDep,
                           ctx: ContextDep) -> JSONResponse:
-    o = ctx.outcomes.lookup(command_id)
+    # Keyed by (principal, command id): another principal's command is exactly as unknown as no command.
+    o = ctx.outcomes.lookup(principal, command_id)
     if o is None:
         raise ApiError(f"no outcome known for command {command_id!r}: not decided yet, or decided before this "
                        "API process started or longer ago than its cache holds", code="NOT_FOUND")
-    if isinstance(o, Event):
-        body = {"command_id": command_id, "object_id": o.object_id, "status": "accepted", "version": o.version,
-                "event": o.type.value, "reason": None, "message": None}
-        return JSONResponse(body, headers={"ETag": f'"{o.version}"'})
-    body = {"command_id": command_id, "object_id": o.object_id, "status": "rejected", "version": o.current_version,
-            "event": None, "reason": o.reason.value, "message": o.message}
-    return JSONResponse(body)
+    body = {"command_id": command_id, "object_id": o.object_id, "status": o.kind, "version": o.version,
+            "event": o.event, "reason": o.reason, "message": o.message}
+    return JSONResponse(body, headers={"ETag": f'"{o.version}"'} if o.kind == "accepted" else None)

@@ -1,30 +1,44 @@
-"""Object routes: create, merge-patch, delete, grant/revoke editors (commands) and read (the read model)."""
+"""Object routes: create, merge-patch, delete, grant/revoke editors and readers (commands) and read (the read model)."""
 
 from __future__ import annotations
 
-import uuid
+import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Path, Request, Response
 
 from app.api.auth import PRINCIPAL_PATTERN
 from app.api.deps import ApiContext, ContextDep, PrincipalDep, ReadModelDep
+from app.api.json_body import StrictJsonRoute
 from app.api.models import (
     IDEMPOTENCY_KEY_PATTERN,
     OBJECT_ID_PATTERN,
     CommandDecided,
     CommandQueued,
     CreateRequest,
+    Document,
     compact_json,
 )
 from app.api.problems import PROBLEM_RESPONSES, ApiError
-from app.api.submit import IF_MATCH_PATTERN, command_id, expected_version, now, prefer_wait, submit
-from commands import Command, CreateObject, DeleteObject, GrantEditor, RevokeEditor, UpdateObject
+from app.api.submit import IF_MATCH_PATTERN, command_id, expected_version, new_object_id, now, prefer_wait, submit
+from commands import (
+    Command,
+    CreateObject,
+    DeleteObject,
+    GrantEditor,
+    GrantReader,
+    RevokeEditor,
+    RevokeReader,
+    UpdateObject,
+)
+from commands.access import may_read
 
-router = APIRouter(prefix="/objects", tags=["objects"])
+router = APIRouter(prefix="/objects", tags=["objects"], route_class=StrictJsonRoute)
+#: What GET serves: RFC 8259 only (no NaN/Infinity; a lone surrogate fails the UTF-8 encode).
+_strict_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 ObjectIdPath = Annotated[str, Path(pattern=OBJECT_ID_PATTERN)]
-EditorPath = Annotated[str, Path(pattern=PRINCIPAL_PATTERN)]
+GranteePath = Annotated[str, Path(pattern=PRINCIPAL_PATTERN)]
 # Typed ``str`` with a None default (not ``str | None``) so the OpenAPI document says "string", not "string or null".
 IdempotencyKey = Annotated[str, Header(alias="Idempotency-Key", pattern=IDEMPOTENCY_KEY_PATTERN,
                                               description="Becomes the command id; reuse it when retrying.")]
@@ -53,7 +67,8 @@ async def _write(request: Request, cmd: Command, ctx: ApiContext) -> Response:
 async def create_object(request: Request, body: CreateRequest, principal: PrincipalDep, ctx: ContextDep,
                         idempotency_key: IdempotencyKey = None, if_match: IfMatch = None,
                         prefer: Prefer = None) -> Response:
-    cmd = CreateObject(command_id(idempotency_key), body.id or str(uuid.uuid4()), principal, now(),
+    cid = command_id(idempotency_key)
+    cmd = CreateObject(cid, body.id or new_object_id(principal, cid), principal, now(),
                        expected_version(if_match), document=compact_json(body.document))
     return await _write(request, cmd, ctx)
 
@@ -61,7 +76,7 @@ async def create_object(request: Request, body: CreateRequest, principal: Princi
 @router.patch("/{object_id}", status_code=202, responses={**_WRITE_RESPONSES, 200: {"model": CommandDecided}},
               summary="Apply a JSON merge patch (RFC 7386) to an object")
 async def update_object(request: Request, object_id: ObjectIdPath,
-                        patch: Annotated[dict[str, Any], Body(media_type="application/merge-patch+json")],
+                        patch: Annotated[Document, Body(media_type="application/merge-patch+json")],
                         principal: PrincipalDep, ctx: ContextDep, idempotency_key: IdempotencyKey = None,
                         if_match: IfMatch = None, prefer: Prefer = None) -> Response:
     cmd = UpdateObject(command_id(idempotency_key), object_id, principal, now(), expected_version(if_match),
@@ -84,9 +99,15 @@ async def _editor(request: Request, kind: type[GrantEditor] | type[RevokeEditor]
     return await _write(request, cmd, ctx)
 
 
+async def _reader(request: Request, kind: type[GrantReader] | type[RevokeReader], object_id: str, reader: str,
+                  principal: str, ctx: ContextDep, idempotency_key: str | None, if_match: str | None) -> Response:
+    cmd = kind(command_id(idempotency_key), object_id, principal, now(), expected_version(if_match), reader=reader)
+    return await _write(request, cmd, ctx)
+
+
 @router.put("/{object_id}/editors/{editor}", status_code=202,
             responses={**_WRITE_RESPONSES, 200: {"model": CommandDecided}}, summary="Let a principal edit an object")
-async def grant_editor(request: Request, object_id: ObjectIdPath, editor: EditorPath, principal: PrincipalDep,
+async def grant_editor(request: Request, object_id: ObjectIdPath, editor: GranteePath, principal: PrincipalDep,
                        ctx: ContextDep,
                        idempotency_key: IdempotencyKey = None, if_match: IfMatch = None,
                        prefer: Prefer = None) -> Response:
@@ -97,7 +118,7 @@ async def grant_editor(request: Request, object_id: ObjectIdPath, editor: Editor
 @router.delete("/{object_id}/editors/{editor}", status_code=202,
                responses={**_WRITE_RESPONSES, 200: {"model": CommandDecided}},
                summary="Stop a principal from editing an object")
-async def revoke_editor(request: Request, object_id: ObjectIdPath, editor: EditorPath, principal: PrincipalDep,
+async def revoke_editor(request: Request, object_id: ObjectIdPath, editor: GranteePath, principal: PrincipalDep,
                         ctx: ContextDep,
                         idempotency_key: IdempotencyKey = None, if_match: IfMatch = None,
                         prefer: Prefer = None) -> Response:
@@ -105,22 +126,53 @@ async def revoke_editor(request: Request, object_id: ObjectIdPath, editor: Edito
                          idempotency_key, if_match)
 
 
+@router.put("/{object_id}/readers/{reader}", status_code=202,
+            responses={**_WRITE_RESPONSES, 200: {"model": CommandDecided}}, summary="Let a principal read an object")
+async def grant_reader(request: Request, object_id: ObjectIdPath, reader: GranteePath, principal: PrincipalDep,
+                       ctx: ContextDep, idempotency_key: IdempotencyKey = None, if_match: IfMatch = None,
+                       prefer: Prefer = None) -> Response:
+    return await _reader(request, GrantReader, object_id, reader, principal, ctx, idempotency_key, if_match)
+
+
+@router.delete("/{object_id}/readers/{reader}", status_code=202,
+               responses={**_WRITE_RESPONSES, 200: {"model": CommandDecided}},
+               summary="Stop a principal from reading an object")
+async def revoke_reader(request: Request, object_id: ObjectIdPath, reader: GranteePath, principal: PrincipalDep,
+                        ctx: ContextDep, idempotency_key: IdempotencyKey = None, if_match: IfMatch = None,
+                        prefer: Prefer = None) -> Response:
+    return await _reader(request, RevokeReader, object_id, reader, principal, ctx, idempotency_key, if_match)
+
+
+def _unknown(object_id: str) -> ApiError:
+    # The one answer for "no such object" and "not yours to read": same status, body and headers (no ETag).
+    return ApiError(f"object {object_id!r} is not in the read model (unknown, or not projected yet)",
+                    code="NOT_FOUND")
+
+
 @router.get("/{object_id}", summary="Read an object's document from the read model (eventually consistent)",
             responses={200: {"content": {"application/json": {"schema": {"type": "object"}}},
                              "description": "The document; ETag is its version"},
                        304: {"description": "If-None-Match matched the current version"},
-                       401: PROBLEM_RESPONSES[401], 404: PROBLEM_RESPONSES[401] | {"description": "Unknown object"},
-                       410: PROBLEM_RESPONSES[401] | {"description": "Deleted object"}, 503: PROBLEM_RESPONSES[503]})
+                       401: PROBLEM_RESPONSES[401],
+                       404: PROBLEM_RESPONSES[401] | {"description": "Unknown object, or one the caller may not read"},
+                       410: PROBLEM_RESPONSES[401] | {"description": "Deleted object"},
+                       503: PROBLEM_RESPONSES[503] | {"description": "Read model not open, or the stored document "
+                                                      "is not RFC 8259 JSON (UNSERVABLE_DOCUMENT)"}})
 async def read_object(object_id: ObjectIdPath, principal: PrincipalDep, read_model: ReadModelDep,
                       if_none_match: Annotated[str, Header(alias="If-None-Match")] = None) -> Response:
     view = read_model.get(object_id)
-    if view is None:
-        raise ApiError(f"object {object_id!r} is not in the read model (unknown, or not projected yet)",
-                       code="NOT_FOUND")
+    if view is None or not may_read(principal, view.owner, view.editors, view.readers):
+        raise _unknown(object_id)
     etag = f'"{view.version}"'
     if view.deleted:
         raise ApiError(f"object {object_id!r} was deleted at version {view.version}", code="DELETED",
                        headers={"ETag": etag})
     if if_none_match is not None and etag in [t.strip() for t in if_none_match.split(",")]:
         return Response(status_code=304, headers={"ETag": etag})
-    return Response(compact_json(view.document), media_type="application/json", headers={"ETag": etag})
+    try:
+        body = _strict_json(view.document).encode("utf-8")
+    except (ValueError, UnicodeEncodeError) as e:  # stored before such documents were refused
+        raise ApiError(f"object {object_id!r} holds a document that is not RFC 8259 JSON ({e}); rebuild the read "
+                       "model (arbiter project db --rebuild)", code="UNSERVABLE_DOCUMENT",
+                       headers={"Retry-After": "3600"}) from e
+    return Response(body, media_type="application/json", headers={"ETag": etag})

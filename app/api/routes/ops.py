@@ -1,15 +1,15 @@
-"""Operations routes: ``/healthz`` (broker reachable, read model open, outcomes consumer alive) and ``/metrics``."""
+"""Operations routes: ``/healthz`` (open, cheap) and ``/metrics`` (Prometheus text, operators only)."""
 
 from __future__ import annotations
-
-import asyncio
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from app.api.deps import ContextDep
+from app.api.deps import ContextDep, OperatorDep
+from app.api.memo import Memo
 from app.api.models import Health
+from app.api.problems import PROBLEM_RESPONSES
 from app.api.read_model import read_model_ready
 
 router = APIRouter(tags=["operations"])
@@ -17,8 +17,11 @@ router = APIRouter(tags=["operations"])
 
 @router.get("/healthz", response_model=Health, responses={503: {"model": Health, "description": "Not healthy"}},
             summary="Is the broker reachable, the read model open and the outcomes consumer running?")
-async def healthz(request: Request, ctx: ContextDep) -> JSONResponse:
-    broker = await asyncio.to_thread(ctx.producer.broker_reachable)
+async def healthz(request: Request) -> JSONResponse:
+    # Open to load balancers; the broker probe (a metadata request) runs at most once per second however
+    # many clients poll.
+    probe: Memo[bool] = request.app.state.broker_probe
+    broker = await probe.get()
     read_model = read_model_ready(request.app.state.read_model)
     consumer = request.app.state.outcome_consumer is not None and request.app.state.outcome_consumer.alive
     ok = broker and read_model and consumer
@@ -26,8 +29,11 @@ async def healthz(request: Request, ctx: ContextDep) -> JSONResponse:
                         status_code=200 if ok else 503)
 
 
-@router.get("/metrics", response_class=Response, summary="Prometheus text exposition",
-            responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {}}}})
-async def metrics(ctx: ContextDep) -> Response:
+@router.get("/metrics", response_class=Response, summary="Prometheus text exposition; operators only",
+            responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {}}}, 401: PROBLEM_RESPONSES[401],
+                       403: PROBLEM_RESPONSES[401] | {"description": "The principal is not in ARBITER_OPERATORS"}})
+async def metrics(ctx: ContextDep, operator: OperatorDep) -> Response:
     ctx.metrics.cached.set(len(ctx.outcomes))
+    ctx.metrics.cached_bytes.set(ctx.outcomes.nbytes)
+    ctx.metrics.waiting.set(ctx.outcomes.waiting)
     return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)

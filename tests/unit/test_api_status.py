@@ -1,0 +1,85 @@
+"""/status.json: operators only, and computed at most once per second however many clients poll at once."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from app.api.auth import issue_token
+from app.api.main import create_app
+from app.api.memo import Memo
+from app.settings import Settings
+
+pytestmark = pytest.mark.unit
+
+SETTINGS = Settings(operators=["ops"])
+
+
+class SlowCollector:
+    """Counts snapshots; each takes a while, as a real one (broker metadata, watermarks) does."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            self.calls += 1
+            n = self.calls
+        time.sleep(0.05)
+        return {"snapshot": n}
+
+    def close(self) -> None:
+        pass
+
+
+def bearer(principal: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {issue_token(SETTINGS.auth_secret.get_secret_value(), principal, 60)}"}
+
+
+async def _get_many(app: Any, n: int, headers: dict[str, str]) -> list[httpx.Response]:  # noqa: ANN401
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        return await asyncio.gather(*[client.get("/status.json", headers=headers) for _ in range(n)])
+
+
+def test_many_concurrent_polls_compute_the_figures_once() -> None:
+    app = create_app(SETTINGS)
+    collector = app.state.status = SlowCollector()
+    responses = asyncio.run(_get_many(app, 300, bearer("ops")))
+    assert {r.status_code for r in responses} == {200}
+    assert {r.content for r in responses} == {b'{"snapshot":1}'}
+    assert collector.calls == 1, f"{collector.calls} computations for 300 concurrent requests"
+    assert responses[0].headers["cache-control"] == "no-store"
+
+
+def test_status_json_needs_an_operator() -> None:
+    app = create_app(SETTINGS)
+    app.state.status = SlowCollector()
+    nobody, bad, alice = (asyncio.run(_get_many(app, 1, h))[0]
+                          for h in ({}, {"Authorization": "Bearer forged.token"}, bearer("alice")))
+    for r in (nobody, bad):
+        assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
+        assert r.headers["content-type"] == "application/problem+json" and r.json()["code"] == "UNAUTHORIZED"
+    assert alice.status_code == 403 and alice.json()["code"] == "FORBIDDEN"
+    assert app.state.status.calls == 0
+
+
+def test_memo_recomputes_after_its_interval_only() -> None:
+    now = [0.0]
+    runs: list[int] = []
+    memo = Memo(lambda: runs.append(1) or len(runs), interval=1.0, clock=lambda: now[0])
+
+    async def scenario() -> list[int]:
+        got = [await memo.get(), await memo.get()]
+        now[0] = 0.99
+        got.append(await memo.get())
+        now[0] = 1.0
+        got.append(await memo.get())
+        return got
+
+    assert asyncio.run(scenario()) == [1, 1, 1, 2]
