@@ -113,7 +113,7 @@ def test_scenario_status_page_and_clean_stop(pipeline: Run, settings: Settings, 
                              "--duration", "12", "--objects", "50", "--wait", "20"],
                             env=_env(settings, 0), text=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
-        figures = _watch_status_page(pipeline.api, tmp_path)
+        figures = _watch_status_page(pipeline.api, tmp_path, settings)
     finally:
         summary, _ = load.communicate(timeout=120)
     assert load.returncode == 0, summary
@@ -135,13 +135,18 @@ def test_scenario_status_page_and_clean_stop(pipeline: Run, settings: Settings, 
         assert not (pipeline.var / "run" / f"{name}.pid").exists()
 
 
-def _watch_status_page(api: str, shots: Path) -> list[tuple[str, ...]]:
+def _watch_status_page(api: str, shots: Path, settings: Settings) -> list[tuple[str, ...]]:
     """Open the status page in headless Chromium; return the figures seen over time; fail on console errors."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
 
-    assert httpx.get(f"{api}/status.json", timeout=5).status_code == 200
+    from app.api.auth import issue_token
+
+    operator = issue_token(settings.auth_secret.get_secret_value(), settings.operators[0], 600)
+    assert httpx.get(f"{api}/status.json", timeout=5).status_code == 401  # the status data is for operators
+    assert httpx.get(f"{api}/status.json", timeout=5,
+                     headers={"Authorization": f"Bearer {operator}"}).status_code == 200
     opts = webdriver.ChromeOptions()
     opts.binary_location = "/usr/bin/chromium"
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -152,7 +157,7 @@ def _watch_status_page(api: str, shots: Path) -> list[tuple[str, ...]]:
     driver = webdriver.Chrome(options=opts, service=Service("/usr/bin/chromedriver"))
     seen: list[tuple[str, ...]] = []
     try:
-        driver.get(f"{api}/")
+        driver.get(f"{api}/#token={operator}")
         ids = ("total_commands", "total_events", "commands_in_per_s", "v_batch_id")
         for i in range(6):
             time.sleep(2.0)
