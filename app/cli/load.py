@@ -1,34 +1,54 @@
-"""``arbiter load``: drive a mixed workload through the API or straight onto the commands topic, then summarise."""
+"""``arbiter load``: drive a mixed workload through the API or straight onto the commands topic, then summarise.
+
+Both modes are open-loop: command i is due at start + i/rate whatever became of the earlier ones, and latency is
+timed from that due time. Through the API each request is its own task (``app.openloop``), so a slow answer never
+delays the next send and the summary reports the rate sent and the rate completed apart.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
+import asyncio
 import sys
 import threading
 import time
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 
 from app.api.auth import issue_token
-from app.errors import BrokerUnavailable
-from app.load import Tally, Workload, paced, progress_line, summary
+from app.errors import BrokerUnavailable, SetupError
+from app.load import (
+    Http1Pool,
+    Tally,
+    Workload,
+    api_headers,
+    api_request,
+    outcomes,
+    paced,
+    progress_line,
+    schedule_count,
+    send_http,
+    summary,
+)
+from app.openloop import Answer, Sample, Summary, drive, summarize
 from app.settings import Settings, get_settings
-from commands import Command, CreateObject, DeleteObject, GrantEditor, RevokeEditor, UpdateObject
 from schemas import codec
 from schemas.wire import DecodeError
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("load", help="drive a realistic mixed workload and report outcomes and latency")
-    p.add_argument("--rate", type=float, default=200.0, help="commands per second")
+    p = sub.add_parser("load", help="drive a realistic mixed workload open-loop and report outcomes and latency")
+    p.add_argument("--rate", type=float, default=200.0, help="commands per second, on a fixed schedule")
     p.add_argument("--objects", type=int, default=1000, help="distinct object ids")
-    p.add_argument("--duration", type=float, default=10.0, help="seconds to send for")
+    p.add_argument("--duration", type=float, default=10.0, help="seconds of schedule (rate x duration commands)")
     p.add_argument("--via", choices=["api", "topic"], default="topic", help="through the REST API or onto the topic")
     p.add_argument("--api", default=None, help="API base URL (default http://<api_host>:<api_port>)")
-    p.add_argument("--wait", type=float, default=10.0, help="seconds to wait for the last decisions")
+    p.add_argument("--wait", type=float, default=10.0, help="topic mode: seconds to wait for the last decisions")
+    p.add_argument("--prefer-wait", type=float, default=10.0,
+                   help="API mode: Prefer: wait=<seconds> on every request; 0 sends none (202 once produced)")
+    p.add_argument("--connections", type=int, default=512, help="API mode: most concurrent connections")
+    p.add_argument("--timeout", type=float, default=None, help="API mode: seconds per request (default prefer-wait + 20)")
     p.add_argument("--garbage", type=float, default=0.01, help="share of raw garbage records (topic mode)")
     p.add_argument("--seed", type=int, default=1)
     p.set_defaults(handler=_load)
@@ -38,9 +58,10 @@ def _load(args: argparse.Namespace) -> int:
     s = get_settings()
     work = Workload(args.objects, seed=args.seed, garbage_ratio=args.garbage if args.via == "topic" else 0.0)
     tally = Tally()
-    drive = _drive_topic if args.via == "topic" else _drive_api
-    sent, elapsed = drive(s, args, work, tally)
-    summary(tally, sent, elapsed)
+    if args.via == "topic":
+        _drive_topic(s, args, work, tally)
+    else:
+        _drive_api(s, args, work, tally)
     return 0
 
 
@@ -62,9 +83,10 @@ class OutcomeWatcher(threading.Thread):
         for tp in tps:  # resolve OFFSET_END now, so nothing decided after this point is missed
             self.consumer.seek(TopicPartition(tp.topic, tp.partition, self.consumer.get_watermark_offsets(tp)[1]))
 
-    def sent(self, command_id: str) -> None:
+    def sent(self, command_id: str, due: float) -> None:
+        """Note that ``command_id`` was due at ``due`` (time.monotonic()); its decision is timed from then."""
         with self.lock:
-            self.sent_at[command_id].append(time.monotonic())
+            self.sent_at[command_id].append(due)
 
     def run(self) -> None:
         while not self.stop_flag.is_set():
@@ -93,7 +115,7 @@ def _finish(args: argparse.Namespace, tally: Tally, expected: int, sent: int, st
     sys.stderr.write(progress_line(time.monotonic() - start, args.duration, sent, tally) + "\n")
 
 
-def _drive_topic(s: Settings, args: argparse.Namespace, work: Workload, tally: Tally) -> tuple[int, float]:
+def _drive_topic(s: Settings, args: argparse.Namespace, work: Workload, tally: Tally) -> None:
     watcher = OutcomeWatcher(s, tally)
     watcher.start()
     producer = Producer({"bootstrap.servers": s.kafka_bootstrap, "partitioner": "murmur2_random", "acks": "all",
@@ -107,12 +129,12 @@ def _drive_topic(s: Settings, args: argparse.Namespace, work: Workload, tally: T
     start = time.monotonic()
     sent = 0
     last_draw = 0.0
-    for _ in paced(args.rate, args.duration):
+    for _, due in paced(args.rate, args.duration):
         cmd, garbage = work.next()
         if cmd is None:
             producer.produce(s.topic_commands, key=b"garbage", value=garbage, on_delivery=on_delivery)
         else:
-            watcher.sent(cmd.command_id)
+            watcher.sent(cmd.command_id, due)
             producer.produce(s.topic_commands, key=cmd.object_id.encode(), value=codec.encode_command(cmd),
                              on_delivery=on_delivery)
         sent += 1
@@ -126,71 +148,75 @@ def _drive_topic(s: Settings, args: argparse.Namespace, work: Workload, tally: T
     _finish(args, tally, sent, sent, start)
     watcher.stop_flag.set()
     watcher.join(5)
-    return sent, elapsed
+    summary(tally, sent, elapsed, args.rate, None if tally.last_at is None else tally.last_at - start)
 
 
-def _request(cmd: Command) -> tuple[str, str, dict[str, object] | None]:
-    oid = cmd.object_id
-    if isinstance(cmd, CreateObject):
-        return "POST", "/objects", {"id": oid, "document": json.loads(cmd.document)}
-    if isinstance(cmd, UpdateObject):
-        return "PATCH", f"/objects/{oid}", json.loads(cmd.patch)
-    if isinstance(cmd, DeleteObject):
-        return "DELETE", f"/objects/{oid}", None
-    if isinstance(cmd, GrantEditor | RevokeEditor):
-        return ("PUT" if isinstance(cmd, GrantEditor) else "DELETE"), f"/objects/{oid}/editors/{cmd.editor}", None
-    raise TypeError(cmd)
+def _drive_api(s: Settings, args: argparse.Namespace, work: Workload, tally: Tally) -> None:
+    """Send the workload to the API open-loop (request i at start + i/rate), then summarise what came back."""
+    count = schedule_count(args.rate, args.duration)
+    prefer = args.prefer_wait or None
+    timeout = args.timeout or (prefer or 0) + 20.0
+    result = asyncio.run(_api_run(s, args, work, tally, prefer, timeout, count))
+    api_summary(result, tally, prefer, timeout)
 
 
-def _drive_api(s: Settings, args: argparse.Namespace, work: Workload, tally: Tally) -> tuple[int, float]:
-    import httpx
-
+async def _api_run(s: Settings, args: argparse.Namespace, work: Workload, tally: Tally, prefer: float | None,
+                   timeout: float, count: int) -> Summary:
     base = args.api or f"http://{s.api_host}:{s.api_port}"
     secret = s.auth_secret.get_secret_value()
     tokens: dict[str, str] = {}
-    client = httpx.Client(base_url=base, timeout=30.0, limits=httpx.Limits(max_connections=64))
-    counts = {"sent": 0}
+    sent = [0]
 
-    def send(cmd: Command) -> None:
+    async def send(_i: int) -> Answer:
+        cmd, _garbage = work.next()  # no garbage in API mode; called in index order, before the first await
+        assert cmd is not None
         if cmd.principal not in tokens:
             tokens[cmd.principal] = issue_token(secret, cmd.principal, 3600)
-        method, path, body = _request(cmd)
-        headers = {"Authorization": f"Bearer {tokens[cmd.principal]}", "Idempotency-Key": cmd.command_id,
-                   "Prefer": "wait=10"}
-        if cmd.expected_version is not None:
-            headers["If-Match"] = f'"{cmd.expected_version}"'
-        if body is not None:
-            headers["Content-Type"] = "application/merge-patch+json" if method == "PATCH" else "application/json"
-        t0 = time.monotonic()
-        r = client.request(method, path, headers=headers, content=None if body is None else json.dumps(body))
-        latency = (time.monotonic() - t0) * 1000
-        if r.status_code in (200, 201, 204):
-            tally.count(None, latency)
-        elif r.status_code == 202:
-            pass  # queued but undecided within the wait: counted as sent, not decided
-        else:
-            try:
-                reason = r.json().get("reason") or r.json().get("code") or f"HTTP_{r.status_code}"
-            except ValueError:
-                reason = f"HTTP_{r.status_code}"
-            tally.count(str(reason), latency)
+        method, path, body = api_request(cmd)
+        headers = api_headers(tokens[cmd.principal], method, cmd.command_id, cmd.expected_version, prefer)
+        sent[0] += 1
+        return await send_http(client, method, path, headers, body, timeout, key=cmd.command_id)
 
-    start = time.monotonic()
-    last_draw = 0.0
-    with ThreadPoolExecutor(max_workers=32) as pool:
-        futures = []
-        for _ in paced(args.rate, args.duration):
-            cmd, _garbage = work.next()
-            if cmd is not None:
-                futures.append(pool.submit(send, cmd))
-                counts["sent"] += 1
-            if time.monotonic() - last_draw > 0.3:
-                sys.stderr.write(progress_line(time.monotonic() - start, args.duration, counts["sent"], tally))
-                last_draw = time.monotonic()
-        elapsed = time.monotonic() - start  # the sending phase; the answers still in flight are awaited below
-        for f in futures:
-            f.result()
-    sys.stderr.write(progress_line(time.monotonic() - start, args.duration, counts["sent"], tally) + "\n")
-    client.close()
-    return counts["sent"], elapsed
+    def done(sample: Sample) -> None:
+        outcome = sample.answer.outcome
+        if outcome is not None and outcome != "queued":
+            tally.count(None if outcome == "accepted" else outcome, sample.latency * 1000)
 
+    try:
+        client = Http1Pool(base, args.connections)
+    except ValueError as e:
+        raise SetupError(f"--api: {e}") from e
+    t0 = time.monotonic()
+    progress = asyncio.ensure_future(_progress(t0, args.duration, sent, tally))
+    try:
+        samples = await drive(send, args.rate, range(count), t0=t0, on_done=done)
+    finally:
+        progress.cancel()
+        await client.close()
+    sys.stderr.write(progress_line(time.monotonic() - t0, args.duration, sent[0], tally) + "\n")
+    return summarize(samples, args.rate, t0)
+
+
+async def _progress(t0: float, duration: float, sent: list[int], tally: Tally) -> None:
+    while True:
+        sys.stderr.write(progress_line(time.monotonic() - t0, duration, sent[0], tally))
+        await asyncio.sleep(0.3)
+
+
+def api_summary(r: Summary, tally: Tally, prefer: float | None, timeout: float) -> None:
+    """Print the API mode's summary: sent/s and completed/s apart, outcomes, errors, latency from the schedule."""
+    print()
+    print(f"sent {r.requests} requests ({r.sent_per_s:.0f}/s; offered {r.offered:g}/s); completed {r.ok} without error "
+          f"in {r.span_s:.1f}s ({r.completed_per_s:.0f}/s); {sum(r.errors.values())} errors")
+    outcomes(tally)
+    if prefer:
+        print(f"  undecided within Prefer: wait={prefer:g} (202)  {r.outcomes.get('queued', 0)}")
+    else:
+        print(f"  queued (202, no Prefer: wait; decisions not followed)  {r.outcomes.get('queued', 0)}")
+    for kind, n in sorted(r.errors.items()):
+        print(f"  error {kind:<30} {n}")
+    lat = r.latency
+    print(f"latency from scheduled send to answer: p50 {lat['p50'] * 1000:.0f} ms, p90 {lat['p90'] * 1000:.0f} ms, "
+          f"p99 {lat['p99'] * 1000:.0f} ms, max {lat['max'] * 1000:.0f} ms ({r.requests} requests; timeout {timeout:g}s)")
+    print(f"client: sends left up to {r.send_lag['max'] * 1000:.0f} ms late (p99 {r.send_lag['p99'] * 1000:.0f} ms); "
+          f"at most {r.peak_in_flight} requests in flight")
