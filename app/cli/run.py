@@ -1,4 +1,8 @@
-"""``arbiter run``: the whole pipeline on embedded defaults, a scripted scenario, then serve until Ctrl-C."""
+"""``arbiter run``: the whole pipeline on embedded defaults, a scripted scenario, then serve until Ctrl-C.
+
+A component that exits after start-up is restarted with backoff while the others, the API included, keep running;
+its failures are printed and published in ``<var_dir>/status/components.json`` for the status page.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,9 @@ from pathlib import Path
 import httpx
 
 from app.api.auth import issue_token
+from app.api.secret_policy import is_loopback
 from app.kafka_broker import LocalBroker
+from app.restart import components_path
 from app.scenario import Scenario, table
 from app.settings import Settings, get_settings
 from app.supervisor import Service, Supervisor, arbiter_argv
@@ -31,6 +37,10 @@ def _log_says(path: Path, text: str) -> bool:
         return False
 
 
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
 def _healthy(url: str) -> bool:
     return httpx.get(url, timeout=2.0).status_code == 200
 
@@ -44,7 +54,7 @@ def _local_broker(s: Settings) -> LocalBroker | None:
 def _run(args: argparse.Namespace) -> int:
     s = get_settings()
     var = s.path(s.var_dir)
-    sup = Supervisor(var / "run", var / "logs")
+    sup = Supervisor(var / "run", var / "logs", status_file=components_path(s), report=_say)
     broker = _local_broker(s)
     started_broker = False
     # Ctrl-C must work even when SIGINT was inherited as ignored (e.g. started in the background by a script);
@@ -74,19 +84,24 @@ def _run(args: argparse.Namespace) -> int:
         print(f"[5/6] API on {api_url} ...", flush=True)
         sup.start(Service("api", arbiter_argv("api"), timeout=60, ready=lambda: _healthy(f"{api_url}/healthz")))
         print(f"      pipeline up in {time.monotonic() - t0:.0f}s; logs in {var / 'logs'}")
+        sup.monitor()  # from here on a component that exits is restarted, the scenario's time included
         if not args.no_scenario:
             _scenario(s, api_url)
-        print(f"\nStatus page: {api_url}/   API docs: {api_url}/docs")
-        print(f"Development token (principal alice): {issue_token(s.auth_secret.get_secret_value(), 'alice', 86400)}")
+        print(f"\nAPI docs: {api_url}/docs")
+        if s.environment == "development" and is_loopback(s.api_host):  # tokens only on a development terminal
+            secret = s.auth_secret.get_secret_value()
+            if s.operators:
+                print(f"Status page: {api_url}/#token={issue_token(secret, s.operators[0], 86400)}")
+            print(f"Development token (principal alice): {issue_token(secret, 'alice', 86400)}")
+        else:
+            print(f"Status page: {api_url}/#token=<token of one of ARBITER_OPERATORS, from `arbiter token`>")
         if args.exit_after_scenario:
             return 0
-        print("Serving; press Ctrl-C to stop every process started here.", flush=True)
+        print("Serving; press Ctrl-C to stop every process started here. A component that exits is restarted "
+              f"(backoff {sup.backoff.initial:g} s doubling to {sup.backoff.cap:g} s); "
+              f"health in {components_path(s)}.", flush=True)
         while True:
             time.sleep(1.0)
-            for svc in sup.services:
-                if svc.proc is not None and svc.proc.poll() is not None:
-                    print(f"{svc.name} exited with code {svc.proc.returncode}; see {sup.log_of(svc.name)}")
-                    return 1
     except KeyboardInterrupt:
         return 0
     finally:

@@ -1,4 +1,5 @@
-"""Gather the figures of the status page: topic rates, validator progress, lag, rejections by reason, hot keys."""
+"""Gather the figures of the status page: topic rates, validator progress, lag, rejections by reason, hot keys,
+and the health of the components ``arbiter run`` supervises."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from app.restart import components_path, read_components
 from app.settings import Settings
 from app.status.hotkeys import HotKeys
 from app.validator.murmur2 import partition_for
@@ -126,6 +128,8 @@ class StatusCollector:
                 "validator": {k: v for k, v in validator.items() if k != "end_offsets"},
                 "hot_keys": {str(p): [{"object_id": k, "count": c, "error": e} for k, c, e in top]
                              for p, top in self.hot.top(5).items()},
+                # Written by `arbiter run` (app/supervisor.py); empty when the API runs on its own.
+                "components": read_components(components_path(s)),
             }
             self._cached = (now, data)
         return data
