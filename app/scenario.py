@@ -146,7 +146,8 @@ class Scenario:
         for oid, version in wait_for.items():
             deadline = time.monotonic() + timeout
             while True:
-                r = self.http.get(f"/objects/{oid}", headers={"Authorization": f"Bearer {self.tokens['alice']}"})
+                owner = "bob" if oid == self.notes else "alice"  # each object is read by its owner: only they may
+                r = self.http.get(f"/objects/{oid}", headers={"Authorization": f"Bearer {self.tokens[owner]}"})
                 etag = r.headers.get("ETag", "").strip('"')
                 done = (r.status_code == 410) if version is None else (r.status_code == 200 and etag == str(version))
                 if done or time.monotonic() > deadline:

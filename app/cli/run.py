@@ -121,6 +121,6 @@ def _scenario(s: Settings, api_url: str) -> None:
     rows = sc.play()
     print()
     print(table(rows))
-    print("\nRead model afterwards (GET /objects/{id}, from the DB projection):")
+    print("\nRead model afterwards (GET /objects/{id} by each object's owner, from the DB projection):")
     for oid, status, body in sc.read_model({sc.doc: None, sc.notes: 2}):
         print(f"  {oid:<16} HTTP {status}  {body}")
