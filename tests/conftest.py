@@ -19,6 +19,36 @@ from app.topics import ensure_topics
 hsettings.register_profile("ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 hsettings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+# The caller's ARBITER_* settings must not change what the suite tests (a developer's shell often has some):
+# every one is dropped here, before any Settings() is built, and child processes inherit the cleaned environment.
+# The one way in is ARBITER_TEST_KAFKA_BOOTSTRAP, to reuse a running broker instead of starting one.
+EXTERNAL_BROKER = os.environ.pop("ARBITER_TEST_KAFKA_BOOTSTRAP", "")
+for _name in [n for n in os.environ if n.startswith("ARBITER_")]:
+    del os.environ[_name]
+
+# A skipped test proves nothing. ``./dev test`` installs what every test needs, so a skip is a failure unless the
+# test is listed here with the reason it may skip on some machines.
+ALLOWED_SKIPS: dict[str, str] = {
+    # nodeid: why this test may skip
+}
+_skipped: list[tuple[str, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and report.nodeid not in ALLOWED_SKIPS:
+        _skipped.append((report.nodeid, str(report.longrepr)[-300:]))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _skipped and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    for nodeid, why in _skipped:
+        terminalreporter.write_line(f"SKIPPED, counted as a failure (not in tests/conftest.py ALLOWED_SKIPS): {nodeid}: "
+                                    f"{why}", red=True)
+
 
 @pytest.fixture(scope="session")
 def session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -27,10 +57,9 @@ def session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def kafka_bootstrap(session_dir: Path) -> Iterator[str]:
-    """A real broker for the whole session: ``ARBITER_KAFKA_BOOTSTRAP`` if set, else one we start and stop."""
-    external = os.environ.get("ARBITER_KAFKA_BOOTSTRAP")
-    if external:
-        yield external
+    """A real broker for the whole session: ``ARBITER_TEST_KAFKA_BOOTSTRAP`` if set, else one we start and stop."""
+    if EXTERNAL_BROKER:
+        yield EXTERNAL_BROKER
         return
     broker = LocalBroker(session_dir / "kafka", port=free_port(), controller_port=free_port(), heap="512m")
     broker.start(Settings())

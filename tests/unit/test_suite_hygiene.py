@@ -1,0 +1,48 @@
+"""The suite's own guarantees, checked by running pytest on this file in a child process.
+
+A caller's ``ARBITER_*`` variables do not reach the tests' settings, and a skipped test fails the run unless
+``tests/conftest.py`` allows it. The inner tests do their real work only when ``HYGIENE_INNER`` is set.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.settings import Settings
+
+pytestmark = pytest.mark.unit
+ROOT = Path(__file__).resolve().parents[2]
+INNER = os.environ.get("HYGIENE_INNER", "")
+
+
+def _inner(test: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest", f"{__file__}::{test}", "-q", "-p", "no:cacheprovider"],
+                          cwd=ROOT, env={**os.environ, "HYGIENE_INNER": test, **env}, text=True, capture_output=True,
+                          timeout=120)
+
+
+def test_inner_settings_are_the_defaults() -> None:
+    if INNER == "test_inner_settings_are_the_defaults":
+        assert not [n for n in os.environ if n.startswith("ARBITER_")]
+        assert Settings().partitions == 8 and Settings().state_backend == "rocksdb"
+
+
+def test_inner_skip() -> None:
+    if INNER == "test_inner_skip":
+        pytest.skip("a test that cannot run here")
+
+
+def test_caller_arbiter_variables_do_not_reach_the_suite() -> None:
+    run = _inner("test_inner_settings_are_the_defaults", ARBITER_PARTITIONS="3", ARBITER_STATE_BACKEND="spark")
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_a_skip_not_on_the_allow_list_fails_the_run() -> None:
+    run = _inner("test_inner_skip")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "counted as a failure" in run.stdout
