@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import Consumer, Message, Producer
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID, Consumer, Message, Producer, TopicPartition
 from starlette.exceptions import StarletteDeprecationWarning
 
 with warnings.catch_warnings():  # starlette 1.x nudges towards "httpx2"; httpx is what the project pins
@@ -76,23 +76,47 @@ def api_client(settings: Settings, read_model: ReadModelPort | None = None) -> I
         yield client
 
 
-def consume_all(settings: Settings, topic: str, n: int, timeout: float = 20.0) -> list[Message]:
-    """Read ``topic`` from the beginning until ``n`` records arrived (or ``timeout`` passed)."""
+def consume_all(settings: Settings, topic: str, n: int, timeout: float = 20.0, window: float = 0.5) -> list[Message]:
+    """Read ``topic`` from the beginning until ``n`` records arrived (or ``timeout`` passed), then ``window`` more.
+
+    The ``window`` is what callers lean on to say "nothing (more) was produced", so it only starts once the
+    consumer is proven assigned every partition and positioned at the high watermarks read after the wait:
+    a window spent still joining or still fetching old records would prove nothing.
+    """
     import time
 
     c = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"t-{topic}-{time.monotonic_ns()}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.subscribe([topic])
+                  "enable.auto.commit": False})
     out: list[Message] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(out) < n and time.monotonic() < deadline:
-            for m in c.consume(num_messages=1000, timeout=0.3):
-                assert m.error() is None, m.error()
-                out.append(m)
-        # a short extra read: more than n records would be a bug the caller should see
-        for m in c.consume(num_messages=1000, timeout=0.5):
+
+    def take(wait: float) -> None:
+        for m in c.consume(num_messages=1000, timeout=wait):
+            assert m.error() is None, m.error()
             out.append(m)
+
+    try:
+        partitions = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        assert sorted(tp.partition for tp in c.assignment()) == partitions, "the consumer is not assigned every partition"
+        deadline = time.monotonic() + timeout
+        while len(out) < n and time.monotonic() < deadline:
+            take(0.3)
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in partitions}
+        deadline = time.monotonic() + 20
+        while True:
+            read_to = {p: max([m.offset() + 1 for m in out if m.partition() == p], default=ends[p][0]) for p in partitions}
+            behind = {p: (read_to[p], hi) for p, (_, hi) in ends.items() if read_to[p] < hi}
+            if not behind:
+                break
+            assert time.monotonic() < deadline, f"not at the end offsets of {topic} (read to, high watermark): {behind}"
+            take(0.2)
+        positions = {tp.partition: tp.offset for tp in c.position([TopicPartition(topic, p) for p in partitions])}
+        assert all(positions[p] in (hi, OFFSET_INVALID) and (positions[p] == hi or hi == lo)
+                   for p, (lo, hi) in ends.items()), f"positions {positions} are not the end offsets {ends}"
+        # Positioned at the end: more than n records now would be a bug the caller should see.
+        stop = time.monotonic() + window
+        while time.monotonic() < stop:
+            take(max(0.01, stop - time.monotonic()))
     finally:
         c.close()
     return out

@@ -29,7 +29,15 @@ from commands import (
     UpdateObject,
 )
 from schemas import codec
-from tests.integration.validator_oracle import expected_outputs, send_commands, topic_outputs
+from tests.integration.validator_oracle import (
+    assert_restart_decided_the_rest,
+    decided,
+    expected_outputs,
+    kill_mid_stream,
+    send_commands,
+    start_validator,
+    topic_outputs,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -158,7 +166,8 @@ def test_restart_keeps_state_and_a_replayed_batch_writes_identical_records(spark
     assert sorted((e.object_id, e.version) for e in decoded if isinstance(e, Event) and e.version == 2) == [
         (f"r-{i}", 2) for i in range(6)]
 
-    # A kill between the sink write and the commit leaves the batch uncommitted: Spark runs it again.
+    # A kill between the sink write and the commit leaves the batch uncommitted: Spark runs it again. Imitated
+    # here so the replay surely happens; test_kill_9_mid_stream_then_restart_decides_exactly_the_rest kills for real.
     latest = _latest_commit(checkpoint_uri(settings))
     latest.unlink()
     latest.with_name(f".{latest.name}.crc").unlink(missing_ok=True)  # a kill before the commit leaves neither
@@ -170,6 +179,33 @@ def test_restart_keeps_state_and_a_replayed_batch_writes_identical_records(spark
     # The first run fixed the shuffle partitions and the backend; a change is refused, not obeyed.
     with pytest.raises(SetupError, match="shuffle_partitions"):
         build_query(spark, settings.model_copy(update={"shuffle_partitions": 2}))
+
+
+def _stream(n: int, objects: int) -> list[Command]:
+    """``n`` commands over ``objects`` objects, each with its own id: creates, then accepted and refused changes."""
+    out: list[Command] = []
+    for i in range(n):
+        obj = f"k{i % objects}"
+        if i < objects:
+            out.append(CreateObject(f"c{i}", obj, "alice", _at(i), document='{"a": 1}'))
+        elif i % 53 == 0:
+            out.append(DeleteObject(f"d{i}", obj, "alice", _at(i)))
+        elif i % 7 == 0:
+            out.append(UpdateObject(f"u{i}", obj, "alice", _at(i), expected_version=1, patch="{}"))  # mostly stale
+        else:
+            out.append(UpdateObject(f"u{i}", obj, "alice" if i % 5 else "bob", _at(i), patch='{"b": 1}'))
+    return out
+
+
+def test_kill_9_mid_stream_then_restart_decides_exactly_the_rest(spark, settings: Settings, tmp_path: Path) -> None:  # noqa: ANN001
+    s = settings.model_copy(update={"max_offsets_per_trigger": 100})
+    commands = _stream(900, 90)
+    send_commands(s, commands)
+    log = tmp_path / "job.log"
+    at_kill = kill_mid_stream(start_validator(s, log), s, commands, log)  # a third decided, the rest not
+    drain(spark, s, timeout=180)  # the restart, from the killed job's checkpoint
+    assert_restart_decided_the_rest(s, commands)
+    assert len(at_kill) < len(commands) == len(decided(s)[1])
 
 
 def test_expired_dedup_entry_and_tombstone_no_longer_match(spark, settings: Settings) -> None:  # noqa: ANN001

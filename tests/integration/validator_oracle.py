@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+
+from app.limits import size_limits
 from app.settings import Settings
+from app.validator.decode import to_command
 from app.validator.fold import limits_for
 from app.validator.murmur2 import partition_for
-from app.validator.topic_io import produce, read_all
-from commands import Command, Event, ObjectState, decide
+from app.validator.outputs import outcome_record, record_size, too_large
+from app.validator.topic_io import Record, produce, read_all
+from commands import Command, Event, ObjectState, Rejection, decide
 from schemas import codec
 
 Out = tuple[str, bytes | None, bytes | None, int]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def expected_outputs(commands: list[Command], settings: Settings,
@@ -39,3 +52,117 @@ def topic_outputs(settings: Settings) -> list[Out]:
 def send_commands(settings: Settings, commands: list[Command]) -> None:
     """Put ``commands`` on the commands topic, keyed by object id."""
     produce(settings, [(c.object_id.encode(), codec.encode_command(c)) for c in commands])
+
+
+def decided(settings: Settings) -> tuple[int, set[tuple[str | None, str | None]]]:
+    """Return (output records on events + rejections, distinct (object_id, command_id) they decide)."""
+    out = topic_outputs(settings)
+    ids: set[tuple[str | None, str | None]] = set()
+    for _, _, value, _ in out:
+        o = codec.decode_outcome(value)
+        ids.add((o.object_id, o.command_id))
+    return len(out), ids
+
+
+def output_count(settings: Settings) -> int:
+    """Return the records on the events and rejections topics (sum of their high watermarks), cheaply."""
+    c = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "arbiter-probe", "log_level": 0})
+    try:
+        return sum(c.get_watermark_offsets(TopicPartition(t, p), timeout=5)[1]
+                   for t in (settings.topic_events, settings.topic_rejections) for p in range(settings.partitions))
+    finally:
+        c.close()
+
+
+def validator_env(settings: Settings) -> dict[str, str]:
+    """The environment of a ``python -m app.validator`` child running ``settings`` (none of the caller's ARBITER_*)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ARBITER_")}
+    env.update({
+        "ARBITER_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "ARBITER_PARTITIONS": str(settings.partitions),
+        "ARBITER_TOPIC_COMMANDS": settings.topic_commands, "ARBITER_TOPIC_EVENTS": settings.topic_events,
+        "ARBITER_TOPIC_REJECTIONS": settings.topic_rejections, "ARBITER_VAR_DIR": str(settings.var_dir),
+        "ARBITER_STATE_BACKEND": settings.state_backend, "ARBITER_SPARK_MASTER": "local[2]",
+        "ARBITER_MAX_OFFSETS_PER_TRIGGER": str(settings.max_offsets_per_trigger),
+        "ARBITER_TRIGGER_INTERVAL": "0 seconds", "ARBITER_SNAPSHOT_EVERY": str(settings.snapshot_every),
+        "PYSPARK_PYTHON": sys.executable,
+    })
+    return env
+
+
+def start_validator(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
+    """Start ``python -m app.validator`` for ``settings`` in its own process group, output to ``log``."""
+    with log.open("wb") as out:
+        return subprocess.Popen([sys.executable, "-m", "app.validator"], env=validator_env(settings), stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
+
+
+def kill_mid_stream(job: subprocess.Popen[bytes], settings: Settings, commands: list[Command], log: Path,
+                    timeout: float = 120) -> set[tuple[str | None, str | None]]:
+    """SIGKILL ``job``'s process group once a third of ``commands`` have outputs and some have none yet.
+
+    Returns what the topics decided at the kill, after asserting from them that at least one batch reached
+    the topics and that commands are left undecided: otherwise the kill landed outside the stream.
+    """
+    n = len(commands)
+    assert len({(c.object_id, c.command_id) for c in commands}) == n, "command ids must tell the commands apart"
+    deadline = time.monotonic() + timeout
+    try:
+        while output_count(settings) < n // 3:
+            assert job.poll() is None, f"the validator exited with {job.returncode}: {log.read_text()[-3000:]}"
+            assert time.monotonic() < deadline, f"no third of the outputs in {timeout:.0f} s: {log.read_text()[-3000:]}"
+            time.sleep(0.05)
+    finally:
+        os.killpg(job.pid, signal.SIGKILL)  # the job's own process group: its driver, JVM and Python workers
+        job.wait(30)
+    records, ids = decided(settings)
+    assert records > 0, "no batch reached the topics before the kill"
+    assert len(ids) < n, f"all {n} commands were decided before the kill landed: the kill proved nothing"
+    return ids
+
+
+def assert_restart_decided_the_rest(settings: Settings, commands: list[Command]) -> None:
+    """Every command is decided and the topics hold exactly the oracle's records, identical duplicates allowed."""
+    got = topic_outputs(settings)
+    expected = expected_outputs(commands, settings)
+    assert len(set(expected)) == len(expected)
+    divergent, missing = set(got) - set(expected), set(expected) - set(got)
+    assert not divergent and not missing, (f"{len(divergent)} divergent, {len(missing)} missing; e.g. "
+                                           f"{[codec.decode_outcome(r[2]) for r in list(divergent | missing)[:2]]}")
+    assert {(c.object_id, c.command_id) for c in commands} == decided(settings)[1]
+    # Per topic and object, the first copies come out in the oracle's order (a replay repeats what it had written).
+    first: dict[tuple[str, bytes | None], list[Out]] = {}
+    for r in got:
+        seen = first.setdefault((r[0], r[1]), [])
+        if r not in seen:
+            seen.append(r)
+    want: dict[tuple[str, bytes | None], list[Out]] = {}
+    for r in expected:
+        want.setdefault((r[0], r[1]), []).append(r)
+    assert first == want
+
+
+def expected_from_records(records: list[Record], settings: Settings) -> list[Out]:
+    """What the validator must write for the raw ``records`` of the commands topic, garbage and misrouted included.
+
+    Its own loop, not ``app.validator.fold``: every record in (partition, offset) order is decoded
+    (``to_command``), decided against its object's state by ``commands.decide``, encoded, and replaced by a
+    ``TOO_LARGE`` rejection when it does not fit a record; only accepted commands advance the state.
+    """
+    sizes, limits = size_limits(settings.max_message_bytes), limits_for(settings)
+    states: dict[str, ObjectState | None] = {}
+    out: list[Out] = []
+    for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+        item = to_command(r.key, r.value, r.topic, r.partition, r.offset, partitions=settings.partitions,
+                          keep=sizes.keep_bytes, id_bytes=sizes.max_id_bytes)
+        if isinstance(item, Rejection):
+            out.append(outcome_record(item, settings, r.partition))
+            continue
+        d = decide(states.get(item.object_id), item, limits)
+        rec = outcome_record(d.outcome, settings, r.partition)
+        if record_size(rec) > sizes.max_record_bytes:
+            rec = too_large(d.outcome, record_size(rec), sizes, settings, r.key, r.value, r.topic, r.partition,
+                            r.offset)
+        elif d.accepted:
+            states[item.object_id] = d.state
+        out.append(rec)
+    return out
