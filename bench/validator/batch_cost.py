@@ -57,7 +57,7 @@ def tree_cpu(root: int) -> dict[str, float]:
     for d in os.listdir("/proc"):
         if d.isdigit() and (s := _stat(int(d))) is not None:
             procs[int(d)] = s
-    parts = {"driver": 0.0, "jvm": 0.0, "workers": 0.0}
+    parts: dict[str, float] = {"driver": 0.0, "jvm": 0.0, "workers": 0.0}
     for pid, (_, name, cpu) in procs.items():
         p, chain = pid, []
         while p in procs and p != root:
@@ -69,9 +69,36 @@ def tree_cpu(root: int) -> dict[str, float]:
             parts["driver"] += cpu
         elif name == "java":
             parts["jvm"] += cpu
+            for kind, t in jvm_threads(pid).items():
+                parts[kind] = parts.get(kind, 0.0) + t
         else:
             parts["workers"] += cpu
     return parts
+
+
+JVM_THREADS = (("jit", "CompilerThre"), ("gc", "G1 "), ("gc", "GC Thread"), ("tasks", "Executor task"),
+               ("stream", "stream executi"), ("listeners", "spark-listener"))
+
+
+def jvm_threads(pid: int) -> dict[str, float]:
+    """Return the live threads' CPU seconds of JVM ``pid`` for a few kinds (JIT compilers, GC, tasks, ...)."""
+    out: dict[str, float] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            raw = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        name = raw[raw.index("(") + 1:raw.rindex(")")]
+        f = raw.rsplit(")", 1)[1].split()
+        for kind, prefix in JVM_THREADS:
+            if name.startswith(prefix) or (prefix == "CompilerThre" and "CompilerThre" in name):
+                out[f"jvm.{kind}"] = out.get(f"jvm.{kind}", 0.0) + (int(f[11]) + int(f[12])) / TICK
+                break
+    return out
 
 
 @dataclass
@@ -128,7 +155,7 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def run_config(cfg: Config, base: Settings, work: Path, recs: list[tuple[bytes, bytes]], rates: list[float],
-               seconds: float, warm: int) -> list[str]:
+               seconds: float, warm: int, settle: float) -> list[str]:
     tag = uuid.uuid4().hex[:6]
     s = base.model_copy(update={"topic_commands": f"cost-c-{tag}", "topic_events": f"cost-e-{tag}",
                                 "topic_rejections": f"cost-r-{tag}", "var_dir": work / f"var-{tag}"})
@@ -155,7 +182,15 @@ def run_config(cfg: Config, base: Settings, work: Path, recs: list[tuple[bytes, 
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"{cfg.label}: validator did not decide the warm-up (see {log.name})")
             time.sleep(0.2)
-        time.sleep(5)  # settle: the warm-up's batches and the first workers' start are not counted
+        # Settle at the highest rate: a fresh JVM spends its first minutes JIT-compiling Spark (~0.5 core at first).
+        n = int(max(rates) * settle)
+        for key, value in recs[pos:pos + n]:
+            at = time.perf_counter() + 1 / max(rates)
+            prod.produce(s.topic_commands, key=key, value=value)
+            while (now := time.perf_counter()) < at:
+                prod.poll(min(at - now, 0.05))
+        pos += n
+        time.sleep(2)
         for rate in rates:
             n = int(rate * seconds)
             chunk = recs[pos:pos + n]
@@ -179,10 +214,13 @@ def run_config(cfg: Config, base: Settings, work: Path, recs: list[tuple[bytes, 
             lat = sorted(outcomes.seen[c] - at for c, at in sent.items() if c in outcomes.seen)
             missing = len(sent) - len(lat)
             durs = batches(checkpoint, w0, w1)
-            cpu = {k: (c1[k] - c0[k]) / dt for k in c0}
+            cpu = {k: (c1.get(k, 0.0) - c0.get(k, 0.0)) / dt for k in c0.keys() | c1.keys()}
+            total = cpu["jvm"] + cpu["workers"] + cpu["driver"]
+            jvm = " ".join(f"{k[4:]} {cpu.get(k, 0.0):.3f}" for k in sorted(cpu) if k.startswith("jvm."))
             lines.append(
-                f"{cfg.label:>10} {rate:>6g}/s  cpu {sum(cpu.values()):.3f} (jvm {cpu['jvm']:.3f} workers "
-                f"{cpu['workers']:.3f} driver {cpu['driver']:.3f})  batches {len(durs) / dt:.2f}/s mean "
+                f"{cfg.label:>10} {rate:>6g}/s  cpu {total:.3f} (jvm {cpu['jvm']:.3f} [{jvm}] workers "
+                f"{cpu['workers']:.3f} driver {cpu['driver']:.3f})  per batch {total / max(len(durs) / dt, 1e-9) * 1000:.0f} "
+                f"ms  batches {len(durs) / dt:.2f}/s mean "
                 f"{statistics.mean(durs) * 1000 if durs else float('nan'):.0f} ms  latency p50 {_pct(lat, 0.5):.0f} "
                 f"p99 {_pct(lat, 0.99):.0f} ms{f'  MISSING {missing}' if missing else ''}")
             print(lines[-1], flush=True)
@@ -207,11 +245,12 @@ def main() -> None:
     ap.add_argument("--objects", type=int, default=100_000)
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--warm", type=int, default=200)
+    ap.add_argument("--settle", type=float, default=60, help="seconds fed at the highest rate before measuring")
     ap.add_argument("--bootstrap", help="an existing broker (default: a throwaway broker)")
     args = ap.parse_args()
     configs = [Config.parse(c) for c in args.config] or [Config("base")]
     rates = [float(r) for r in args.rates.split(",")]
-    recs = records(args.objects, args.warm + int(sum(rates) * args.seconds) + 10)
+    recs = records(args.objects, args.warm + int(sum(rates) * args.seconds + max(rates) * args.settle) + 10)
     work = Path(tempfile.mkdtemp(prefix="arbiter-bench-cost-"))
     print(f"{len(configs)} configurations x {args.rounds} rounds, rates {rates} for {args.seconds:g} s each, "
           f"{args.partitions} partitions; logs in {work}", flush=True)
@@ -220,7 +259,8 @@ def main() -> None:
         base = Settings(kafka_bootstrap=args.bootstrap or broker.bootstrap, partitions=args.partitions)
         for r in range(args.rounds):
             for cfg in configs if r % 2 == 0 else reversed(configs):
-                results.setdefault(cfg.label, []).extend(run_config(cfg, base, work, recs, rates, args.seconds, args.warm))
+                results.setdefault(cfg.label, []).extend(run_config(cfg, base, work, recs, rates, args.seconds, args.warm,
+                                                                     args.settle))
     print("\nall runs, by configuration:")
     for label in results:
         print("\n".join(sorted(results[label], key=lambda line: float(line.split()[1].rstrip("/s")))))
