@@ -9,8 +9,10 @@ it reaped), micro-batches per second and their mean duration (offset-log write t
 checkpoint's files, so it needs no listener), and the decision latency from each command's scheduled send.
 
 A configuration is ``label`` or ``label:NAME=VALUE;NAME=VALUE``: environment variables for the validator, e.g.
-``t1s:ARBITER_TRIGGER_INTERVAL=1 second`` or ``old:PYTHONPATH=/tmp/old-tree`` (another source tree's code,
-in the driver and, through the inherited environment, in the Python workers).
+``t1s:ARBITER_TRIGGER_INTERVAL=1 second``; ``TREE=/path`` runs another source tree's code (e.g. a ``git archive``
+of an earlier commit, with ``.cache`` linked to this tree's): the validator starts with that directory as its
+working directory and ``PYTHONPATH``, so its driver, its JVM and the Python workers all import from it
+(``python -m`` puts the working directory first on ``sys.path``, so ``PYTHONPATH`` alone is not enough).
 """
 
 from __future__ import annotations
@@ -166,8 +168,11 @@ def run_config(cfg: Config, base: Settings, work: Path, recs: list[tuple[bytes, 
            "ARBITER_VAR_DIR": str(s.var_dir), "ARBITER_PARTITIONS": str(s.partitions),
            "PYSPARK_PYTHON": sys.executable, **cfg.env}
     log = open(work / f"validator-{cfg.label}-{tag}.log", "wb")  # noqa: SIM115 - closed below
+    tree = env.pop("TREE", None)
+    if tree is not None:
+        env["PYTHONPATH"] = tree
     proc = subprocess.Popen([sys.executable, "-m", "app.validator"], env=env, stdout=log,  # noqa: S603
-                            stderr=subprocess.STDOUT, start_new_session=True)
+                            stderr=subprocess.STDOUT, start_new_session=True, cwd=tree)
     outcomes = Outcomes(s)
     prod = producer(s)
     lines = []
@@ -226,12 +231,13 @@ def run_config(cfg: Config, base: Settings, work: Path, recs: list[tuple[bytes, 
             print(lines[-1], flush=True)
     finally:
         outcomes.close()
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)  # the validator's own process group: driver, JVM, Python workers
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
         log.close()
     return lines
 
