@@ -20,7 +20,6 @@ from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQueryListener
 
 from app.errors import ArbiterError
 from app.settings import Settings, checkpoint_uri
@@ -145,59 +144,35 @@ class ShardTasks:
         yield from shard_step(self.settings, self.checkpoint, int(raw), now_ms, itertools.chain([first], batches))
 
 
-class _LockRelease(StreamingQueryListener):
-    """Release each query's job lock when the query terminates (stopped or failed)."""
-
-    def __init__(self) -> None:
-        self.locks: dict[str, FileLock] = {}
-        self.guard = threading.Lock()
-
-    def reclaim(self, spark: Any, path: Path) -> None:  # noqa: ANN401
-        """Release this process's lock on ``path`` if its query has ended but the listener has not run yet."""
-        with self.guard:
-            for qid, lock in list(self.locks.items()):
-                if lock.path == path and spark.streams.get(qid) is None:
-                    self.locks.pop(qid).release()
-
-    def onQueryStarted(self, event: Any) -> None:  # noqa: N802, ANN401
-        pass
-
-    def onQueryProgress(self, event: Any) -> None:  # noqa: N802, ANN401
-        pass
-
-    def onQueryIdle(self, event: Any) -> None:  # noqa: N802, ANN401
-        pass
-
-    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802, ANN401
-        with self.guard:
-            lock = self.locks.pop(str(event.id), None)
-        if lock is not None:
-            lock.release()
+_locks: dict[str, FileLock] = {}  # job locks of the queries this process started, by query id
+_locks_guard = threading.Lock()
 
 
-_releasers: dict[int, _LockRelease] = {}
+def _reclaim(spark: Any, path: Path) -> None:  # noqa: ANN401
+    """Release this process's lock on ``path`` if its query has ended but its watch has not noticed yet."""
+    with _locks_guard:
+        for qid, lock in list(_locks.items()):
+            if lock.path == path and spark.streams.get(qid) is None:
+                _locks.pop(qid).release()
 
 
-def _releaser(spark: Any) -> _LockRelease:  # noqa: ANN401
-    key = id(spark._jsparkSession)
-    if key not in _releasers:
-        _releasers[key] = _LockRelease()
-        spark.streams.addListener(_releasers[key])
-    return _releasers[key]
+def _release(qid: str) -> None:
+    with _locks_guard:
+        lock = _locks.pop(qid, None)
+    if lock is not None:
+        lock.release()
 
 
 def build_query(spark: Any, settings: Settings, *, available_now: bool = False) -> Any:  # noqa: ANN401
     """Start the rocksdb-backed validator query; raise ``CheckpointInUse`` if another job owns the checkpoint."""
     from app.validator.job import query_name
-    from app.validator.progress import listener_for, progress_path
+    from app.validator.progress import QueryWatch, progress_path
 
     uri = checkpoint_uri(settings)
-    releaser = _releaser(spark)
-    releaser.reclaim(spark, job_lock_path(uri, rocks_root(settings, uri)))
+    _reclaim(spark, job_lock_path(uri, rocks_root(settings, uri)))
     lock = acquire_job_lock(uri, rocks_root(settings, uri))
     try:
         name = query_name(settings)
-        listener_for(spark).watch(name, progress_path(settings))
         source = kafka_source(spark, settings).select(
             "key", "value", "topic", "partition", "offset", F.current_timestamp().alias("batch_time"))
         tasks = settings.shard_tasks or spark.sparkContext.defaultParallelism
@@ -208,10 +183,11 @@ def build_query(spark: Any, settings: Settings, *, available_now: bool = False) 
         writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
             processingTime=settings.trigger_interval)
         query = writer.start()
-        with releaser.guard:
-            releaser.locks[str(query.id)] = lock
-        if not query.isActive:  # terminated before the listener knew its lock
-            lock.release()
+        qid = str(query.id)
+        with _locks_guard:
+            _locks[qid] = lock
+        # Releases the job lock when the query ends (stopped or failed); a new build_query reclaims it sooner.
+        QueryWatch(query, progress_path(settings), on_end=lambda: _release(qid))
     except BaseException:
         lock.release()
         raise
