@@ -12,7 +12,7 @@ import logging
 from app.errors import ArbiterError
 from app.settings import Settings, checkpoint_uri
 from app.validator.layout import check_layout
-from app.validator.progress import listener_for, progress_path, write_progress
+from app.validator.progress import QueryWatch, progress_path, write_progress
 from app.validator.sink import SINK_COLUMNS, SINK_DDL, sink_options
 from app.validator.source import kafka_source
 
@@ -86,13 +86,13 @@ def build_query(spark, settings: Settings, *, available_now: bool = False):  # n
         statefulProcessor=ValidatorProcessor(settings), outputStructType=SINK_DDL, outputMode="Append",
         timeMode="ProcessingTime")
     name = query_name(settings)
-    listener_for(spark).watch(name, progress_path(settings))
     writer = outcomes.select(*SINK_COLUMNS).writeStream.format("kafka").queryName(name) \
         .option("checkpointLocation", uri).outputMode("append")
     for k, v in sink_options(settings).items():
         writer = writer.option(k, v)
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=settings.trigger_interval)
     query = writer.start()
+    QueryWatch(query, progress_path(settings))
     log.info("validator started: backend=spark query=%s checkpoint=%s", name, uri)
     return query
 
@@ -106,7 +106,7 @@ def drain(spark, settings: Settings, timeout: float = 300) -> None:  # noqa: ANN
     finally:
         if query.isActive:
             query.stop()
-    # The listener is asynchronous; publish the final progress before returning so the status file is current.
+    # The watch polls once a second; publish the final progress before returning so the status file is current.
     last = query.lastProgress
     if last is not None:
         write_progress(progress_path(settings), json.loads(last.json))

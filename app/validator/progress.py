@@ -1,4 +1,4 @@
-"""Observe the validator: one log line per micro-batch and the latest progress as JSON for the status page."""
+"""Observe the validator: a log line per new micro-batch (at most one a second) and the latest progress as JSON."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ import json
 import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-from pyspark.sql.streaming import StreamingQueryListener
 
 from app.settings import Settings
 
 log = logging.getLogger("arbiter.validator")
 PROGRESS_FILE = "validator-progress.json"
+POLL_S = 1.0  # how often the driver reads the newest progress
 
 
 def progress_path(settings: Settings) -> Path:
@@ -43,46 +43,67 @@ def write_progress(path: Path, progress: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-class ProgressListener(StreamingQueryListener):
-    """Log and publish the progress of the validator queries registered with ``watch`` (by query name)."""
+class QueryWatch:
+    """Follow one running query from a driver thread: log and publish its newest progress, run ``on_end`` once it ends.
 
-    def __init__(self) -> None:
-        self._paths: dict[str, Path] = {}
-        self._lock = threading.Lock()
+    A polling thread, not a ``StreamingQueryListener``: a Python listener is called back through Py4J for every
+    micro-batch and every idle trigger, and PySpark rebuilds each event from the JVM object with dozens of
+    reflective Py4J calls. With two such listeners that was ~half of the driver JVM's CPU at 100 commands/s
+    (JFR, docs/benchmarks.md, fourth pass). Polling ``lastProgress`` costs two Py4J calls a second, idle or not.
+    """
 
-    def watch(self, query_name: str, path: Path) -> None:
-        with self._lock:
-            self._paths[query_name] = path
+    def __init__(self, query: Any, path: Path | None, on_end: Callable[[], None] | None = None,  # noqa: ANN401
+                 interval_s: float = POLL_S) -> None:
+        self.query = query
+        self.path = path
+        self.on_end = on_end
+        self.interval_s = interval_s
+        self._last = -1
+        self._stop = threading.Event()
+        self._end_lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name=f"progress-{query.name}", daemon=True)
+        self._thread.start()
 
-    def onQueryStarted(self, event: Any) -> None:  # noqa: N802, ANN401
-        pass
-
-    def onQueryProgress(self, event: Any) -> None:  # noqa: N802, ANN401
-        progress = json.loads(event.progress.json)
-        with self._lock:
-            path = self._paths.get(progress.get("name") or "")
-        if path is None:
+    def publish(self) -> None:
+        """Log and write the query's newest progress if it is a batch not published yet."""
+        last = self.query.lastProgress
+        if last is None:
             return
-        log.info("%s %s", progress.get("name"), summary(progress))
+        progress = json.loads(last.json)
+        batch = int(progress.get("batchId", -1))
+        if batch <= self._last:
+            return
+        skipped = batch - self._last - 1 if self._last >= 0 else 0
+        self._last = batch
+        log.info("%s %s%s", progress.get("name"), summary(progress),
+                 f" (+{skipped} batches since the previous line)" if skipped > 0 else "")
+        if self.path is None:
+            return
         try:
-            write_progress(path, progress)
+            write_progress(self.path, progress)
         except OSError as e:  # the status page is a convenience; never stop the stream for it
-            log.warning("cannot write %s: %s", path, e)
+            log.warning("cannot write %s: %s", self.path, e)
 
-    def onQueryIdle(self, event: Any) -> None:  # noqa: N802, ANN401
-        pass
+    def end(self) -> None:
+        """Run ``on_end`` (once, from whichever thread sees the end first)."""
+        with self._end_lock:
+            on_end, self.on_end = self.on_end, None
+        if on_end is not None:
+            on_end()
 
-    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802, ANN401
-        pass
+    def stop(self) -> None:
+        """Stop following the query (``on_end`` is not run)."""
+        self._stop.set()
 
-
-_listeners: dict[int, ProgressListener] = {}
-
-
-def listener_for(spark) -> ProgressListener:  # noqa: ANN001
-    """Return the session's one ProgressListener, registering it on first use."""
-    key = id(spark._jsparkSession)
-    if key not in _listeners:
-        _listeners[key] = ProgressListener()
-        spark.streams.addListener(_listeners[key])
-    return _listeners[key]
+    def _run(self) -> None:
+        try:
+            while not self._stop.wait(self.interval_s):
+                active = self.query.isActive
+                self.publish()
+                if not active:
+                    break
+        except Exception as e:  # noqa: BLE001 - the session is gone (stopped): nothing left to follow
+            log.debug("progress of %s no longer readable: %s", self.query.name, e)
+        finally:
+            if not self._stop.is_set():
+                self.end()

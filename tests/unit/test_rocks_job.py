@@ -85,3 +85,14 @@ def test_int_columns_read_from_the_arrow_buffer_equal_to_pylist(kind: pa.DataTyp
     assert _ints(col.slice(2, 3)) == values[2:5]  # an offset into the buffer, as a sliced batch has
     assert _ints(pa.array([1, None, 3], kind)) == [1, None, 3]
     assert _ints(pa.array([], kind)) == []
+
+
+def test_the_batch_time_is_read_from_sparks_offset_log(tmp_path: Path) -> None:
+    from app.validator.rocks.job import BatchTimeUnknown, batch_time_ms
+
+    offsets = tmp_path / "ckpt" / "offsets"
+    offsets.mkdir(parents=True)
+    (offsets / "5").write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1795433289524,"conf":{}}\n{"c":{"0":3}}')
+    assert batch_time_ms(str(tmp_path / "ckpt"), 5) == 1795433289524
+    with pytest.raises(BatchTimeUnknown, match="batch 6"):
+        batch_time_ms(str(tmp_path / "ckpt"), 6)

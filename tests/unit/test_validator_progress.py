@@ -31,3 +31,40 @@ def test_progress_is_written_whole(tmp_path: Path) -> None:
     write_progress(path, {**PROGRESS, "batchId": 8})
     assert json.loads(path.read_text())["batchId"] == 8
     assert [p.name for p in path.parent.iterdir()] == [path.name]
+
+
+
+class _Query:
+    """A stand-in for a StreamingQuery: a name, its progress so far, and whether it is active."""
+
+    name = "arbiter-validator-commands"
+
+    def __init__(self) -> None:
+        self.progress: list[dict] = []
+        self.isActive = True
+
+    @property
+    def lastProgress(self):  # noqa: ANN201, N802
+        return type("P", (), {"json": json.dumps(self.progress[-1])})() if self.progress else None
+
+
+def test_the_watch_publishes_each_new_batch_once_and_runs_on_end_when_the_query_stops(tmp_path: Path) -> None:
+    import threading
+
+    from app.validator.progress import QueryWatch
+
+    query, ended = _Query(), threading.Event()
+    path = tmp_path / "status" / "validator-progress.json"
+    watch = QueryWatch(query, path, on_end=ended.set, interval_s=0.01)
+    watch.publish()
+    assert not path.exists()
+    query.progress.append(PROGRESS)
+    watch.publish()
+    assert json.loads(path.read_text())["batchId"] == 7
+    path.unlink()
+    watch.publish()  # the same batch again: nothing new to write
+    assert not path.exists()
+    query.progress.append({**PROGRESS, "batchId": 9})
+    query.isActive = False
+    assert ended.wait(5), "on_end did not run after the query stopped"
+    assert json.loads(path.read_text())["batchId"] == 9  # the last progress is published before the end

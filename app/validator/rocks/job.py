@@ -10,6 +10,7 @@ and a second query plan per micro-batch (``python -m bench.validator.query_shape
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import sys
 import threading
@@ -19,12 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQueryListener
 
 from app.errors import ArbiterError
 from app.settings import Settings, checkpoint_uri
 from app.validator.fold import InputRecord
+from app.validator.rocks.checkpoint import filesystem_of
 from app.validator.rocks.lock import FileLock, acquire_job_lock, job_lock_path
 from app.validator.rocks.shard import ShardOrderError, rocks_root, run_task
 from app.validator.sink import SINK_DDL, sink_options
@@ -113,14 +113,48 @@ class NotInStreamingQuery(ArbiterError):
 
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"  # set by Spark's MicroBatchExecution on every job of a micro-batch
+_batch_times: dict[tuple[str, int], int] = {}
+
+
+class BatchTimeUnknown(ArbiterError):
+    """Spark's offset log has no readable entry for the batch a task runs."""
+
+    code = "BATCH_TIME_UNKNOWN"
+
+
+def batch_time_ms(checkpoint: str, batch_id: int) -> int:
+    """Return the processing time Spark fixed for ``batch_id``: ``batchTimestampMs`` of its offset log entry.
+
+    It is the value ``current_timestamp()`` would give the batch, but read here instead of carried as a
+    column: Spark turns ``current_timestamp()`` into a literal inlined in the generated code, so every batch
+    missed the codegen cache and compiled new classes in its tasks (Janino, then the JIT; JFR,
+    docs/benchmarks.md, fourth pass). The driver writes the entry before it runs the batch, and a re-run
+    reads the same entry, so a replay sees the same time.
+    """
+    key = (checkpoint, batch_id)
+    cached = _batch_times.get(key)
+    if cached is not None:
+        return cached
+    fs, root = filesystem_of(checkpoint)
+    path = f"{root.rstrip('/')}/offsets/{batch_id}"
+    try:
+        with fs.open_input_stream(path) as f:
+            head = f.read(1 << 20).split(b"\n", 2)
+        ms = int(json.loads(head[1])["batchTimestampMs"])
+    except (OSError, IndexError, KeyError, ValueError) as e:
+        raise BatchTimeUnknown(f"cannot read batchTimestampMs of batch {batch_id} from {path}: {e}") from e
+    if len(_batch_times) > 64:
+        _batch_times.clear()
+    _batch_times[key] = ms
+    return ms
 
 
 class ShardTasks:
     """The ``mapInArrow`` function of the streaming query: find the micro-batch's id and time, run ``shard_step``.
 
     The batch id comes from the task's local property that Spark sets for each micro-batch, and the time
-    from ``current_timestamp()``, which Spark fixes per batch and records in its offset log: a re-run of
-    the batch (task retry, or restart after a crash) sees the same id and the same time.
+    from Spark's offset log (``batch_time_ms``), where the driver records it before the batch runs: a re-run
+    of the batch (task retry, or restart after a crash) sees the same id and the same time.
     """
 
     def __init__(self, settings: Settings, checkpoint: str) -> None:
@@ -141,65 +175,41 @@ class ShardTasks:
                 break
         if first is None or not len(first):
             return
-        now_ms = first.column("batch_time")[0].value // 1000  # timestamp[us]
+        now_ms = batch_time_ms(self.checkpoint, int(raw))
         yield from shard_step(self.settings, self.checkpoint, int(raw), now_ms, itertools.chain([first], batches))
 
 
-class _LockRelease(StreamingQueryListener):
-    """Release each query's job lock when the query terminates (stopped or failed)."""
-
-    def __init__(self) -> None:
-        self.locks: dict[str, FileLock] = {}
-        self.guard = threading.Lock()
-
-    def reclaim(self, spark: Any, path: Path) -> None:  # noqa: ANN401
-        """Release this process's lock on ``path`` if its query has ended but the listener has not run yet."""
-        with self.guard:
-            for qid, lock in list(self.locks.items()):
-                if lock.path == path and spark.streams.get(qid) is None:
-                    self.locks.pop(qid).release()
-
-    def onQueryStarted(self, event: Any) -> None:  # noqa: N802, ANN401
-        pass
-
-    def onQueryProgress(self, event: Any) -> None:  # noqa: N802, ANN401
-        pass
-
-    def onQueryIdle(self, event: Any) -> None:  # noqa: N802, ANN401
-        pass
-
-    def onQueryTerminated(self, event: Any) -> None:  # noqa: N802, ANN401
-        with self.guard:
-            lock = self.locks.pop(str(event.id), None)
-        if lock is not None:
-            lock.release()
+_locks: dict[str, FileLock] = {}  # job locks of the queries this process started, by query id
+_locks_guard = threading.Lock()
 
 
-_releasers: dict[int, _LockRelease] = {}
+def _reclaim(spark: Any, path: Path) -> None:  # noqa: ANN401
+    """Release this process's lock on ``path`` if its query has ended but its watch has not noticed yet."""
+    with _locks_guard:
+        for qid, lock in list(_locks.items()):
+            if lock.path == path and spark.streams.get(qid) is None:
+                _locks.pop(qid).release()
 
 
-def _releaser(spark: Any) -> _LockRelease:  # noqa: ANN401
-    key = id(spark._jsparkSession)
-    if key not in _releasers:
-        _releasers[key] = _LockRelease()
-        spark.streams.addListener(_releasers[key])
-    return _releasers[key]
+def _release(qid: str) -> None:
+    with _locks_guard:
+        lock = _locks.pop(qid, None)
+    if lock is not None:
+        lock.release()
 
 
 def build_query(spark: Any, settings: Settings, *, available_now: bool = False) -> Any:  # noqa: ANN401
     """Start the rocksdb-backed validator query; raise ``CheckpointInUse`` if another job owns the checkpoint."""
     from app.validator.job import query_name
-    from app.validator.progress import listener_for, progress_path
+    from app.validator.progress import QueryWatch, progress_path
 
     uri = checkpoint_uri(settings)
-    releaser = _releaser(spark)
-    releaser.reclaim(spark, job_lock_path(uri, rocks_root(settings, uri)))
+    _reclaim(spark, job_lock_path(uri, rocks_root(settings, uri)))
     lock = acquire_job_lock(uri, rocks_root(settings, uri))
     try:
         name = query_name(settings)
-        listener_for(spark).watch(name, progress_path(settings))
         source = kafka_source(spark, settings).select(
-            "key", "value", "topic", "partition", "offset", F.current_timestamp().alias("batch_time"))
+            "key", "value", "topic", "partition", "offset")
         tasks = settings.shard_tasks or spark.sparkContext.defaultParallelism
         if tasks < settings.partitions:
             source = source.coalesce(tasks)  # whole partitions per task, each in offset order: no shuffle
@@ -208,10 +218,11 @@ def build_query(spark: Any, settings: Settings, *, available_now: bool = False) 
         writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
             processingTime=settings.trigger_interval)
         query = writer.start()
-        with releaser.guard:
-            releaser.locks[str(query.id)] = lock
-        if not query.isActive:  # terminated before the listener knew its lock
-            lock.release()
+        qid = str(query.id)
+        with _locks_guard:
+            _locks[qid] = lock
+        # Releases the job lock when the query ends (stopped or failed); a new build_query reclaims it sooner.
+        QueryWatch(query, progress_path(settings), on_end=lambda: _release(qid))
     except BaseException:
         lock.release()
         raise
