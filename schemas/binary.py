@@ -93,6 +93,17 @@ def read_string(data: bytes, pos: int) -> tuple[str, int]:
     return data[pos:end].decode(), end
 
 
+def read_bytes(data: bytes, pos: int) -> tuple[bytes, int]:
+    """Return the bytes value at ``pos``."""
+    n, pos = read_long(data, pos)
+    if n < 0:
+        raise ValueError(f"negative bytes length {n}")
+    end = pos + n
+    if end > len(data):
+        raise ValueError("bytes run past the end of the data")
+    return bytes(data[pos:end]), end
+
+
 def read_optional_string(data: bytes, pos: int) -> tuple[str | None, int]:
     """Return the ``["null", "string"]`` union at ``pos``."""
     branch = data[pos]
@@ -208,6 +219,12 @@ def write_string(out: bytearray, s: str) -> None:
         out += _ONE_BYTE[n << 1]
     else:
         write_long(out, n)
+    out += b
+
+
+def write_bytes(out: bytearray, b: bytes) -> None:
+    """Append ``b`` as a length-prefixed bytes value."""
+    write_long(out, len(b))
     out += b
 
 

@@ -29,12 +29,14 @@ from commands import (
 from schemas import records
 from schemas.binary import (
     read_boolean,
+    read_bytes,
     read_long,
     read_longs,
     read_optional_long,
     read_optional_string,
     read_string,
     read_strings,
+    write_bytes,
     write_long,
     write_longs,
     write_optional_long,
@@ -168,7 +170,7 @@ def encode_state(out: bytearray, st: ObjectState) -> None:
     write_longs(out, records.recent_micros(recent))
     write_strings(out, st.readers)
     write_strings(out, [r.principal or "" for r in recent])
-    write_longs(out, [r.fingerprint or 0 for r in recent])
+    write_bytes(out, records.pack_fingerprints(recent))
 
 
 def decode_state(data: bytes) -> ObjectState:
@@ -188,7 +190,7 @@ def decode_state(data: bytes) -> ObjectState:
     ats, pos = read_longs(data, pos)
     readers, pos = read_strings(data, pos)
     principals, pos = read_strings(data, pos)
-    fingerprints, pos = read_longs(data, pos)
+    fingerprints, pos = read_bytes(data, pos)
     _end(data, pos)
     return records.state_from_fields(exists, deleted, version, owner, editors, created_at, updated_at, deleted_at,
                                      document_size, ids, outcomes, versions, ats, readers, principals, fingerprints)

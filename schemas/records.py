@@ -7,6 +7,7 @@ cheaper than fastavro's per-value logical-type hooks. Dataclasses are built with
 
 from __future__ import annotations
 
+import struct
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -222,8 +223,13 @@ def state_to_record(st: ObjectState) -> Record:
         "recent_at": recent_micros(recent),
         "readers": st.readers,
         "recent_principals": [r.principal or "" for r in recent],
-        "recent_fingerprints": [r.fingerprint or 0 for r in recent],
+        "recent_fingerprints": pack_fingerprints(recent),
     }
+
+
+def pack_fingerprints(recent: tuple[RecentCommand, ...]) -> bytes:
+    """Return the window's fingerprints as 8 big-endian bytes each (0 for none): the ``recent_fingerprints`` value."""
+    return struct.pack(f">{len(recent)}q", *[r.fingerprint or 0 for r in recent])
 
 
 def state_from_record(rec: Record) -> ObjectState:
@@ -232,14 +238,14 @@ def state_from_record(rec: Record) -> ObjectState:
                              rec["created_at"], rec["updated_at"], rec["deleted_at"], rec["document_size"],
                              rec["recent_command_ids"], rec["recent_outcomes"], rec["recent_versions"],
                              rec["recent_at"], rec.get("readers", []), rec.get("recent_principals", []),
-                             rec.get("recent_fingerprints", []))
+                             rec.get("recent_fingerprints", b""))
 
 
 def state_from_fields(exists: bool, deleted: bool, version: int, owner: str, editors: list[str],
                       created_at: int | None, updated_at: int | None, deleted_at: int | None, document_size: int,
                       ids: list[str], outcomes: list[str], versions: list[int], ats: list[int],
                       readers: list[str] | None = None, principals: list[str] | None = None,
-                      fingerprints: list[int] | None = None) -> ObjectState:
+                      fingerprints: bytes = b"") -> ObjectState:
     """Return the state with these ObjectState record fields; raise ValueError if the arrays differ in length.
 
     Empty ``principals`` and ``fingerprints`` with a non-empty window mean state written by schema v1: its
@@ -250,7 +256,9 @@ def state_from_fields(exists: bool, deleted: bool, version: int, owner: str, edi
         raise ValueError(f"recent arrays differ in length: {n}, {len(outcomes)}, {len(versions)}, {len(ats)}")
     # "" and 0 stand for None inside a v2 window (an entry carried over from v1 state).
     who: list[str | None] = [p or None for p in principals] if principals else [None] * n
-    prints: list[int | None] = [f or None for f in fingerprints] if fingerprints else [None] * n
+    if fingerprints and len(fingerprints) != 8 * n:
+        raise ValueError(f"recent_fingerprints holds {len(fingerprints)} bytes for {n} entries")
+    prints: list[int | None] = [f or None for f in struct.unpack(f">{n}q", fingerprints)] if fingerprints else [None] * n
     if len(who) != n or len(prints) != n:
         raise ValueError(f"recent arrays differ in length: {n} ids, {len(who)} principals, {len(prints)} fingerprints")
     return ObjectState(exists, deleted, version, owner, tuple(editors), opt_from_micros(created_at),
