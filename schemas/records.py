@@ -227,6 +227,12 @@ def state_to_record(st: ObjectState) -> Record:
     }
 
 
+def _as_bytes(value: bytes | str) -> bytes:
+    # A bytes field filled from its schema default (data written by v1) reaches us as the default's JSON string,
+    # whose code points 0-255 are the bytes (Avro specification, "default values" of bytes).
+    return value.encode("latin-1") if isinstance(value, str) else value
+
+
 def pack_fingerprints(recent: tuple[RecentCommand, ...]) -> bytes:
     """Return the window's fingerprints as 8 big-endian bytes each (0 for none): the ``recent_fingerprints`` value."""
     return struct.pack(f">{len(recent)}q", *[r.fingerprint or 0 for r in recent])
@@ -238,7 +244,7 @@ def state_from_record(rec: Record) -> ObjectState:
                              rec["created_at"], rec["updated_at"], rec["deleted_at"], rec["document_size"],
                              rec["recent_command_ids"], rec["recent_outcomes"], rec["recent_versions"],
                              rec["recent_at"], rec.get("readers", []), rec.get("recent_principals", []),
-                             rec.get("recent_fingerprints", b""))
+                             _as_bytes(rec.get("recent_fingerprints", b"")))
 
 
 def state_from_fields(exists: bool, deleted: bool, version: int, owner: str, editors: list[str],
