@@ -75,6 +75,11 @@ class Settings(BaseSettings):
         default=None, ge=1, description="Spark tasks per micro-batch the shards are spread over (whole partitions each, "
         "no shuffle); unset = Spark's default parallelism (the cores). Fewer tasks, less per-task overhead.")
     shard_lock_timeout_s: float = Field(default=60.0, gt=0, description="How long a task waits for its shard's lock.")
+    shard_servers: int | None = Field(
+        default=None, ge=1, le=256, description="Shard server processes per host (partition p is served by lane "
+        "p mod this); unset = min(partitions, this host's cores). They keep shards open between micro-batches.")
+    shard_server_idle_s: float = Field(
+        default=300.0, gt=0, description="A shard server with no request for this long closes its shards and exits.")
 
     # --- projections (issue 7): empty dirs default to <var_dir>/audit; read_model_dir is in the API block below ---
     audit_dir: Path | None = Field(default=None, description="Audit store (rocksdict with per-partition hash chains).")

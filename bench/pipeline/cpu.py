@@ -2,8 +2,10 @@
 
 A component's CPU is the sum over its live process tree of utime + stime + cutime + cstime (fields 14-17 of
 /proc/<pid>/stat). Counting each process's reaped children too means a child that exits during the window keeps
-its time: it moves from the child's own fields into its parent's cutime/cstime when reaped. Processes that
-were re-parented away from the tree (double forks) are lost; none of Arbiter's components does that.
+its time: it moves from the child's own fields into its parent's cutime/cstime when reaped. A component that
+leads its own session (each of ``arbiter run``'s children does) also owns every process of that session, so
+a process re-parented away from the tree still counts: a shard server outlives the Python worker that
+started it when Spark retires an idle worker.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class Proc:
     ppid: int
     own: int
     children: int
+    session: int = 0
 
 
 def read_proc(pid: int) -> Proc | None:
@@ -34,7 +37,7 @@ def read_proc(pid: int) -> Proc | None:
         return None
     fields = raw[raw.rindex(")") + 2:].split()  # the command name may hold spaces and parentheses
     utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
-    return Proc(int(fields[1]), utime + stime, cutime + cstime)
+    return Proc(int(fields[1]), utime + stime, cutime + cstime, int(fields[3]))
 
 
 def process_table() -> dict[int, Proc]:
@@ -49,13 +52,19 @@ def process_table() -> dict[int, Proc]:
 
 
 def tree(root: int, table: dict[int, Proc]) -> list[int]:
-    """``root`` and all its descendants present in ``table``."""
+    """``root``, all its descendants present in ``table``, and every process of the session ``root`` leads."""
     kids: dict[int, list[int]] = defaultdict(list)
     for pid, proc in table.items():
         kids[proc.ppid].append(pid)
-    out, todo = [], [root] if root in table else []
+    out: list[int] = []
+    seen: set[int] = set()
+    todo = [root] if root in table else []
+    todo += [pid for pid, proc in table.items() if proc.session == root and pid != root]
     while todo:
         pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
         out.append(pid)
         todo.extend(kids.get(pid, ()))
     return out

@@ -42,15 +42,15 @@ from schemas import codec
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _stat(pid: int) -> tuple[int, str, float] | None:
-    """Return (parent pid, command name, CPU seconds of the process and its reaped children) or None if gone."""
+def _stat(pid: int) -> tuple[int, str, float, int] | None:
+    """Return (parent pid, command name, CPU seconds of the process and its reaped children, session) or None."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     name = raw[raw.index("(") + 1:raw.rindex(")")]
     f = raw.rsplit(")", 1)[1].split()
-    return int(f[1]), name, (int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])) / TICK
+    return int(f[1]), name, (int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])) / TICK, int(f[3])
 
 
 def tree_cpu(root: int) -> dict[str, float]:
@@ -60,12 +60,12 @@ def tree_cpu(root: int) -> dict[str, float]:
         if d.isdigit() and (s := _stat(int(d))) is not None:
             procs[int(d)] = s
     parts: dict[str, float] = {"driver": 0.0, "jvm": 0.0, "workers": 0.0}
-    for pid, (_, name, cpu) in procs.items():
+    for pid, (_, name, cpu, session) in procs.items():
         p, chain = pid, []
         while p in procs and p != root:
             chain.append(p)
             p = procs[p][0]
-        if p != root:
+        if p != root and session != root:  # a shard server re-parented away keeps the validator's session
             continue
         if pid == root:
             parts["driver"] += cpu

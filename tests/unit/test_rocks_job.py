@@ -11,8 +11,9 @@ import pytest
 from app.settings import Settings
 from app.validator.fold import InputRecord
 from app.validator.murmur2 import partition_for
-from app.validator.rocks.job import NotInStreamingQuery, ShardTasks, _ints, shard_step
+from app.validator.rocks.job import NotInStreamingQuery, ShardTasks, shard_step
 from app.validator.rocks.shard import ShardOrderError, run_task
+from app.validator.rocks.wire import int_values as _ints
 from commands import CreateObject
 from schemas import codec
 

@@ -2,7 +2,8 @@
 
 No shuffle: Spark's Kafka source reads each topic partition as one task in offset order; ``coalesce`` puts
 whole partitions together into as many tasks as there are cores (each partition still one contiguous run in
-offset order), and the shard step runs each partition's run against that partition's shard. No foreachBatch:
+offset order), and the shard step sends each partition's run to the shard server that holds that partition's
+shard open between batches (``server``, ``client``) and yields the sink rows it returns. No foreachBatch:
 the batch id and time reach the tasks from Spark itself (see ``ShardTasks``), which saves a Python round trip
 and a second query plan per micro-batch (``python -m bench.validator.query_shape``; docs/benchmarks.md).
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,87 +23,57 @@ import pyarrow as pa
 
 from app.errors import ArbiterError
 from app.settings import Settings, checkpoint_uri
-from app.validator.fold import InputRecord
 from app.validator.rocks.checkpoint import filesystem_of
+from app.validator.rocks.client import ShardClient
 from app.validator.rocks.lock import FileLock, acquire_job_lock, job_lock_path
-from app.validator.rocks.shard import ShardOrderError, rocks_root, run_task
+from app.validator.rocks.shard import ShardOrderError, rocks_root
+from app.validator.rocks.wire import column_values, int_values, read_ipc, table_ipc
 from app.validator.sink import SINK_DDL, sink_options
 from app.validator.source import kafka_source
 
 log = logging.getLogger("arbiter.validator.rocks")
 
-OUT_SCHEMA = pa.schema([("topic", pa.string()), ("key", pa.binary()), ("value", pa.binary()), ("partition", pa.int32())])
-
-
 def shard_step(settings: Settings, checkpoint: str, batch_id: int, now_ms: int,
                batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Run one Spark task's rows through their shards; yield the sink rows.
+    """Send one Spark task's rows, one run per partition, to their shard servers; yield the sink rows they return.
 
     A task holds one or more whole topic partitions (``coalesce`` concatenates them, each in offset order):
     each contiguous run of one partition is that shard's share of the batch. A partition split across two
     runs means something reordered the rows: ``ShardOrderError``, nothing decided.
     """
-    records: list[InputRecord] = []
-    for b in batches:
-        records += map(InputRecord, b.column("key").to_pylist(), b.column("value").to_pylist(),
-                       _values(b.column("topic")), _ints(b.column("partition")), _ints(b.column("offset")))
-    if not records:
+    rows = pa.Table.from_batches(list(batches)).combine_chunks()
+    if not rows.num_rows:
         return
-    for part in _shard_runs(records):
-        t0 = time.monotonic()
-        result = run_task(settings, checkpoint, batch_id, part, now_ms)
-        out = result.outputs
-        log.debug("shard %d batch %d: %d records in %.0f ms%s", part[0].partition, batch_id, len(part),
-                  (time.monotonic() - t0) * 1000, " (re-emitted)" if result.replayed else "")
-        if not out:
-            continue
-        topics, keys, values, partitions = zip(*out, strict=True)
-        yield pa.RecordBatch.from_arrays(
-            [pa.array(topics, pa.string()), pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
-             pa.array(partitions, pa.int32())], schema=OUT_SCHEMA)
+    runs = _shard_runs(rows)
+    t0 = time.monotonic()
+    replies = ShardClient(settings, checkpoint).run_all(
+        batch_id, now_ms, [(partition, table_ipc(rows.slice(start, length))) for partition, start, length in runs])
+    for (partition, _, length), reply in zip(runs, replies, strict=True):
+        log.debug("shard %d batch %d: %d records%s, %s", partition, batch_id, length,
+                  " (re-emitted)" if reply.replayed else "", reply.text)
+        if reply.rows:
+            yield from read_ipc(reply.rows).to_batches()
+    log.debug("task of batch %d: %d shards in %.0f ms", batch_id, len(runs), (time.monotonic() - t0) * 1000)
 
 
-def _shard_runs(records: list[InputRecord]) -> list[list[InputRecord]]:
-    """Split a task's records into one list per topic partition; raise if a partition's rows are not contiguous."""
-    runs: list[list[InputRecord]] = []
+def _shard_runs(rows: pa.Table) -> list[tuple[int, int, int]]:
+    """Return ``(partition, start, length)`` per contiguous run of one topic partition; raise if one appears twice."""
+    partitions = int_values(rows.column("partition").chunk(0)) if rows.num_rows else []
+    topics = column_values(rows.column("topic").chunk(0)) if rows.num_rows else []
+    runs: list[tuple[int, int, int]] = []
     seen: set[tuple[str, int]] = set()
     start = 0
-    for i in range(1, len(records) + 1):
-        if i == len(records) or records[i].partition != records[start].partition \
-                or records[i].topic != records[start].topic:
-            head = records[start]
-            if (head.topic, head.partition) in seen:
-                raise ShardOrderError(f"{head.topic}[{head.partition}] appears twice in one task: the rows were "
+    n = len(partitions)
+    for i in range(1, n + 1):
+        if i == n or partitions[i] != partitions[start] or topics[i] != topics[start]:
+            head = (topics[start], partitions[start])
+            if head in seen:
+                raise ShardOrderError(f"{head[0]}[{head[1]}] appears twice in one task: the rows were "
                                       "reordered before the shard step (repartition, shuffle or sort)")
-            seen.add((head.topic, head.partition))
-            runs.append(records[start:i])
+            seen.add(head)
+            runs.append((partitions[start], start, i - start))
             start = i
     return runs
-
-
-def _values(col: pa.Array) -> list[Any]:
-    """Return ``col`` as Python values; a column of one repeated value (a task's topic) without a per-row copy."""
-    if col.null_count == 0 and len(col) > 0:
-        distinct = col.unique()
-        if len(distinct) == 1:
-            return [distinct[0].as_py()] * len(col)
-    return col.to_pylist()
-
-
-_INT_FORMATS = {pa.int32(): "i", pa.int64(): "q"}
-
-
-def _ints(col: pa.Array) -> list[Any]:
-    """Return an integer column as Python ints, read straight from its Arrow buffer when it has no nulls.
-
-    Several times faster than ``to_pylist``, and not through numpy, whose Arrow conversion imports pandas:
-    ~1 s of every new Python worker's first task (py-spy, docs/benchmarks.md).
-    """
-    fmt = _INT_FORMATS.get(col.type)
-    if col.null_count or fmt is None or sys.byteorder != "little":
-        return col.to_pylist()
-    width = col.type.bit_width // 8
-    return memoryview(col.buffers()[1])[col.offset * width:(col.offset + len(col)) * width].cast(fmt).tolist()
 
 
 class NotInStreamingQuery(ArbiterError):

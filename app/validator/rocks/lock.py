@@ -74,6 +74,11 @@ class FileLock:
     def held(self) -> bool:
         return self._fd is not None
 
+    @property
+    def fd(self) -> int | None:
+        """The locked file's descriptor while held (to check the file on disk is still the one locked)."""
+        return self._fd
+
 
 def job_lock_path(checkpoint: str, rocks_dir: Path) -> Path:
     """Return the lock file guarding ``checkpoint``: inside it when it is a local directory, else under ``rocks_dir``.

@@ -1,0 +1,284 @@
+"""The shard server: a long-lived process per host and lane that keeps its shards open between micro-batches.
+
+Why: opening a shard per task per micro-batch cost more than deciding it (RocksDB open with its recovery
+flush, a new MANIFEST and OPTIONS file and their fsyncs, then a close: ~6 ms of CPU and ~50 ms of wall time
+per shard, eight shards a batch; docs/benchmarks.md, fourth pass). Spark hands a task to whichever Python
+worker is idle, so a worker cannot keep its shards; this process can. Spark's tasks send it their rows as
+Arrow (``wire``) and yield the sink rows it sends back.
+
+Nothing about exactly-once changes: each request runs ``Shard.run`` on the shard, which writes the states,
+the batch id, the output records and the changelog in one atomic write, uploads the changelog, and on a re-run
+of the same batch re-emits the stored records. A request is therefore safe to repeat, which is what the task
+does when the server dies under it. Before each request the held shard is checked against the disk and the
+checkpoint location: if its directory was removed, or another process (another host's server, after Spark
+moved the shard) has written a newer batch to the checkpoint, the shard is closed and opened again, which
+restores it as ``open_shard`` always has.
+
+Lifetime: started by the first task that needs it (``client``), it serves until every executor JVM that sent it a
+request is gone, or it has had no request for ``shard_server_idle_s``, or it gets SIGTERM/SIGINT; then it
+stops accepting, finishes the requests under way, closes its shards and exits. It runs in the task's
+process group, so killing the validator's process group kills it too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app.errors import ArbiterError
+from app.settings import Settings
+from app.validator.rocks.checkpoint import ShardStore
+from app.validator.rocks.lock import FileLock
+from app.validator.rocks.shard import Shard, open_shard, shard_dir
+from app.validator.rocks.wire import (
+    Reply,
+    Request,
+    decode_request,
+    encode_reply,
+    input_records,
+    output_ipc,
+    read_ipc,
+    recv_frame,
+    send_frame,
+    settings_from,
+)
+
+log = logging.getLogger("arbiter.validator.shards")
+
+
+def process_start(pid: int) -> str | None:
+    """Return ``pid``'s start time as the kernel gives it (Linux ``/proc``), None if unknown or the pid is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rindex(b")") + 2:].split()[19].decode()
+
+
+def alive(pid: int, started: str | None) -> bool:
+    """Whether ``pid`` is still the process that had start time ``started`` (just alive where /proc is missing)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return started is None or process_start(pid) == started
+
+
+@dataclass
+class HeldShard:
+    """An open shard, the lock file that makes this process its only writer on this host, and what identifies
+    them on disk (a removed directory or lock file means the shard must be opened again)."""
+
+    shard: Shard
+    lock: FileLock
+    path: Path
+    dir_id: tuple[int, int]
+
+    def still_on_disk(self) -> bool:
+        try:
+            st = os.stat(self.path)
+            lock_st = os.stat(self.lock.path)
+        except OSError:
+            return False
+        fd = self.lock.fd
+        return (st.st_dev, st.st_ino) == self.dir_id and fd is not None and os.fstat(fd).st_ino == lock_st.st_ino
+
+    def close(self) -> None:
+        try:
+            self.shard.close()
+        finally:
+            self.lock.release()
+
+
+@dataclass
+class ShardServer:
+    """Serve shard requests on the Unix socket ``path`` until no executor needs this process any more."""
+
+    path: Path
+    idle_s: float
+    clients: dict[int, str | None] = field(default_factory=dict)  # executor pid -> its start time
+    held: dict[tuple[str, int], HeldShard] = field(default_factory=dict)
+    _guards: dict[tuple[str, int], threading.Lock] = field(default_factory=dict)
+    _settings: dict[bytes, Settings] = field(default_factory=dict)
+    _state: threading.Condition = field(default_factory=threading.Condition)
+    _in_flight: int = 0
+    _last_request: float = field(default_factory=time.monotonic)
+    _closing: bool = False
+
+    def add_client(self, pid: int) -> None:
+        with self._state:
+            if pid not in self.clients:
+                self.clients[pid] = process_start(pid)
+
+    # --- serving ------------------------------------------------------------------------------
+    def serve(self) -> None:
+        """Bind, accept until closing, then drain and close every shard."""
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()  # a dead server's socket file; the spawner holds the spawn lock
+        listener.bind(str(self.path))
+        os.chmod(self.path, 0o600)
+        bound = os.stat(self.path).st_ino
+        listener.listen(64)
+        listener.settimeout(0.5)
+        threading.Thread(target=self._watch, name="watch", daemon=True).start()
+        log.info("shard server %d serving on %s", os.getpid(), self.path)
+        try:
+            while not self._closing:
+                try:
+                    conn, _ = listener.accept()
+                except TimeoutError:
+                    continue
+                conn.settimeout(None)
+                threading.Thread(target=self._connection, args=(conn,), name="conn", daemon=True).start()
+        finally:
+            listener.close()
+            with contextlib.suppress(OSError):
+                if os.stat(self.path).st_ino == bound:
+                    self.path.unlink()
+            with self._state:
+                self._state.wait_for(lambda: self._in_flight == 0, timeout=600)
+            for held in list(self.held.values()):
+                with contextlib.suppress(Exception):
+                    held.close()
+            self.held.clear()
+            log.info("shard server %d stopped", os.getpid())
+
+    def close(self) -> None:
+        self._closing = True
+
+    def _connection(self, conn: socket.socket) -> None:
+        with conn:
+            while True:
+                try:
+                    frame = recv_frame(conn)
+                except (ConnectionError, OSError):
+                    return
+                if frame is None:
+                    return
+                with self._state:
+                    if self._closing:
+                        return  # the client sees the connection close and asks again (a new server)
+                    self._in_flight += 1
+                    if self._in_flight == 1:
+                        gc.disable()  # a batch makes many small acyclic objects: collect between requests instead
+                try:
+                    reply = self.handle(decode_request(frame))
+                except ArbiterError as e:
+                    reply = Reply(False, False, f"{e.code}: {e}", b"")
+                except Exception as e:  # never a silent dropped connection: the task fails with the reason
+                    log.exception("request failed")
+                    reply = Reply(False, False, f"{ShardServerInternal.code}: {type(e).__name__}: {e}", b"")
+                finally:
+                    with self._state:
+                        self._in_flight -= 1
+                        self._last_request = time.monotonic()
+                        if self._in_flight == 0:
+                            gc.enable()
+                        self._state.notify_all()
+                try:
+                    send_frame(conn, encode_reply(reply))
+                except OSError:
+                    return
+
+    def handle(self, request: Request) -> Reply:
+        """Decide (or re-emit) one shard's share of one batch."""
+        self.add_client(request.executor_pid)
+        settings = self._settings.get(request.settings)
+        if settings is None:
+            settings = self._settings[request.settings] = settings_from(request.settings)
+        key = (request.checkpoint, request.partition)
+        with self._state:
+            guard = self._guards.setdefault(key, threading.Lock())
+        with guard:
+            held = self._level(key, request, settings)
+            try:
+                records = input_records(read_ipc(request.rows))
+                result = held.shard.run(request.batch_id, records, settings, request.now_ms)
+            except ArbiterError:
+                raise
+            except Exception as e:
+                log.exception("shard %s[%d] batch %d failed; closing it", request.checkpoint, request.partition,
+                              request.batch_id)
+                self.held.pop(key, None)
+                with contextlib.suppress(Exception):
+                    held.close()
+                raise ShardServerInternal(f"{type(e).__name__}: {e}") from e
+            return Reply(True, result.replayed, result.restored_from, output_ipc(result.outputs))
+
+    def _level(self, key: tuple[str, int], request: Request, settings: Settings) -> HeldShard:
+        """Return the held shard for ``key``, opened (and restored) again if the disk or the checkpoint moved on."""
+        held = self.held.get(key)
+        if held is not None:
+            newest = max([*held.shard.store.changelogs(), *held.shard.store.snapshots()], default=-1)
+            if not held.still_on_disk() or newest > held.shard.last_batch():
+                self.held.pop(key)
+                held.close()
+                held = None
+            else:
+                held.shard.restored_from = "local"
+                return held
+        path = shard_dir(settings, request.checkpoint, request.partition)
+        lock = FileLock(path.with_name(path.name + ".lock"))
+        lock.acquire(settings.shard_lock_timeout_s)
+        try:
+            shard = open_shard(path, ShardStore(request.checkpoint, request.partition), request.batch_id, settings)
+        except BaseException:
+            lock.release()
+            raise
+        st = os.stat(path)
+        held = self.held[key] = HeldShard(shard, lock, path, (st.st_dev, st.st_ino))
+        return held
+
+    # --- lifetime -----------------------------------------------------------------------------
+    def _watch(self) -> None:
+        while not self._closing:
+            time.sleep(1.0)
+            with self._state:
+                for pid, started in list(self.clients.items()):
+                    if not alive(pid, started):
+                        del self.clients[pid]
+                idle = time.monotonic() - self._last_request
+                if self._in_flight == 0 and (not self.clients or idle > self.idle_s):
+                    log.info("shard server %d closing: %s", os.getpid(),
+                             "its executors are gone" if not self.clients else f"idle for {idle:.0f} s")
+                    self._closing = True
+
+
+class ShardServerInternal(ArbiterError):
+    """The shard server failed a request with an unexpected error; the shard was closed and will be reopened."""
+
+    code = "SHARD_SERVER_INTERNAL"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m app.validator.rocks.server", description=__doc__.split("\n")[0])
+    parser.add_argument("--socket", required=True, type=Path)
+    parser.add_argument("--executor-pid", required=True, type=int)
+    parser.add_argument("--idle-s", type=float, default=300.0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    server = ShardServer(args.socket, args.idle_s)
+    server.add_client(args.executor_pid)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: server.close())
+    server.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
