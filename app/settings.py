@@ -75,6 +75,10 @@ class Settings(BaseSettings):
         default=None, ge=1, description="Spark tasks per micro-batch the shards are spread over (whole partitions each, "
         "no shuffle); unset = Spark's default parallelism (the cores). Fewer tasks, less per-task overhead.")
     shard_lock_timeout_s: float = Field(default=60.0, gt=0, description="How long a task waits for its shard's lock.")
+    checkpoint_fsync: bool = Field(
+        default=True, description="fsync each shard changelog written to a local checkpoint directory before its "
+        "rename. Off, a changelog is as durable as Spark's own offset and commit logs there (written and renamed, "
+        "not fsynced): safe across a killed process, not across a machine crash.")
     shard_servers: int | None = Field(
         default=None, ge=1, le=256, description="Shard server processes per host (partition p is served by lane "
         "p mod this); unset = min(partitions, this host's cores). They keep shards open between micro-batches.")
@@ -93,6 +97,9 @@ class Settings(BaseSettings):
     # --- API -------------------------------------------------------------------------------------
     api_host: str = "127.0.0.1"
     api_port: int = 8000
+    api_workers: int = Field(
+        default=1, ge=1, le=64, description="uvicorn worker processes of `arbiter api` (and `arbiter run`'s API); each "
+        "has its own producer and outcome consumer, so a write's wait is answered by the process that took it.")
     auth_secret: SecretStr = SecretStr(PLACEHOLDER_SECRET)
     # --- API (issue 6: app/api/) --------------------------------------------------------------
     token_ttl_s: int = Field(default=30 * 24 * 3600, ge=1, description="Lifetime of tokens `arbiter token` signs.")

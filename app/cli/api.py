@@ -17,7 +17,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("api", help="serve the Command API (default 127.0.0.1:8000)")
     p.add_argument("--host", help="bind address (default ARBITER_API_HOST)")
     p.add_argument("--port", type=int, help="port (default ARBITER_API_PORT)")
-    p.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
+    p.add_argument("--workers", type=int, help="uvicorn worker processes (default ARBITER_API_WORKERS)")
     p.set_defaults(handler=_api)
     t = sub.add_parser("token", help="print a bearer token for a principal, signed with ARBITER_AUTH_SECRET")
     t.add_argument("principal")
@@ -45,10 +45,11 @@ def _api(args: argparse.Namespace) -> int:
     s = s.model_copy(update={"api_host": host, "api_port": port})
     print(f"serving the Command API on http://{host}:{port} (OpenAPI at /docs, /openapi.json; "
           "tokens: `arbiter token <principal>`)", flush=True)
-    if args.workers > 1:
+    workers = args.workers or s.api_workers
+    if workers > 1:
         # the workers import app.api.asgi, which reads the environment: give them the address they serve on
         os.environ["ARBITER_API_HOST"], os.environ["ARBITER_API_PORT"] = host, str(port)
-        uvicorn.run("app.api.asgi:app", host=host, port=port, workers=args.workers, log_level="warning")
+        uvicorn.run("app.api.asgi:app", host=host, port=port, workers=workers, log_level="warning")
     else:
         uvicorn.run(create_app(s), host=host, port=port, log_level="warning")
     return 0

@@ -103,7 +103,8 @@ def filesystem_of(uri: str) -> tuple[pafs.FileSystem, str]:
 class ShardStore:
     """The checkpoint-location side of one shard."""
 
-    def __init__(self, checkpoint: str, partition: int) -> None:
+    def __init__(self, checkpoint: str, partition: int, *, fsync: bool = True) -> None:
+        self.fsync = fsync
         self.fs, root = filesystem_of(checkpoint)
         self.base = f"{root.rstrip('/')}/rocks/shard-{partition:04d}"
         self.local = isinstance(self.fs, pafs.LocalFileSystem)
@@ -189,5 +190,6 @@ class ShardStore:
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if self.fsync:
+                os.fsync(f.fileno())
         os.replace(tmp, path)

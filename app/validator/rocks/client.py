@@ -66,7 +66,30 @@ def socket_path(settings: Settings, checkpoint: str, lane: int) -> Path:
     return socket_dir() / f"shards-{digest}-{lane}.sock"
 
 
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+_executor_pid: int | None = None
+
+
+def _lane_pool(size: int) -> ThreadPoolExecutor:
+    """Return this process's lane threads (kept between tasks: starting and joining threads per task costs)."""
+    global _pool, _pool_size
+    if _pool is None or _pool_size < size:
+        if _pool is not None:
+            _pool.shutdown(wait=False)
+        _pool, _pool_size = ThreadPoolExecutor(size, thread_name_prefix="shard-lane"), size
+    return _pool
+
+
 def executor_pid() -> int:
+    """Return the executor JVM's pid (``find_executor_pid``), found once per process."""
+    global _executor_pid
+    if _executor_pid is None:
+        _executor_pid = find_executor_pid()
+    return _executor_pid
+
+
+def find_executor_pid() -> int:
     """Return the pid of the executor JVM this Python worker serves (its nearest ``java`` ancestor), else our own.
 
     A shard server stays up while an executor it serves is alive: not tied to one Python worker, which Spark
@@ -90,11 +113,11 @@ def executor_pid() -> int:
 class ShardClient:
     """Send one task's shard runs to their servers; one instance per task."""
 
-    def __init__(self, settings: Settings, checkpoint: str) -> None:
+    def __init__(self, settings: Settings, checkpoint: str, settings_wire: bytes | None = None) -> None:
         self.settings = settings
         self.checkpoint = checkpoint
         self.lanes = lanes(settings)
-        self.settings_wire = settings_bytes(settings)
+        self.settings_wire = settings_wire or settings_bytes(settings)
         self.executor = executor_pid()
 
     def run_all(self, batch_id: int, now_ms: int, runs: Sequence[tuple[int, bytes]]) -> list[Reply]:
@@ -114,9 +137,9 @@ class ShardClient:
             ((lane, idx),) = by_lane.items()
             lane_work(lane, idx)
         else:
-            with ThreadPoolExecutor(len(by_lane), thread_name_prefix="shard-lane") as pool:
-                for f in [pool.submit(lane_work, lane, idx) for lane, idx in by_lane.items()]:
-                    f.result()
+            pool = _lane_pool(len(by_lane))
+            for f in [pool.submit(lane_work, lane, idx) for lane, idx in by_lane.items()]:
+                f.result()
         out: list[Reply] = []
         for r, reply in zip(requests, replies, strict=True):
             assert reply is not None

@@ -23,18 +23,19 @@ import pyarrow as pa
 
 from app.errors import ArbiterError
 from app.settings import Settings, checkpoint_uri
+from app.validator.pyworker import freeze_imports_once
 from app.validator.rocks.checkpoint import filesystem_of
 from app.validator.rocks.client import ShardClient
 from app.validator.rocks.lock import FileLock, acquire_job_lock, job_lock_path
 from app.validator.rocks.shard import ShardOrderError, rocks_root
-from app.validator.rocks.wire import column_values, int_values, read_ipc, table_ipc
+from app.validator.rocks.wire import column_values, int_values, read_ipc, settings_bytes, table_ipc
 from app.validator.sink import SINK_DDL, sink_options
 from app.validator.source import kafka_source
 
 log = logging.getLogger("arbiter.validator.rocks")
 
 def shard_step(settings: Settings, checkpoint: str, batch_id: int, now_ms: int,
-               batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+               batches: Iterator[pa.RecordBatch], settings_wire: bytes | None = None) -> Iterator[pa.RecordBatch]:
     """Send one Spark task's rows, one run per partition, to their shard servers; yield the sink rows they return.
 
     A task holds one or more whole topic partitions (``coalesce`` concatenates them, each in offset order):
@@ -46,7 +47,7 @@ def shard_step(settings: Settings, checkpoint: str, batch_id: int, now_ms: int,
         return
     runs = _shard_runs(rows)
     t0 = time.monotonic()
-    replies = ShardClient(settings, checkpoint).run_all(
+    replies = ShardClient(settings, checkpoint, settings_wire).run_all(
         batch_id, now_ms, [(partition, table_ipc(rows.slice(start, length))) for partition, start, length in runs])
     for (partition, _, length), reply in zip(runs, replies, strict=True):
         log.debug("shard %d batch %d: %d records%s, %s", partition, batch_id, length,
@@ -130,6 +131,7 @@ class ShardTasks:
     def __init__(self, settings: Settings, checkpoint: str) -> None:
         self.settings = settings
         self.checkpoint = checkpoint
+        self.settings_wire = settings_bytes(settings)  # once, on the driver: not re-serialised in every task
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -146,7 +148,9 @@ class ShardTasks:
         if first is None or not len(first):
             return
         now_ms = batch_time_ms(self.checkpoint, int(raw))
-        yield from shard_step(self.settings, self.checkpoint, int(raw), now_ms, itertools.chain([first], batches))
+        yield from shard_step(self.settings, self.checkpoint, int(raw), now_ms, itertools.chain([first], batches),
+                              self.settings_wire)
+        freeze_imports_once()
 
 
 _locks: dict[str, FileLock] = {}  # job locks of the queries this process started, by query id

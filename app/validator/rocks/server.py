@@ -37,6 +37,7 @@ from pathlib import Path
 
 from app.errors import ArbiterError
 from app.settings import Settings
+from app.validator.pyworker import freeze_imports_once
 from app.validator.rocks.checkpoint import ShardStore
 from app.validator.rocks.lock import FileLock
 from app.validator.rocks.shard import Shard, open_shard, shard_dir
@@ -97,8 +98,11 @@ class HeldShard:
         return (st.st_dev, st.st_ino) == self.dir_id and fd is not None and os.fstat(fd).st_ino == lock_st.st_ino
 
     def close(self) -> None:
+        """Close the database and release the lock; a database whose files were removed may fail to flush (logged)."""
         try:
             self.shard.close()
+        except Exception as e:  # noqa: BLE001 - the shard is dropped either way; its next use reopens or restores it
+            log.warning("closing shard %s: %s", self.path, e)
         finally:
             self.lock.release()
 
@@ -152,8 +156,7 @@ class ShardServer:
             with self._state:
                 self._state.wait_for(lambda: self._in_flight == 0, timeout=600)
             for held in list(self.held.values()):
-                with contextlib.suppress(Exception):
-                    held.close()
+                held.close()
             self.held.clear()
             log.info("shard server %d stopped", os.getpid())
 
@@ -187,6 +190,7 @@ class ShardServer:
                         self._in_flight -= 1
                         self._last_request = time.monotonic()
                         if self._in_flight == 0:
+                            freeze_imports_once()  # after the first request every import has happened
                             gc.enable()
                         self._state.notify_all()
                 try:
@@ -214,8 +218,7 @@ class ShardServer:
                 log.exception("shard %s[%d] batch %d failed; closing it", request.checkpoint, request.partition,
                               request.batch_id)
                 self.held.pop(key, None)
-                with contextlib.suppress(Exception):
-                    held.close()
+                held.close()
                 raise ShardServerInternal(f"{type(e).__name__}: {e}") from e
             return Reply(True, result.replayed, result.restored_from, output_ipc(result.outputs))
 
@@ -235,7 +238,8 @@ class ShardServer:
         lock = FileLock(path.with_name(path.name + ".lock"))
         lock.acquire(settings.shard_lock_timeout_s)
         try:
-            shard = open_shard(path, ShardStore(request.checkpoint, request.partition), request.batch_id, settings)
+            store = ShardStore(request.checkpoint, request.partition, fsync=settings.checkpoint_fsync)
+            shard = open_shard(path, store, request.batch_id, settings)
         except BaseException:
             lock.release()
             raise

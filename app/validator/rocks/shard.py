@@ -338,7 +338,8 @@ def run_task(settings: Settings, checkpoint: str, batch_id: int, records: Sequen
     collecting = gc.isenabled()
     gc.disable()
     try:
-        shard = open_shard(path, ShardStore(checkpoint, partition), batch_id, settings)
+        store = ShardStore(checkpoint, partition, fsync=settings.checkpoint_fsync)
+        shard = open_shard(path, store, batch_id, settings)
         try:
             return shard.run(batch_id, records, settings, now_ms)
         finally:
