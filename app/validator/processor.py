@@ -22,6 +22,7 @@ from pyspark.sql.types import BinaryType, StructField, StructType
 
 from app.settings import Settings
 from app.validator.fold import InputRecord, fold, limits_for
+from app.validator.pyworker import freeze_imports_once
 from commands import ObjectState
 from schemas import codec
 
@@ -70,4 +71,4 @@ class ValidatorProcessor(StatefulProcessor):
             yield Row(topic=topic, key=k, value=v, partition=p)
 
     def close(self) -> None:
-        pass
+        freeze_imports_once()  # PySpark's daemon runs a full gc.collect() after each task (app/validator/pyworker.py)
