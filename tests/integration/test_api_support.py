@@ -20,7 +20,6 @@ with warnings.catch_warnings():  # starlette 1.x nudges towards "httpx2"; httpx 
     from fastapi.testclient import TestClient
 
 from app.api.auth import issue_token
-from app.api.deps import ReadModelPort
 from app.api.main import create_app
 from app.api.read_model import read_model_root
 from app.settings import Settings
@@ -108,9 +107,10 @@ def auth(settings: Settings, principal: str = "alice") -> dict[str, str]:
 
 
 @contextmanager
-def api_client(settings: Settings, read_model: ReadModelPort | None = None) -> Iterator[TestClient]:
-    """The app in-process, lifespan started (producer and outcomes consumer on the real broker)."""
-    with TestClient(create_app(settings, read_model=read_model), raise_server_exceptions=True) as client:
+def api_client(settings: Settings) -> Iterator[TestClient]:
+    """The app in-process, lifespan started: producer and outcomes consumer on the real broker, and the DB
+    projection's read model under ``settings.var_dir`` opened as ``arbiter api`` opens it."""
+    with TestClient(create_app(settings), raise_server_exceptions=True) as client:
         yield client
 
 
