@@ -89,7 +89,11 @@ def _fill_read_model(spark: Any, s: Settings) -> None:  # noqa: ANN401 - a Spark
 @pytest.fixture(scope="module")
 def api_url(spark, base_settings: Settings,  # noqa: ANN001
             tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Settings]]:
-    """The app under uvicorn on a free loopback port in a thread of this process; stopped at the end."""
+    """The app under uvicorn on a free loopback port in a thread of this process; stopped at the end.
+
+    The validator drained before the app starts and is not running while the fuzzer writes: writes are answered
+    202 (``wait_max_s`` is short), and the read model stays as the real pipeline filled it, which the role test
+    below counts on."""
     s = module_settings_for(base_settings, tmp_path_factory, "api-openapi", max_body_bytes=64 * 1024, wait_max_s=0.2)
     _fill_read_model(spark, s)
     port = free_port()
