@@ -61,7 +61,8 @@ class QueryWatch:
         self._last = -1
         self._stop = threading.Event()
         self._end_lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name=f"progress-{query.name}", daemon=True)
+        self.name = query.name  # read once: after the session stops, every call on the query raises
+        self._thread = threading.Thread(target=self._run, name=f"progress-{self.name}", daemon=True)
         self._thread.start()
 
     def publish(self) -> None:
@@ -103,7 +104,7 @@ class QueryWatch:
                 if not active:
                     break
         except Exception as e:  # noqa: BLE001 - the session is gone (stopped): nothing left to follow
-            log.debug("progress of %s no longer readable: %s", self.query.name, e)
+            log.debug("progress of %s no longer readable: %s", self.name, e)
         finally:
             if not self._stop.is_set():
                 self.end()

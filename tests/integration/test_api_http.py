@@ -1,30 +1,26 @@
-"""HTTP behaviour against the real broker: auth, bad input as problem+json, Prefer: wait, outcomes, reads."""
+"""HTTP behaviour on the live pipeline (real broker, the real validator on the session's Spark, the real DB
+projection and read model): auth, bad input as problem+json, Prefer: wait, outcomes, reads, ops endpoints."""
 
 from __future__ import annotations
 
 import json
-import time
-import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pytest
 from pydantic import SecretStr
 
 from app.settings import Settings
-from app.topics import ensure_topics
-from commands import Event, EventType, ReasonCode, Rejection
-from commands.ids import event_id
 from schemas import codec
 from tests.integration.test_api_support import (
-    FakeReadModel,
     TestClient,
-    View,
     api_client,
     auth,
     consume_all,
+    decided,
     is_problem,
-    produce_outcome,
+    live_pipeline,
+    module_settings_for,
+    read_until,
 )
 
 pytestmark = pytest.mark.integration
@@ -32,24 +28,17 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def module_settings(base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    tag = uuid.uuid4().hex[:10]
-    s = base_settings.model_copy(update={
-        "topic_commands": f"commands-{tag}", "topic_events": f"events-{tag}", "topic_rejections": f"rejections-{tag}",
-        "var_dir": tmp_path_factory.mktemp("api-http"), "max_body_bytes": 4096, "wait_max_s": 10.0})
-    ensure_topics(s)
-    return s
+    return module_settings_for(base_settings, tmp_path_factory, "api-http", max_body_bytes=4096, wait_max_s=60.0)
 
 
 @pytest.fixture(scope="module")
-def read_model() -> FakeReadModel:
-    return FakeReadModel({"live": View({"a": 1, "ü": "ß"}, 3, readers=("reader",)),
-                          "gone": View({}, 5, deleted=True, readers=("reader",))})
-
-
-@pytest.fixture(scope="module")
-def client(module_settings: Settings, read_model: FakeReadModel) -> Iterator[TestClient]:
-    with api_client(module_settings, read_model) as c:
+def client(spark, module_settings: Settings) -> Iterator[TestClient]:  # noqa: ANN001
+    with live_pipeline(spark, module_settings), api_client(module_settings) as c:
         yield c
+
+
+def wait(settings: Settings, who: str, **extra: str) -> dict[str, str]:
+    return {**auth(settings, who), "Prefer": "wait=60", **extra}
 
 
 # --- authentication ------------------------------------------------------------------------------
@@ -104,93 +93,83 @@ def test_bad_input_is_4xx_problem_json(client: TestClient, module_settings: Sett
 
 # --- Prefer: wait and GET /commands --------------------------------------------------------------------
 
-def _event(cmd_id: str, object_id: str, version: int, typ: EventType, at: datetime) -> Event:
-    return Event(event_id(object_id, version), typ, object_id, version, cmd_id, "alice", at, "alice",
-                 document="{}" if typ is EventType.CREATED else None)
+def metric(client: TestClient, settings: Settings, sample: str) -> float:
+    """The value of one /metrics sample (``name{labels}``), 0 if the app has not counted it yet."""
+    for line in client.get("/metrics", headers=auth(settings, "operator")).text.splitlines():
+        if line.startswith(sample + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
-def _decide_later(settings: Settings, client: TestClient, make_outcome) -> None:  # noqa: ANN001
-    """Play the validator: read the command the API produced and write ``make_outcome(command)``."""
-    import threading
-
-    def run() -> None:
-        records = consume_all(settings, settings.topic_commands, 1, timeout=10)
-        for m in records:
-            cmd = codec.decode_command(m.value())
-            outcome = make_outcome(cmd)
-            if outcome is not None:
-                produce_outcome(settings, outcome)
-
-    threading.Thread(target=run, daemon=True).start()
-
-
-def test_prefer_wait_answers_with_the_decision(settings: Settings) -> None:
-    def decide(cmd):  # noqa: ANN001, ANN202
-        if cmd.object_id == "w-ok":
-            return _event(cmd.command_id, cmd.object_id, 1, EventType.CREATED, cmd.issued_at)
-        if cmd.object_id == "w-del":
-            return _event(cmd.command_id, cmd.object_id, 4, EventType.DELETED, cmd.issued_at)
-        reason = {"w-412": ReasonCode.VERSION_CONFLICT, "w-409": ReasonCode.ALREADY_EXISTS,
-                  "w-410": ReasonCode.DELETED, "w-403": ReasonCode.FORBIDDEN}.get(cmd.object_id)
-        if reason is None:
-            return None
-        return Rejection(f"r-{cmd.command_id}", reason, f"{reason} says the test", cmd.command_id, cmd.object_id,
-                         cmd.principal, cmd.issued_at, 7)
-
-    with api_client(settings) as client:
-        h = {**auth(settings), "Prefer": "wait=10"}
-        _decide_later(settings, client, decide)
-        ok = client.post("/objects", json={"id": "w-ok", "document": {}}, headers={**h, "Idempotency-Key": "c-ok"})
-        assert ok.status_code == 201, ok.text
-        assert ok.headers["etag"] == '"1"' and ok.headers["location"] == "/objects/w-ok"
-        assert ok.json() == {"command_id": "c-ok", "object_id": "w-ok", "status": "accepted", "version": 1,
-                             "event": "CREATED"}
-        _decide_later(settings, client, decide)
-        gone = client.delete("/objects/w-del", headers=h)
-        assert gone.status_code == 204 and gone.headers["etag"] == '"4"' and not gone.content
-        for oid, status, code, extra in [("w-412", 412, "VERSION_CONFLICT", {"If-Match": '"3"'}),
-                                         ("w-409", 409, "ALREADY_EXISTS", {}), ("w-410", 410, "DELETED", {}),
-                                         ("w-403", 403, "FORBIDDEN", {})]:
-            _decide_later(settings, client, decide)
-            r = client.post("/objects", json={"id": oid, "document": {}}, headers={**h, **extra})
-            body = is_problem(r, status, code)
-            assert body["current_version"] == 7 and r.headers["etag"] == '"7"'
-            assert client.get(f"/commands/{body['command_id']}", headers=h).json()["reason"] == code
-        # nobody decides this one: a short wait times out into the usual 202
-        quiet = client.post("/objects", json={"id": "w-none", "document": {}}, headers={**h, "Prefer": "wait=0.3"})
-        assert quiet.status_code == 202
-        is_problem(client.get(f"/commands/{quiet.json()['command_id']}", headers=h), 404, "NOT_FOUND")
-        known = client.get("/commands/c-ok", headers=h)
-        assert known.status_code == 200 and known.json()["status"] == "accepted" and known.headers["etag"] == '"1"'
-        metrics = client.get("/metrics", headers=auth(settings, "operator")).text
-    assert 'arbiter_api_outcomes_total{outcome="ACCEPTED"}' in metrics
-    assert 'arbiter_api_outcomes_total{outcome="FORBIDDEN"} 1.0' in metrics
-    assert 'arbiter_api_requests_total{method="POST",route="/objects",status="201"} 1.0' in metrics
-    assert "arbiter_api_produce_seconds_bucket" in metrics
+def test_prefer_wait_answers_with_the_decision(client: TestClient, module_settings: Settings) -> None:
+    """Each answer is the validator's decision of that very command, its status, ETag and current version."""
+    s = module_settings
+    samples = ['arbiter_api_outcomes_total{outcome="ACCEPTED"}', 'arbiter_api_outcomes_total{outcome="FORBIDDEN"}',
+               'arbiter_api_requests_total{method="POST",route="/objects",status="201"}']
+    before = [metric(client, s, m) for m in samples]
+    ok = decided(client.post("/objects", json={"id": "w-ok", "document": {}},
+                             headers=wait(s, "alice", **{"Idempotency-Key": "c-ok"})), 201, '"1"')
+    assert ok.headers["location"] == "/objects/w-ok"
+    assert ok.json() == {"command_id": "c-ok", "object_id": "w-ok", "status": "accepted", "version": 1,
+                         "event": "CREATED"}
+    decided(client.put("/objects/w-ok/readers/bob", headers=wait(s, "alice")), 200, '"2"')
+    decided(client.post("/objects", json={"id": "w-del", "document": {}}, headers=wait(s, "alice")), 201, '"1"')
+    gone = decided(client.delete("/objects/w-del", headers=wait(s, "alice")), 204, '"2"')
+    assert not gone.content
+    refused = [("patch", "/objects/w-ok", {"json": {"x": 1}}, wait(s, "alice", **{"If-Match": '"1"'}),
+                412, "VERSION_CONFLICT", 2),
+               ("post", "/objects", {"json": {"id": "w-ok", "document": {}}}, wait(s, "alice"), 409, "ALREADY_EXISTS", 2),
+               ("patch", "/objects/w-del", {"json": {"x": 1}}, wait(s, "alice"), 410, "DELETED", 2),
+               ("patch", "/objects/w-ok", {"json": {"x": 1}}, wait(s, "bob"), 403, "FORBIDDEN", 2)]  # bob only reads
+    for method, path, kw, headers, status, code, version in refused:
+        r = getattr(client, method)(path, headers=headers, **kw)
+        body = is_problem(r, status, code)
+        assert body["current_version"] == version and r.headers["etag"] == f'"{version}"', body
+        assert client.get(f"/commands/{body['command_id']}", headers=headers).json()["reason"] == code
+    known = client.get("/commands/c-ok", headers=auth(s, "alice"))
+    assert known.status_code == 200 and known.json()["status"] == "accepted" and known.headers["etag"] == '"1"'
+    assert [metric(client, s, m) - b for m, b in zip(samples, before, strict=True)] == [4, 1, 2]
+    assert "arbiter_api_produce_seconds_bucket" in client.get("/metrics", headers=auth(s, "operator")).text
 
 
-def test_a_duplicate_answers_with_the_original_outcome(settings: Settings) -> None:
-    at = datetime.now(UTC)
-    produce_outcome(settings, _event("first-try", "dup", 1, EventType.CREATED, at))
-    with api_client(settings) as client:
-        h = {**auth(settings), "Prefer": "wait=10", "Idempotency-Key": "retry-1"}
-        _decide_later(settings, client, lambda cmd: Rejection(
-            "r", ReasonCode.DUPLICATE, "seen", cmd.command_id, cmd.object_id, cmd.principal, cmd.issued_at, 2,
-            original_outcome="ACCEPTED", original_version=1))
-        r = client.patch("/objects/dup", json={"a": 1}, headers=h)
-    assert r.status_code == 200 and r.headers["etag"] == '"1"', r.text
-    assert r.json()["version"] == 1
+def test_a_duplicate_answers_with_the_original_outcome(client: TestClient, module_settings: Settings) -> None:
+    """A client's retry of an accepted update is the validator's DUPLICATE, answered as the original: 200, v2."""
+    s = module_settings
+    decided(client.post("/objects", json={"id": "dup", "document": {}}, headers=wait(s, "alice")), 201, '"1"')
+    first = decided(client.patch("/objects/dup", json={"a": 1}, headers=wait(s, "alice", **{"Idempotency-Key": "retry-1"})),
+                    200, '"2"')
+    again = decided(client.patch("/objects/dup", json={"a": 1}, headers=wait(s, "alice", **{"Idempotency-Key": "retry-1"})),
+                    200, '"2"')
+    assert first.json()["event"] == "UPDATED" and again.json()["event"] is None
+    assert again.json()["version"] == 2 and again.json()["command_id"] == "retry-1"
+    read = read_until(client, "/objects/dup", auth(s, "alice"), '"2"')
+    assert read.json() == {"a": 1}  # applied once
 
 
 # --- the read side ------------------------------------------------------------------------------------
 
 def test_get_object_from_the_read_model(client: TestClient, module_settings: Settings) -> None:
-    h = auth(module_settings, "reader")
-    r = client.get("/objects/live", headers=h)
-    assert r.status_code == 200 and r.json() == {"a": 1, "ü": "ß"} and r.headers["etag"] == '"3"'
+    """What the validator accepted, the projection applied (a merge patch included) and the API serves by role."""
+    s = module_settings
+    decided(client.post("/objects", json={"id": "live", "document": {"a": 1}}, headers=wait(s, "alice")), 201, '"1"')
+    decided(client.put("/objects/live/readers/reader", headers=wait(s, "alice")), 200, '"2"')
+    decided(client.patch("/objects/live", json={"ü": "ß"}, headers=wait(s, "alice")), 200, '"3"')
+    decided(client.post("/objects", json={"id": "gone", "document": {"b": 1}}, headers=wait(s, "alice")), 201, '"1"')
+    decided(client.put("/objects/gone/readers/reader", headers=wait(s, "alice")), 200, '"2"')
+    decided(client.delete("/objects/gone", headers=wait(s, "alice")), 204, '"3"')
+    h = auth(s, "reader")
+    r = read_until(client, "/objects/live", h, '"3"')
+    assert r.status_code == 200 and r.json() == {"a": 1, "ü": "ß"} and r.headers["etag"] == '"3"', r.text
     assert client.get("/objects/live", headers={**h, "If-None-Match": '"3"'}).status_code == 304
-    assert is_problem(client.get("/objects/gone", headers=h), 410, "DELETED")
+    assert client.get("/objects/live", headers={**h, "If-None-Match": '"2"'}).status_code == 200
+    deleted = read_until(client, "/objects/gone", h, '"3"')
+    is_problem(deleted, 410, "DELETED")
     is_problem(client.get("/objects/never", headers=h), 404, "NOT_FOUND")
+    outsider = auth(s, "mallory")
+    hidden, unknown = client.get("/objects/live", headers=outsider), client.get("/objects/LIVE", headers=outsider)
+    is_problem(hidden, 404, "NOT_FOUND")
+    assert hidden.content == unknown.content.replace(b"LIVE", b"live") and "etag" not in hidden.headers
+    is_problem(client.get("/objects/gone", headers=outsider), 404, "NOT_FOUND")
 
 
 def test_ops_endpoints(client: TestClient) -> None:
@@ -213,29 +192,15 @@ def test_metrics_and_status_are_for_operators_only(client: TestClient, module_se
     assert page.status_code == 200 and "Authorization" in client.get("/status.js").text
 
 
-def test_get_object_through_the_real_read_model(settings: Settings) -> None:
-    """The projection's own store writes (primary); the API reads through ``projections.db.ReadModel`` (secondary)."""
-    from projections.db import ObjectView, ReadModelStore
 
-    root = settings.path(settings.var_dir) / "read_model"
+
+def test_health_tells_whether_the_projection_made_the_read_model(settings: Settings) -> None:
+    """Before the DB projection first ran there is nothing to read (healthz says so); after, there is."""
+    from app.api.read_model import read_model_root
+    from projections.db import DbProjection
+
     with api_client(settings) as client:
-        assert client.get("/healthz").json()["read_model"] is False  # the projection has not created it yet
-        h = auth(settings, "reader")
-        is_problem(client.get("/objects/doc", headers=h), 404, "NOT_FOUND")
-        store = ReadModelStore.open_current(root)
-        try:
-            store.write({"doc": ObjectView({"title": "hello"}, 2, owner="alice", readers=("reader",)),
-                         "old": ObjectView({}, 4, deleted=True, owner="alice", editors=("reader",))}, {})
-            deadline = time.monotonic() + 10
-            while (r := client.get("/objects/doc", headers=h)).status_code == 404 and time.monotonic() < deadline:
-                time.sleep(0.1)  # the secondary catches up within its refresh interval
-            assert r.status_code == 200 and r.json() == {"title": "hello"} and r.headers["etag"] == '"2"'
-            is_problem(client.get("/objects/old", headers=h), 410, "DELETED")
-            outsider = auth(settings, "mallory")
-            hidden, unknown = client.get("/objects/doc", headers=outsider), client.get("/objects/dox", headers=outsider)
-            is_problem(hidden, 404, "NOT_FOUND")
-            assert hidden.content == unknown.content.replace(b"dox", b"doc") and "etag" not in hidden.headers
-            is_problem(client.get("/objects/old", headers=outsider), 404, "NOT_FOUND")
-            assert client.get("/healthz").json()["read_model"] is True
-        finally:
-            store.close()
+        assert client.get("/healthz").json()["read_model"] is False
+        is_problem(client.get("/objects/doc", headers=auth(settings, "alice")), 404, "NOT_FOUND")
+        DbProjection(read_model_root(settings), sync=False).close()
+        assert client.get("/healthz").json()["read_model"] is True

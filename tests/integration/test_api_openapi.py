@@ -1,6 +1,7 @@
 """Property-based HTTP tests against the OpenAPI document (schemathesis), over loopback, on the real broker and the
-real read model: ``projections.db`` wrote it from events on the events topic (plus a few documents stored before
-NaN and lone surrogates were refused), and the API reads it through ``projections.db.ReadModel``.
+real read model: the real validator decided commands giving every one-character id a shape, ``projections.db``
+wrote the events into the read model (plus a few documents stored before NaN and lone surrogates were refused),
+and the API reads it through ``projections.db.ReadModel``.
 
 Every generated request, valid or not, and the same request with a body made not RFC 8259 (NaN, Infinity,
 1e400, a lone surrogate, nesting past the limit): no 5xx except the documented 503 (with Retry-After), every
@@ -29,13 +30,15 @@ from schemathesis.specs.openapi.checks import ignored_auth, missing_required_hea
 from app.api.main import create_app
 from app.kafka_broker import free_port
 from app.settings import Settings
-from app.topics import ensure_topics
-from commands import CreateObject, DeleteObject, Event, GrantEditor, GrantReader, UpdateObject, decide
+from app.validator.job import drain
+from app.validator.topic_io import read_all
+from commands import CreateObject, DeleteObject, GrantEditor, GrantReader, UpdateObject
 from commands.json_text import DEFAULT_MAX_DEPTH
 from projections.db import DbProjection, ReadModelStore
 from projections.db.store import current_generation
 from projections.runner import Runner, RunnerConfig
-from tests.integration.test_api_support import auth, produce_outcome
+from tests.integration.test_api_support import auth, module_settings_for
+from tests.integration.validator_oracle import send_commands
 
 pytestmark = pytest.mark.integration
 
@@ -61,17 +64,14 @@ def _history(object_id: str, i: int) -> list[Any]:
     return cmds
 
 
-def _fill_read_model(s: Settings) -> None:
-    """Decide each object's history, put the events on the topic, run the real DB projection until caught up."""
-    n = 0
-    for i, object_id in enumerate(ALPHABET):
-        state = None
-        for cmd in _history(object_id, i):
-            d = decide(state, cmd)
-            assert isinstance(d.outcome, Event), d.outcome
-            state = d.state
-            produce_outcome(s, d.outcome)
-            n += 1
+def _fill_read_model(spark: Any, s: Settings) -> None:  # noqa: ANN401 - a SparkSession
+    """Put each object's history on the commands topic, let the real validator decide it all (every command is
+    accepted), then run the real DB projection until caught up."""
+    commands = [cmd for i, object_id in enumerate(ALPHABET) for cmd in _history(object_id, i)]
+    send_commands(s, commands)
+    drain(spark, s, timeout=300)
+    assert not read_all(s, s.topic_rejections), "a history meant to be accepted was rejected"
+    n = len(commands)
     root = s.path(s.var_dir) / "read_model"
     projection = DbProjection(root, sync=False)
     stats = Runner(RunnerConfig(bootstrap=s.kafka_bootstrap, topics=(s.topic_events,), group_id=f"t-{uuid.uuid4()}",
@@ -87,14 +87,15 @@ def _fill_read_model(s: Settings) -> None:
 
 
 @pytest.fixture(scope="module")
-def api_url(base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Settings]]:
-    """The app under uvicorn on a free loopback port in a thread of this process; stopped at the end."""
-    tag = uuid.uuid4().hex[:10]
-    s = base_settings.model_copy(update={
-        "topic_commands": f"commands-{tag}", "topic_events": f"events-{tag}", "topic_rejections": f"rejections-{tag}",
-        "var_dir": tmp_path_factory.mktemp("api-openapi"), "max_body_bytes": 64 * 1024, "wait_max_s": 0.2})
-    ensure_topics(s)
-    _fill_read_model(s)
+def api_url(spark, base_settings: Settings,  # noqa: ANN001
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Settings]]:
+    """The app under uvicorn on a free loopback port in a thread of this process; stopped at the end.
+
+    The validator drained before the app starts and is not running while the fuzzer writes: writes are answered
+    202 (``wait_max_s`` is short), and the read model stays as the real pipeline filled it, which the role test
+    below counts on."""
+    s = module_settings_for(base_settings, tmp_path_factory, "api-openapi", max_body_bytes=64 * 1024, wait_max_s=0.2)
+    _fill_read_model(spark, s)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(create_app(s), host="127.0.0.1", port=port, log_level="warning",
                                            lifespan="on"))

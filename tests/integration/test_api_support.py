@@ -1,14 +1,18 @@
-"""Helpers shared by the API's integration tests (no tests here): an in-process client and topic readers."""
+"""Helpers shared by the API's integration tests (no tests here): the real pipeline behind an in-process client
+(validator query on the session's Spark, DB projection into the read model the API reads), and topic readers."""
 
 from __future__ import annotations
 
+import threading
+import time
+import uuid
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID, Consumer, Message, Producer, TopicPartition
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, OFFSET_INVALID, Consumer, Message, TopicPartition
 from starlette.exceptions import StarletteDeprecationWarning
 
 with warnings.catch_warnings():  # starlette 1.x nudges towards "httpx2"; httpx is what the project pins
@@ -16,33 +20,66 @@ with warnings.catch_warnings():  # starlette 1.x nudges towards "httpx2"; httpx 
     from fastapi.testclient import TestClient
 
 from app.api.auth import issue_token
-from app.api.deps import ReadModelPort
 from app.api.main import create_app
+from app.api.read_model import read_model_root
 from app.settings import Settings
-from commands import Event, Rejection
+from app.topics import ensure_topics
+from app.validator.job import build_query
+from projections.db import DbProjection
+from projections.db.store import current_generation
+from projections.runner import Runner, RunnerConfig
 from schemas import codec
 
 
-@dataclass
-class View:
-    """What the API reads of an object (``projections.db.ObjectView``'s fields)."""
-
-    document: dict[str, Any]
-    version: int
-    deleted: bool = False
-    owner: str = "alice"
-    editors: tuple[str, ...] = ()
-    readers: tuple[str, ...] = ()
+def module_settings_for(base: Settings, tmp: pytest.TempPathFactory, name: str, **update: Any) -> Settings:  # noqa: ANN401
+    """Settings naming a test module's own topics (created) and var directory, with ``update`` applied."""
+    tag = uuid.uuid4().hex[:10]
+    s = base.model_copy(update={
+        "topic_commands": f"commands-{tag}", "topic_events": f"events-{tag}", "topic_rejections": f"rejections-{tag}",
+        "var_dir": tmp.mktemp(name), **update})
+    ensure_topics(s)
+    return s
 
 
-@dataclass
-class FakeReadModel:
-    """Stands in for projections.db.ReadModel (same get contract) where a test needs exact control."""
+@contextmanager
+def live_pipeline(spark: Any, settings: Settings) -> Iterator[None]:  # noqa: ANN401 - a SparkSession
+    """Run the real validator (``settings.state_backend``'s streaming query on ``spark``) and the real DB projection
+    (on a thread, into ``read_model_root(settings)``, where ``create_app`` opens its reader) until the block ends.
 
-    views: dict[str, View] = field(default_factory=dict)
+    What the API answers after this is what ``arbiter run`` would answer: nothing in between is played by a test.
+    """
+    s = settings.model_copy(update={"trigger_interval": "100 milliseconds"})
+    query = build_query(spark, s)
+    root = read_model_root(s)
+    runner = Runner(RunnerConfig(bootstrap=s.kafka_bootstrap, topics=(s.topic_events,),
+                                 group_id=f"t-db-{s.topic_events}", assign_all=True, lag_interval_s=3600),
+                    DbProjection(root, sync=False))
+    projection = threading.Thread(target=runner.run, name="db-projection", daemon=True)
+    projection.start()
+    try:
+        assert current_generation(root) is not None, "the DB projection did not create the read model"
+        yield
+    finally:
+        runner.request_stop()
+        projection.join(30)
+        query.stop()
+        assert not projection.is_alive(), "the DB projection did not stop"
 
-    def get(self, object_id: str) -> View | None:
-        return self.views.get(object_id)
+
+def read_until(client: TestClient, path: str, headers: dict[str, str], etag: str, timeout: float = 30.0) -> Any:  # noqa: ANN401
+    """GET ``path`` until the read model serves ``etag`` (the projection follows the validator by a batch or two)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = client.get(path, headers=headers)
+        if r.headers.get("etag") == etag or time.monotonic() > deadline:
+            return r
+        time.sleep(0.05)
+
+
+def decided(r: Any, status: int, etag: str) -> Any:  # noqa: ANN401 - an httpx Response
+    """Assert a write under ``Prefer: wait`` was answered by the validator with ``status`` and ``etag``."""
+    assert (r.status_code, r.headers.get("etag")) == (status, etag), r.text
+    return r
 
 
 def is_problem(r: Any, status: int, code: str | None = None) -> dict[str, Any]:  # noqa: ANN401 - an httpx Response
@@ -70,9 +107,10 @@ def auth(settings: Settings, principal: str = "alice") -> dict[str, str]:
 
 
 @contextmanager
-def api_client(settings: Settings, read_model: ReadModelPort | None = None) -> Iterator[TestClient]:
-    """The app in-process, lifespan started (producer and outcomes consumer on the real broker)."""
-    with TestClient(create_app(settings, read_model=read_model), raise_server_exceptions=True) as client:
+def api_client(settings: Settings) -> Iterator[TestClient]:
+    """The app in-process, lifespan started: producer and outcomes consumer on the real broker, and the DB
+    projection's read model under ``settings.var_dir`` opened as ``arbiter api`` opens it."""
+    with TestClient(create_app(settings), raise_server_exceptions=True) as client:
         yield client
 
 
@@ -83,8 +121,6 @@ def consume_all(settings: Settings, topic: str, n: int, timeout: float = 20.0, w
     consumer is proven assigned every partition and positioned at the high watermarks read after the wait:
     a window spent still joining or still fetching old records would prove nothing.
     """
-    import time
-
     c = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"t-{topic}-{time.monotonic_ns()}",
                   "enable.auto.commit": False})
     out: list[Message] = []
@@ -120,54 +156,3 @@ def consume_all(settings: Settings, topic: str, n: int, timeout: float = 20.0, w
     finally:
         c.close()
     return out
-
-
-def produce_outcome(settings: Settings, outcome: Event | Rejection) -> None:
-    """Write an outcome onto events/rejections as the validator would: codec bytes keyed by object id."""
-    topic = settings.topic_events if isinstance(outcome, Event) else settings.topic_rejections
-    from app.limits import api_producer_config
-
-    p = Producer({"bootstrap.servers": settings.kafka_bootstrap, "partitioner": "murmur2_random", "acks": "all",
-                  **api_producer_config(settings)})
-    key: Any = outcome.object_id.encode() if outcome.object_id else None
-    p.produce(topic, codec.encode_outcome(outcome), key)
-    assert p.flush(10) == 0
-
-
-@contextmanager
-def domain_validator(settings: Settings) -> Iterator[list[Any]]:
-    """Play the validator on a thread: every command on the commands topic through ``commands.decide`` (the real
-    rules, state per object), each outcome onto events/rejections. Yields the outcomes written so far."""
-    import threading
-
-    from app.validator.fold import limits_for
-    from commands import decide
-
-    stop = threading.Event()
-    written: list[Any] = []
-
-    def run() -> None:
-        c = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": f"t-validator-{id(written)}",
-                      "auto.offset.reset": "earliest", "enable.auto.commit": False})
-        c.subscribe([settings.topic_commands])
-        states: dict[str, Any] = {}
-        try:
-            while not stop.is_set():
-                for m in c.consume(num_messages=100, timeout=0.1):
-                    if m.error() is not None:
-                        continue
-                    cmd = codec.decode_command(m.value())
-                    d = decide(states.get(cmd.object_id), cmd, limits_for(settings))
-                    states[cmd.object_id] = d.state
-                    produce_outcome(settings, d.outcome)
-                    written.append(d.outcome)
-        finally:
-            c.close()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
-        yield written
-    finally:
-        stop.set()
-        thread.join(10)

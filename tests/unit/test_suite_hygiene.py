@@ -46,3 +46,12 @@ def test_a_skip_not_on_the_allow_list_fails_the_run() -> None:
     run = _inner("test_inner_skip")
     assert run.returncode == 1, run.stdout + run.stderr
     assert "counted as a failure" in run.stdout
+
+
+def test_integration_tests_use_no_stand_ins() -> None:
+    """Integration tests run the real validator and read model: a fake read model, or outcomes written onto the
+    topics by the test, belong to unit tests (issue 14)."""
+    for path in sorted((ROOT / "tests" / "integration").glob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        for stand_in in ("FakeReadModel", "fake_read_model", "read_model=", "encode_outcome(", "produce_outcome"):
+            assert stand_in not in text, f"{path.relative_to(ROOT)} uses {stand_in!r}"

@@ -68,3 +68,35 @@ def test_the_watch_publishes_each_new_batch_once_and_runs_on_end_when_the_query_
     query.isActive = False
     assert ended.wait(5), "on_end did not run after the query stopped"
     assert json.loads(path.read_text())["batchId"] == 9  # the last progress is published before the end
+
+
+class _GoneQuery(_Query):
+    """A query whose session was stopped under its watch: every call into it raises, its name included."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gone = False
+
+    def __getattribute__(self, attr: str):  # noqa: ANN204
+        if attr in ("name", "isActive", "lastProgress") and object.__getattribute__(self, "gone"):
+            raise ConnectionRefusedError("the Py4J gateway is closed")
+        return object.__getattribute__(self, attr)
+
+
+def test_the_watch_ends_quietly_when_the_session_stops_under_it(tmp_path: Path) -> None:
+    """Logging the query's name after the session stopped raised in the watch's thread (seen at a test session's end)."""
+    import threading
+
+    from app.validator.progress import QueryWatch
+
+    query, ended, raised = _GoneQuery(), threading.Event(), []
+    previous = threading.excepthook
+    threading.excepthook = raised.append
+    try:
+        watch = QueryWatch(query, tmp_path / "progress.json", on_end=ended.set, interval_s=0.01)
+        query.gone = True
+        assert ended.wait(5), "on_end did not run after the session stopped"
+        watch._thread.join(5)
+    finally:
+        threading.excepthook = previous
+    assert not raised, raised[0].exc_value
