@@ -177,3 +177,27 @@ def test_a_server_error_reaches_the_task_with_its_code(tmp_path: Path) -> None:
             client.run_all(1, NOW, [(0, table_ipc(disordered))])
     finally:
         stop_servers(s, ck)
+
+
+def test_the_server_writes_its_shards_figures_for_the_operations_view(tmp_path: Path) -> None:
+    import json
+
+    s = settings_at(tmp_path, "stats", snapshot_every=2)
+    ck = str(tmp_path / "ck")
+    client = ShardClient(s, ck)
+    parts = batches(2)
+    try:
+        for b, part in enumerate(parts):
+            client.run_all(b, NOW, [(0, rows(part))])
+        stop_servers(s, ck)  # it writes its figures once more as it stops
+        deadline = time.monotonic() + 15
+        while server_pids(s, ck) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (path,) = (s.path(s.var_dir) / "status" / "shards").glob("*.json")
+        figures = json.loads(path.read_text())["shards"]["0"]
+        assert figures["batches"] == 2 and figures["records"] == sum(len(p) for p in parts)
+        assert figures["snapshots"] == 1 and figures["snapshot_bytes"] > 0 and figures["changelog_bytes"] > 0
+        assert figures["events_out"] + figures["rejections_out"] == sum(len(p) for p in parts)
+        assert figures["opens"] == 1 and "restores" not in figures
+    finally:
+        stop_servers(s, ck)

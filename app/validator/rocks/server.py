@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import json
 import logging
 import os
 import signal
@@ -32,6 +33,7 @@ import socket
 import sys
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -121,6 +123,9 @@ class ShardServer:
     _in_flight: int = 0
     _last_request: float = field(default_factory=time.monotonic)
     _closing: bool = False
+    _totals: dict[tuple[str, int], Counter[str]] = field(default_factory=dict)  # counters of closed shard handles
+    _stats_written: float = 0.0
+    _stats_path: Path | None = None
 
     def add_client(self, pid: int) -> None:
         with self._state:
@@ -155,9 +160,9 @@ class ShardServer:
                     self.path.unlink()
             with self._state:
                 self._state.wait_for(lambda: self._in_flight == 0, timeout=600)
-            for held in list(self.held.values()):
-                held.close()
-            self.held.clear()
+            self._write_stats(force=True)
+            for key in list(self.held):
+                self._drop(key)
             log.info("shard server %d stopped", os.getpid())
 
     def close(self) -> None:
@@ -217,9 +222,14 @@ class ShardServer:
             except Exception as e:
                 log.exception("shard %s[%d] batch %d failed; closing it", request.checkpoint, request.partition,
                               request.batch_id)
-                self.held.pop(key, None)
-                held.close()
+                self._drop(key)
                 raise ShardServerInternal(f"{type(e).__name__}: {e}") from e
+            out = self._totals.setdefault(key, Counter())
+            for topic, *_ in result.outputs:
+                out["events_out" if topic == settings.topic_events else "rejections_out"] += 1
+            out["replays"] += result.replayed
+            self._stats_path = settings.path(settings.var_dir) / "status" / "shards" / f"{self.path.stem}.json"
+            self._write_stats()
             return Reply(True, result.replayed, result.restored_from, output_ipc(result.outputs))
 
     def _level(self, key: tuple[str, int], request: Request, settings: Settings) -> HeldShard:
@@ -228,8 +238,7 @@ class ShardServer:
         if held is not None:
             newest = max([*held.shard.store.changelogs(), *held.shard.store.snapshots()], default=-1)
             if not held.still_on_disk() or newest > held.shard.last_batch():
-                self.held.pop(key)
-                held.close()
+                self._drop(key)
                 held = None
             else:
                 held.shard.restored_from = "local"
@@ -237,15 +246,63 @@ class ShardServer:
         path = shard_dir(settings, request.checkpoint, request.partition)
         lock = FileLock(path.with_name(path.name + ".lock"))
         lock.acquire(settings.shard_lock_timeout_s)
+        t0 = time.monotonic()
         try:
             store = ShardStore(request.checkpoint, request.partition, fsync=settings.checkpoint_fsync)
             shard = open_shard(path, store, request.batch_id, settings)
         except BaseException:
             lock.release()
             raise
+        totals = self._totals.setdefault(key, Counter())
+        totals["opens"] += 1
+        if shard.restored_from in ("changelogs", "snapshot"):
+            totals["restores"] += 1
+            totals["restore_ms"] += round((time.monotonic() - t0) * 1000)
         st = os.stat(path)
         held = self.held[key] = HeldShard(shard, lock, path, (st.st_dev, st.st_ino))
         return held
+
+    def _drop(self, key: tuple[str, int]) -> None:
+        """Close a held shard, keeping what it counted."""
+        held = self.held.pop(key, None)
+        if held is not None:
+            self._totals.setdefault(key, Counter()).update(held.shard.counters)
+            held.close()
+
+    # --- operations view ----------------------------------------------------------------------
+    def stats(self) -> dict[str, object]:
+        """Return this server's figures: per shard, RocksDB's own estimates and what the server counted.
+
+        Counters are totals since the server started (a shard closed and opened again keeps counting); the
+        block cache is one per process, shared by every shard, so it is given once.
+        """
+        shards: dict[str, dict[str, int]] = {}
+        cache = 0
+        for key, totals in list(self._totals.items()):
+            held = self.held.get(key)
+            figures = dict(totals + held.shard.counters) if held is not None else dict(totals)
+            if held is not None:
+                db = held.shard.db
+                figures.update({name: int(db.property_int_value(prop) or 0) for name, prop in _ROCKS_PROPERTIES})
+                cache = figures.pop("block_cache_usage_bytes")
+                figures["last_batch"] = held.shard.last_batch()
+            shards[str(key[1])] = figures
+        return {"pid": os.getpid(), "socket": str(self.path), "updated_at_ms": int(time.time() * 1000),
+                "block_cache_usage_bytes": cache, "shards": shards}
+
+    def _write_stats(self, *, force: bool = False) -> None:
+        """Write ``stats()`` to ``<var_dir>/status/shards/<socket>.json`` at most once a second (atomically)."""
+        now = time.monotonic()
+        if self._stats_path is None or (not force and now - self._stats_written < 1.0):
+            return
+        self._stats_written = now
+        try:
+            self._stats_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self._stats_path.with_suffix(f".tmp-{os.getpid()}")
+            tmp.write_text(json.dumps(self.stats(), sort_keys=True))
+            os.replace(tmp, self._stats_path)
+        except OSError as e:
+            log.warning("cannot write shard stats to %s: %s", self._stats_path, e)
 
     # --- lifetime -----------------------------------------------------------------------------
     def _watch(self) -> None:
@@ -260,6 +317,11 @@ class ShardServer:
                     log.info("shard server %d closing: %s", os.getpid(),
                              "its executors are gone" if not self.clients else f"idle for {idle:.0f} s")
                     self._closing = True
+
+
+_ROCKS_PROPERTIES = (("rows_estimate", "rocksdb.estimate-num-keys"), ("live_sst_bytes", "rocksdb.live-sst-files-size"),
+                     ("memtable_bytes", "rocksdb.cur-size-all-mem-tables"),
+                     ("block_cache_usage_bytes", "rocksdb.block-cache-usage"))
 
 
 class ShardServerInternal(ArbiterError):

@@ -14,6 +14,8 @@ import hashlib
 import shutil
 import struct
 import tempfile
+import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -140,6 +142,8 @@ class Shard:
         self.db = db
         self.store = store
         self.restored_from = restored_from
+        # What this open shard did, for the operations view (app/validator/rocks/server.py writes them out).
+        self.counters: Counter[str] = Counter()
 
     def close(self) -> None:
         self.db.close()
@@ -179,6 +183,7 @@ class Shard:
             raise ShardStateError(f"shard {records[0].partition} has applied batch {last}, Spark asks for older "
                                   f"batch {batch_id}: the state belongs to another checkpoint or run")
         entries = self._sweep(now_ms)
+        self.counters["ttl_evictions"] += len(entries) // 2
         outputs = self._decide(records, settings, now_ms, entries)
         since = self.db.get(M_SINCE)
         since_n = (_Q.unpack(since)[0] if since else 0) + 1
@@ -194,6 +199,9 @@ class Shard:
         wb.put(M_LOG, log)
         self.db.write(wb)  # one atomic write, WAL on: states, outputs and batch id together or not at all
         self.store.put_changelog(log)
+        self.counters["changelog_bytes"] += len(log)
+        self.counters["batches"] += 1
+        self.counters["records"] += len(records)
         if since_n >= settings.snapshot_every:
             self.snapshot(batch_id, settings.snapshots_kept)
         return ShardResult(outputs, False, self.restored_from)
@@ -247,11 +255,15 @@ class Shard:
         """Upload a consistent copy of the database as the snapshot after ``batch_id``; clean up old ones."""
         self.db.put(M_SINCE, _Q.pack(0))  # before the copy, so a shard restored from it counts afresh
         tmp = Path(tempfile.mkdtemp(prefix="arbiter-snap-"))
+        t0 = time.monotonic()
         try:
             rocksdict.Checkpoint(self.db).create_checkpoint(str(tmp / "db"))
             self.store.put_snapshot(batch_id, tmp / "db")
+            self.counters["snapshot_bytes"] += sum(f.stat().st_size for f in (tmp / "db").iterdir() if f.is_file())
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+        self.counters["snapshots"] += 1
+        self.counters["snapshot_ms"] += round((time.monotonic() - t0) * 1000)
         self.store.cleanup(keep)
 
 
@@ -312,9 +324,12 @@ def open_shard(path: Path, store: ShardStore, batch_id: int, settings: Settings)
             raise CheckpointCorrupt(f"{store.base}: changelog of batch {cur} missing and no snapshot reaches it")
         chain.append(cur)
         cur = logs[cur]
+    fetched = 0
     if cur != -1:
         store.fetch_snapshot(cur, path)
+        fetched = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
     shard = Shard(rocksdict.Rdict(str(path), opts), store, "snapshot" if cur != -1 else "empty")
+    shard.counters["restore_bytes"] += fetched
     for b in reversed(chain):
         _replay(shard, store, b, logs[b])
     return shard
@@ -323,6 +338,7 @@ def open_shard(path: Path, store: ShardStore, batch_id: int, settings: Settings)
 def _replay(shard: Shard, store: ShardStore, batch_id: int, prev: int) -> None:
     log, data = store.read_changelog(batch_id, prev)
     shard.apply_changelog(log, data)
+    shard.counters["restore_bytes"] += len(data)
 
 
 def run_task(settings: Settings, checkpoint: str, batch_id: int, records: Sequence[InputRecord],
