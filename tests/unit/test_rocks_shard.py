@@ -198,3 +198,61 @@ def test_changelog_and_outputs_framing_round_trip_and_detect_damage() -> None:
         decode_changelog(data[:10])
     outs = [("events", b"k", b"v" * 3, 2), ("rejections", None, b"", 0)]
     assert decode_outputs(encode_outputs(outs)) == outs
+
+
+def test_snapshots_upload_only_new_sst_files_and_share_the_rest(settings: Settings, ckpt: str) -> None:
+    """Incremental snapshots: each one uploads the SST files no kept snapshot has; restore and cleanup still hold."""
+    s = settings.model_copy(update={"snapshot_every": 1, "snapshots_kept": 2})
+    batches = [random_commands(150, 40, seed=i, start=i * 1000) for i in range(6)]
+    expected = reference(batches, s)
+    store = ShardStore(ckpt, 0)
+    uploaded, listed = [], []
+    for b in range(4):
+        shard = open_shard(shard_dir(s, ckpt, 0), store, b, s)
+        try:
+            before = shard.counters["snapshot_bytes"]
+            assert shard.run(b, batches[b], s, NOW).outputs == expected[b]
+            uploaded.append(shard.counters["snapshot_bytes"] - before)
+            listed.append(store.manifests()[b].sst)
+        finally:
+            shard.close()
+    sst_dir = Path(store.base) / "snapshot" / "sst"
+    # Snapshot 1 lists the file snapshot 0 uploaded (and uploads only what is new); compaction may rewrite later.
+    assert set(listed[0].values()) <= set(listed[1].values())
+    full = [sum(int(k.rsplit(":", 1)[1]) for k in m) for m in listed]
+    assert uploaded[1] < full[1], "snapshot 1 re-uploaded a file it could list"
+    assert sum(uploaded) < sum(full)
+    manifests = store.manifests()
+    assert sorted(manifests) == [2, 3]
+    assert {f.name for f in sst_dir.iterdir()} == set(manifests[2].sst.values()) | set(manifests[3].sst.values()), \
+        "cleanup left files no kept snapshot lists"
+    # A restore from the incremental snapshot equals the fold; its first snapshot lists what it was restored from.
+    shutil.rmtree(shard_dir(s, ckpt, 0))
+    got = run_task(s, ckpt, 4, batches[4], NOW)
+    assert got.restored_from == "snapshot" and got.outputs == expected[4]
+    assert set(store.manifests()[3].sst.values()) & set(store.manifests()[4].sst.values())
+    assert run_task(s, ckpt, 5, batches[5], NOW).outputs == expected[5]
+    kept = store.manifests()
+    assert sorted(kept) == [4, 5]
+    assert {f.name for f in sst_dir.iterdir()} == {r for m in kept.values() for r in m.sst.values()}, \
+        "cleanup left files no kept snapshot lists"
+
+
+def test_a_snapshot_of_the_full_copy_layout_still_restores(settings: Settings, ckpt: str, tmp_path: Path) -> None:
+    s = settings.model_copy(update={"snapshot_every": 1000, "snapshots_kept": 1})
+    batches = [random_commands(100, 20, seed=i, start=i * 1000) for i in range(2)]
+    expected = reference(batches, s)
+    assert run_task(s, ckpt, 0, batches[0], NOW).outputs == expected[0]
+    store = ShardStore(ckpt, 0)
+    # The layout before incremental snapshots: the whole RocksDB checkpoint under snapshot/<batch>/, no files.json.
+    import rocksdict
+
+    db = rocksdict.Rdict(str(shard_dir(s, ckpt, 0)), rocksdict.Options(raw_mode=True))
+    rocksdict.Checkpoint(db).create_checkpoint(str(tmp_path / "copy"))
+    db.close()
+    dest = Path(store.base) / "snapshot" / f"{0:020d}"
+    shutil.copytree(tmp_path / "copy", dest)
+    (Path(store.base) / "snapshot" / f"{0:020d}.done").write_bytes(b"")
+    shutil.rmtree(shard_dir(s, ckpt, 0))
+    got = run_task(s, ckpt, 1, batches[1], NOW)
+    assert got.restored_from == "snapshot" and got.outputs == expected[1]

@@ -4,16 +4,27 @@ Layout under ``<checkpoint>/rocks/shard-NNNN/`` (any ``pyarrow.fs`` URI: a local
 
     changelog/<batch>.<prev+1>.bin   the batch's writes; ``prev`` is the shard's previous batch, so the
                                      listing alone gives the chain back to a snapshot
-    snapshot/<batch>/...             a RocksDB checkpoint (hard-linked SSTs, copied) taken after <batch>
+    snapshot/<batch>/...             a RocksDB checkpoint taken after <batch>: its small files (MANIFEST,
+                                     OPTIONS, CURRENT...) and ``files.json``, which names its SST files
+    snapshot/sst/<name>-<uid>.sst    SST files, uploaded once and shared by every snapshot that lists them
     snapshot/<batch>.done            written last: only snapshots with a marker are used
+
+Incremental snapshots: an SST file is immutable, so a snapshot uploads only the SST files no kept snapshot of
+the same local database (its *lineage*) has uploaded yet, and lists the rest; its upload cost follows what
+changed since the last snapshot, not the size of the state (as Spark's own RocksDB state store does). A
+database restored from a snapshot starts a new lineage (file numbers after a restore may repeat those of
+another copy), seeded with the files it was restored from. Cleanup deletes SST files no kept snapshot lists.
+A snapshot written before this layout (SST files inside ``<batch>/``, no ``files.json``) still restores.
 
 Restore = the newest complete snapshot the chain reaches, plus the changelogs after it, in order.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import struct
+import uuid
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +39,29 @@ _LEN = struct.Struct(">i")
 _CRC = struct.Struct(">I")
 
 Entry = tuple[bytes, bytes | None]  # (key, value); None deletes
+
+
+FILES = "files.json"
+SST_DIR = "sst"
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotFiles:
+    """A snapshot's SST list: ``"<local name>:<size>"`` → the shared remote file, and the lineage that wrote it."""
+
+    lineage: str
+    sst: dict[str, str]
+
+    def dumps(self) -> bytes:
+        return json.dumps({"lineage": self.lineage, "sst": self.sst}, sort_keys=True).encode()
+
+    @classmethod
+    def parse(cls, data: bytes) -> SnapshotFiles:
+        try:
+            raw = json.loads(data)
+            return cls(str(raw["lineage"]), {str(k): str(v) for k, v in raw["sst"].items()})
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise CheckpointCorrupt(f"unreadable snapshot file list: {e}") from e
 
 
 class CheckpointCorrupt(ArbiterError):
@@ -145,18 +179,75 @@ class ShardStore:
                if i.base_name.endswith(".done") and i.base_name[:-5].isdigit()]
         return sorted(ids)
 
-    def put_snapshot(self, batch_id: int, local_dir: Path) -> None:
-        """Upload a local RocksDB checkpoint directory as the snapshot after ``batch_id``."""
+    def manifests(self) -> dict[int, SnapshotFiles]:
+        """Return the SST lists of the complete snapshots that have one (``files.json``), by batch id."""
+        out: dict[int, SnapshotFiles] = {}
+        for batch_id in self.snapshots():
+            try:
+                with self.fs.open_input_stream(f"{self.base}/snapshot/{batch_id:020d}/{FILES}") as f:
+                    out[batch_id] = SnapshotFiles.parse(f.read())
+            except FileNotFoundError:
+                continue  # a snapshot of the full-copy layout
+        return out
+
+    def put_snapshot(self, batch_id: int, local_dir: Path, lineage: str, seed: dict[str, str] | None = None) -> int:
+        """Upload a local RocksDB checkpoint directory as the snapshot after ``batch_id``; return the bytes uploaded.
+
+        An SST file already uploaded by a kept snapshot of the same ``lineage`` (or in ``seed``: the files this
+        database was restored from), with the same name and size, is listed, not uploaded again.
+        """
+        kept = self.manifests()
+        referenced = {r for m in kept.values() for r in m.sst.values()}
+        known = {k: r for k, r in (seed or {}).items() if r in referenced}
+        for m in kept.values():
+            if m.lineage == lineage:
+                known.update({k: r for k, r in m.sst.items() if r in referenced})
         dest = f"{self.base}/snapshot/{batch_id:020d}"
         self.fs.create_dir(dest, recursive=True)
-        pafs.copy_files(str(local_dir), dest, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=self.fs)
+        self.fs.create_dir(f"{self.base}/snapshot/{SST_DIR}", recursive=True)
+        local = pafs.LocalFileSystem()
+        listed: dict[str, str] = {}
+        uploaded = 0
+        for f in sorted(local_dir.iterdir()):
+            if not f.is_file():
+                continue
+            size = f.stat().st_size
+            if f.suffix == ".sst":
+                key = f"{f.name}:{size}"
+                remote = known.get(key)
+                if remote is None:
+                    remote = f"{f.stem}-{uuid.uuid4().hex[:12]}.sst"
+                    pafs.copy_files(str(f), f"{self.base}/snapshot/{SST_DIR}/{remote}", source_filesystem=local,
+                                    destination_filesystem=self.fs)
+                    uploaded += size
+                listed[key] = remote
+            else:
+                pafs.copy_files(str(f), f"{dest}/{f.name}", source_filesystem=local, destination_filesystem=self.fs)
+                uploaded += size
+        self._write(f"{dest}/{FILES}", SnapshotFiles(lineage, listed).dumps())
         self._write(f"{dest}.done", b"")
+        return uploaded
 
-    def fetch_snapshot(self, batch_id: int, local_dir: Path) -> None:
-        """Download the snapshot after ``batch_id`` into the empty directory ``local_dir``."""
+    def fetch_snapshot(self, batch_id: int, local_dir: Path) -> dict[str, str]:
+        """Download the snapshot after ``batch_id`` into the empty directory ``local_dir``; return its SST list."""
         local_dir.mkdir(parents=True, exist_ok=True)
-        pafs.copy_files(f"{self.base}/snapshot/{batch_id:020d}", str(local_dir), source_filesystem=self.fs,
-                        destination_filesystem=pafs.LocalFileSystem())
+        local = pafs.LocalFileSystem()
+        src = f"{self.base}/snapshot/{batch_id:020d}"
+        listed: dict[str, str] = {}
+        for info in self._list(src):
+            if info.type != pafs.FileType.File:
+                continue
+            if info.base_name == FILES:
+                with self.fs.open_input_stream(info.path) as f:
+                    listed = SnapshotFiles.parse(f.read()).sst
+                continue
+            pafs.copy_files(info.path, str(local_dir / info.base_name), source_filesystem=self.fs,
+                            destination_filesystem=local)
+        for key, remote in listed.items():
+            name = key.rsplit(":", 1)[0]
+            pafs.copy_files(f"{self.base}/snapshot/{SST_DIR}/{remote}", str(local_dir / name),
+                            source_filesystem=self.fs, destination_filesystem=local)
+        return listed
 
     def cleanup(self, keep: int) -> None:
         """Keep the newest ``keep`` snapshots and the changelogs after the oldest of them; delete the rest."""
@@ -171,6 +262,10 @@ class ShardStore:
             name = info.base_name
             if info.type == pafs.FileType.Directory and name.isdigit() and int(name) < oldest_kept:
                 self.fs.delete_dir(info.path)
+        referenced = {r for m in self.manifests().values() for r in m.sst.values()}
+        for info in self._list(f"{self.base}/snapshot/{SST_DIR}"):  # SST files no kept snapshot lists
+            if info.base_name not in referenced:
+                self.fs.delete_file(info.path)
         for batch_id, prev in self.changelogs().items():
             if batch_id <= oldest_kept:
                 self.fs.delete_file(self._changelog_path(batch_id, prev))

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import json
 import shutil
 import struct
 import tempfile
 import time
+import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -38,6 +40,8 @@ M_RANGE = b"m:range"
 M_OUT = b"m:out"
 M_SINCE = b"m:since"  # changelogs since the last snapshot
 M_LOG = b"m:log"      # the last batch's changelog bytes (not itself part of the changelog)
+M_LINEAGE = b"m:lineage"  # this local database's id for incremental snapshots (local only, not in changelogs)
+M_SEED = b"m:seed"        # the SST list of the snapshot it was restored from (local only)
 
 _Q = struct.Struct(">q")
 _QQ = struct.Struct(">qq")
@@ -147,6 +151,14 @@ class Shard:
 
     def close(self) -> None:
         self.db.close()
+
+    def lineage(self) -> str:
+        """Return this local database's lineage id (made on first use: a new or restored database gets a new one)."""
+        raw = self.db.get(M_LINEAGE)
+        if raw is None:
+            raw = uuid.uuid4().hex.encode()
+            self.db.put(M_LINEAGE, raw)
+        return bytes(raw).decode()
 
     def last_batch(self) -> int:
         raw = self.db.get(M_BATCH)
@@ -258,8 +270,9 @@ class Shard:
         t0 = time.monotonic()
         try:
             rocksdict.Checkpoint(self.db).create_checkpoint(str(tmp / "db"))
-            self.store.put_snapshot(batch_id, tmp / "db")
-            self.counters["snapshot_bytes"] += sum(f.stat().st_size for f in (tmp / "db").iterdir() if f.is_file())
+            seed = self.db.get(M_SEED)
+            self.counters["snapshot_bytes"] += self.store.put_snapshot(
+                batch_id, tmp / "db", self.lineage(), json.loads(seed) if seed else None)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         self.counters["snapshots"] += 1
@@ -324,12 +337,15 @@ def open_shard(path: Path, store: ShardStore, batch_id: int, settings: Settings)
             raise CheckpointCorrupt(f"{store.base}: changelog of batch {cur} missing and no snapshot reaches it")
         chain.append(cur)
         cur = logs[cur]
-    fetched = 0
+    fetched, listed = 0, {}
     if cur != -1:
-        store.fetch_snapshot(cur, path)
+        listed = store.fetch_snapshot(cur, path)
         fetched = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
     shard = Shard(rocksdict.Rdict(str(path), opts), store, "snapshot" if cur != -1 else "empty")
     shard.counters["restore_bytes"] += fetched
+    # A restored copy is a new lineage; the files it came from are already uploaded and may be listed again.
+    shard.db.put(M_LINEAGE, uuid.uuid4().hex.encode())
+    shard.db.put(M_SEED, json.dumps(listed).encode())
     for b in reversed(chain):
         _replay(shard, store, b, logs[b])
     return shard
