@@ -1,0 +1,133 @@
+"""The DB projection's PostgreSQL writer: a batch's documents, next offsets and gaps in one transaction.
+
+A batch is one ``COPY`` of ``(id, view JSON)`` lines into a temporary staging table and one ``INSERT … SELECT …
+ON CONFLICT DO UPDATE`` that unpacks the JSON into columns server-side (the server's CPU, not this process's),
+guarded by version so an older view never overwrites a newer one. The write holds a shared advisory lock and
+first checks the schema's generation: a rebuild's swap takes the same lock exclusively, so a batch is written
+wholly to the schema it started on, or (``ReadModelSwapped``) not at all.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg_pool import ConnectionPool
+
+from projections.db.port import TP, ReadModelSwapped
+from projections.db.view import ObjectView
+from projections.postgres import schema as pgschema
+from projections.postgres.rows import COLUMNS, copy_line, from_row, nul_problem
+
+log = logging.getLogger(__name__)
+
+_UPSERT = """
+INSERT INTO {s}.documents AS d (id, version, deleted, owner, editors, readers, document, updated_at)
+SELECT id, (v->>'v')::bigint, (v->>'del')::boolean, v->>'owner',
+       ARRAY(SELECT jsonb_array_elements_text(v->'ed')), ARRAY(SELECT jsonb_array_elements_text(v->'rd')),
+       v->'doc', (v->>'at')::timestamptz
+FROM pg_temp.arbiter_stage
+ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version, deleted = EXCLUDED.deleted, owner = EXCLUDED.owner,
+    editors = EXCLUDED.editors, readers = EXCLUDED.readers, document = EXCLUDED.document,
+    updated_at = EXCLUDED.updated_at
+WHERE d.version < EXCLUDED.version
+"""
+_OFFSETS = """
+INSERT INTO {s}.offsets (topic, partition, next_offset)
+SELECT * FROM unnest(%s::text[], %s::integer[], %s::bigint[])
+ON CONFLICT (topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset
+"""
+_GAPS = """
+INSERT INTO {s}.gaps (object_id, detail)
+SELECT o, d::jsonb FROM unnest(%s::text[], %s::text[]) AS u (o, d)
+ON CONFLICT (object_id) DO UPDATE SET detail = EXCLUDED.detail, recorded_at = now()
+"""
+
+
+def _configure(sync: bool) -> Callable[[psycopg.Connection[Any]], None]:
+    def configure(conn: psycopg.Connection[Any]) -> None:
+        # synchronous_commit off (a rebuild, or ARBITER_PROJECTION_SYNC_WRITES=false): a crash may lose the last
+        # commits, never half of one, and offsets are lost with their documents, so the replay refills them.
+        conn.execute("SET synchronous_commit = " + ("on" if sync else "off"))
+        conn.execute("CREATE TEMP TABLE IF NOT EXISTS arbiter_stage (id text NOT NULL, v jsonb NOT NULL) "
+                     "ON COMMIT DELETE ROWS")
+        conn.commit()
+    return configure
+
+
+class PgReadModelStore:
+    """The writer of the read model in ``schema`` (created and migrated on open); one projection at a time."""
+
+    def __init__(self, conninfo: str, schema: str, *, sync: bool = True) -> None:
+        self.conninfo, self.schema, self.sync = conninfo, schema, sync
+        self._s = sql.Identifier(schema)
+        self._upsert = sql.SQL(_UPSERT).format(s=self._s)
+        self._offsets = sql.SQL(_OFFSETS).format(s=self._s)
+        self._gaps = sql.SQL(_GAPS).format(s=self._s)
+        self._select = sql.SQL("SELECT {} FROM {}.documents WHERE id = ANY(%s)").format(COLUMNS, self._s)
+        self._lock = pgschema.lock_key(schema, "swap")
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            applied = pgschema.migrate(conn, schema)
+            gen = pgschema.generation(conn, schema)
+        if applied:
+            log.info("read model: schema %s migrated to version %d", schema, applied[-1])
+        assert gen is not None
+        self.generation = gen
+        self._pool = ConnectionPool(conninfo, min_size=1, max_size=1, open=True, configure=_configure(sync),
+                                    name=f"read-model-writer-{schema}")
+        self._pool.wait(timeout=30)
+
+    def get_many(self, object_ids: Iterable[str]) -> dict[str, ObjectView | None]:
+        ids = list(object_ids)
+        out: dict[str, ObjectView | None] = dict.fromkeys(ids)
+        if ids:
+            with self._pool.connection() as conn:
+                for row in conn.execute(self._select, (ids,)):
+                    oid, view = from_row(row)
+                    out[oid] = view
+        return out
+
+    def offsets(self) -> dict[TP, int]:
+        with self._pool.connection() as conn:
+            rows = conn.execute(sql.SQL("SELECT topic, partition, next_offset FROM {}.offsets").format(self._s))
+            return {(t, p): o for t, p, o in rows}
+
+    def unstorable(self, view: ObjectView) -> str | None:
+        return nul_problem(view.to_bytes())
+
+    def write(self, views: dict[str, ObjectView], offsets: dict[TP, int], gaps: dict[str, str]) -> None:
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", (self._lock,))
+            gen = pgschema.generation(conn, self.schema)
+            if gen != self.generation:
+                raise ReadModelSwapped(f"schema {self.schema} is now generation {gen}, this store wrote {self.generation}")
+            if views:
+                with conn.cursor().copy("COPY pg_temp.arbiter_stage (id, v) FROM STDIN") as copy:
+                    copy.write(b"".join([copy_line(oid, v.to_bytes()) for oid, v in views.items()]))
+                conn.execute(self._upsert)
+            if offsets:
+                tps = list(offsets)
+                conn.execute(self._offsets, ([t for t, _ in tps], [p for _, p in tps], [offsets[tp] for tp in tps]))
+            if gaps:
+                conn.execute(self._gaps, (list(gaps), list(gaps.values())))
+
+    def successor(self) -> PgReadModelStore | None:
+        """If a rebuild renamed another schema into place, return a writer on it (this one closed)."""
+        with self._pool.connection() as conn:
+            gen = pgschema.generation(conn, self.schema)
+        if gen is None or gen == self.generation:
+            return None
+        self.close()
+        log.info("db projection: read model schema %s swapped to generation %s", self.schema, gen)
+        return PgReadModelStore(self.conninfo, self.schema, sync=self.sync)
+
+    def views(self) -> list[tuple[str, ObjectView]]:
+        with self._pool.connection() as conn:
+            return [from_row(r) for r in conn.execute(
+                sql.SQL('SELECT {} FROM {}.documents ORDER BY id COLLATE "C"').format(COLUMNS, self._s))]
+
+    def close(self) -> None:
+        self._pool.close()
