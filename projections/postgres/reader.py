@@ -18,8 +18,9 @@ from projections.db.view import ObjectView
 from projections.postgres.rows import COLUMNS, from_row
 
 
-def _autocommit(conn: psycopg.Connection[Any]) -> None:
+def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.autocommit = True
+    conn.execute("SET TimeZone = 'UTC'")  # updated_at reads back as the writer's UTC ISO text
 
 
 class PgReadModel:
@@ -33,7 +34,7 @@ class PgReadModel:
         self._gaps = sql.SQL("SELECT object_id, detail::text FROM {}.gaps").format(s)
         # open=True without waiting: the API starts (and answers 503 on reads) while the database is down.
         self._pool = ConnectionPool(conninfo, min_size=1, max_size=pool_size, open=True, timeout=timeout_s,
-                                    configure=_autocommit, name=f"read-model-reader-{schema}")
+                                    configure=_configure, name=f"read-model-reader-{schema}")
 
     def _rows(self, query: sql.Composed, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
         try:

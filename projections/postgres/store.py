@@ -52,6 +52,7 @@ def _configure(sync: bool) -> Callable[[psycopg.Connection[Any]], None]:
         # synchronous_commit off (a rebuild, or ARBITER_PROJECTION_SYNC_WRITES=false): a crash may lose the last
         # commits, never half of one, and offsets are lost with their documents, so the replay refills them.
         conn.execute("SET synchronous_commit = " + ("on" if sync else "off"))
+        conn.execute("SET TimeZone = 'UTC'")
         conn.execute("CREATE TEMP TABLE IF NOT EXISTS arbiter_stage (id text NOT NULL, v jsonb NOT NULL) "
                      "ON COMMIT DELETE ROWS")
         conn.commit()
