@@ -16,6 +16,7 @@ from app.topics import ensure_topics
 from commands import Event, EventType, ReasonCode, Rejection
 from commands.ids import event_id
 from schemas import codec
+from tests.conftest import READ_MODELS
 from tests.integration.test_api_support import (
     FakeReadModel,
     TestClient,
@@ -213,19 +214,22 @@ def test_metrics_and_status_are_for_operators_only(client: TestClient, module_se
     assert page.status_code == 200 and "Authorization" in client.get("/status.js").text
 
 
-def test_get_object_through_the_real_read_model(settings: Settings) -> None:
-    """The projection's own store writes (primary); the API reads through ``projections.db.ReadModel`` (secondary)."""
-    from projections.db import ObjectView, ReadModelStore
+@pytest.mark.parametrize("read_model_settings", READ_MODELS, indirect=True)
+def test_get_object_through_the_real_read_model(read_model_settings: Settings) -> None:
+    """The projection's own store writes; the API reads through the configured backend's reader (a RocksDB
+    secondary, or a PostgreSQL pool), opened before the projection created anything."""
+    from app.read_models import open_writer
+    from projections.db import ObjectView
 
-    root = settings.path(settings.var_dir) / "read_model"
+    settings = read_model_settings
     with api_client(settings) as client:
         assert client.get("/healthz").json()["read_model"] is False  # the projection has not created it yet
         h = auth(settings, "reader")
         is_problem(client.get("/objects/doc", headers=h), 404, "NOT_FOUND")
-        store = ReadModelStore.open_current(root)
+        store = open_writer(settings)
         try:
             store.write({"doc": ObjectView({"title": "hello"}, 2, owner="alice", readers=("reader",)),
-                         "old": ObjectView({}, 4, deleted=True, owner="alice", editors=("reader",))}, {})
+                         "old": ObjectView({}, 4, deleted=True, owner="alice", editors=("reader",))}, {}, {})
             deadline = time.monotonic() + 10
             while (r := client.get("/objects/doc", headers=h)).status_code == 404 and time.monotonic() < deadline:
                 time.sleep(0.1)  # the secondary catches up within its refresh interval
