@@ -124,6 +124,7 @@ class LocalPostgres:
         self.directory.mkdir(parents=True, exist_ok=True)
         if user is not None:
             self.directory.chmod(0o755)  # the server's user must reach its data and socket directories
+            _check_reachable(self.directory, user)
         if not (self.data / "PG_VERSION").exists():
             self._init(binaries, user)
         socket_dir = self.directory / "socket"
@@ -207,3 +208,14 @@ class LocalPostgres:
         self.pidfile.unlink(missing_ok=True)
         return True
 
+
+def _check_reachable(directory: Path, user: pwd.struct_passwd) -> None:
+    """Refuse clearly when a parent of ``directory`` cannot be traversed by the server's user (initdb would
+    fail with a bare "Permission denied")."""
+    for parent in directory.resolve().parents:
+        st = parent.stat()
+        if st.st_mode & 0o001 or (st.st_uid == user.pw_uid and st.st_mode & 0o100) \
+                or (st.st_gid == user.pw_gid and st.st_mode & 0o010):
+            continue
+        raise SetupError(f"{parent} (mode {oct(st.st_mode & 0o777)}) cannot be entered by the '{user.pw_name}' user "
+                         f"PostgreSQL runs as under root; set ARBITER_POSTGRES_DIR to a directory it can reach")
