@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Protocol
 
+from commands import Event
 from commands.errors import ArbiterError
 from projections.db.view import ObjectView
 
@@ -38,12 +39,17 @@ class ReadModelWriter(Protocol):
         """Return the next offset to read per partition, as last written with the documents."""
         ...
 
-    def unstorable(self, view: ObjectView) -> str | None:
-        """Return why this backend cannot hold ``view`` (it is then reported as a gap, not written), else None."""
+    def unstorable(self, view: ObjectView, event: Event) -> str | None:
+        """Return why this backend cannot hold ``view``, the result of applying ``event`` to a stored view (it is
+        then reported as a gap, not written), else None."""
         ...
 
     def write(self, views: dict[str, ObjectView], offsets: dict[TP, int], gaps: dict[str, str]) -> None:
-        """Write documents, offsets and gap reports atomically; raise ``ReadModelSwapped`` if a rebuild took over."""
+        """Write documents, offsets and gap reports atomically; raise ``ReadModelSwapped`` if a rebuild took over.
+
+        A backend may write in the background and return at once: it then waits for that write at the next call
+        to any method and raises its error there, so a batch is never written before the one before it.
+        """
         ...
 
     def successor(self) -> ReadModelWriter | None:

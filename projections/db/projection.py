@@ -69,7 +69,7 @@ class DbProjection(Projection):
             status, view, detail = apply_event(views[ev.object_id], ev)
             if status is Status.APPLIED:
                 assert view is not None
-                problem = self.store.unstorable(view)
+                problem = self.store.unstorable(view, ev)
                 if problem is not None:
                     status, view, detail = Status.INVALID, views[ev.object_id], problem
             if status is Status.APPLIED:

@@ -8,6 +8,7 @@ from typing import Any
 
 from psycopg import sql
 
+from commands import Event
 from projections.db import fastjson
 from projections.db.view import ObjectView
 
@@ -24,9 +25,17 @@ def from_row(row: tuple[Any, ...]) -> tuple[str, ObjectView]:
     return oid, ObjectView(fastjson.loads(document), version, deleted, owner, at, tuple(editors), tuple(readers))
 
 
-def nul_problem(data: bytes) -> str | None:
-    """Return why canonical view bytes cannot go into jsonb (an escaped U+0000 in a string), else None."""
-    if b"\\u0000" in data and _NUL.search(data) is not None:
+def nul_problem(view: ObjectView, event: Event) -> str | None:
+    """Return why ``view`` cannot go into jsonb or text columns (a U+0000 in a string), else None.
+
+    A view gets a U+0000 only from the event that made it (the view it was applied to was stored, so had none),
+    and JSON text can carry one only escaped: the view is serialised, once, only when the event's text holds one.
+    """
+    texts = (event.document or "") + (event.patch or "")
+    if "\\u0000" not in texts and "\x00" not in event.object_id + event.owner + (event.editor or "") + (event.reader or ""):
+        return None
+    data = view.to_bytes()
+    if (b"\\u0000" in data and _NUL.search(data) is not None) or b"\x00" in data:
         return "the document holds U+0000, which PostgreSQL's jsonb cannot store"
     return None
 

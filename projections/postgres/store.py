@@ -5,18 +5,25 @@ ON CONFLICT DO UPDATE`` that unpacks the JSON into columns server-side (the serv
 guarded by version so an older view never overwrites a newer one. The write holds a shared advisory lock and
 first checks the schema's generation: a rebuild's swap takes the same lock exclusively, so a batch is written
 wholly to the schema it started on, or (``ReadModelSwapped``) not at all.
+
+The transaction runs in a background thread while the projection folds the next batch (the server's work and
+the commit's fsync overlap with Python's); at most one is in flight, and every other call waits for it first and
+raises its error, so batches commit in order and a failure is never lost. Reads of objects that are not in the
+batch in flight do not wait: the projection holds those in its cache.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
+from commands import Event
 from projections.db.port import TP, ReadModelSwapped
 from projections.db.view import ObjectView
 from projections.postgres import schema as pgschema
@@ -77,12 +84,24 @@ class PgReadModelStore:
             log.info("read model: schema %s migrated to version %d", schema, applied[-1])
         assert gen is not None
         self.generation = gen
-        self._pool = ConnectionPool(conninfo, min_size=1, max_size=1, open=True, configure=_configure(sync),
+        # Two connections: the batch being written, and reads of other objects meanwhile.
+        self._pool = ConnectionPool(conninfo, min_size=2, max_size=2, open=True, configure=_configure(sync),
                                     name=f"read-model-writer-{schema}")
         self._pool.wait(timeout=30)
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"read-model-writer-{schema}")
+        self._pending: Future[None] | None = None
+        self._pending_ids: dict[str, ObjectView] = {}
+
+    def _wait(self) -> None:
+        """Wait for the batch in flight; raise what it raised."""
+        pending, self._pending, self._pending_ids = self._pending, None, {}
+        if pending is not None:
+            pending.result()
 
     def get_many(self, object_ids: Iterable[str]) -> dict[str, ObjectView | None]:
         ids = list(object_ids)
+        if self._pending_ids and any(i in self._pending_ids for i in ids):
+            self._wait()
         out: dict[str, ObjectView | None] = dict.fromkeys(ids)
         if ids:
             with self._pool.connection() as conn:
@@ -92,14 +111,21 @@ class PgReadModelStore:
         return out
 
     def offsets(self) -> dict[TP, int]:
+        self._wait()
         with self._pool.connection() as conn:
             rows = conn.execute(sql.SQL("SELECT topic, partition, next_offset FROM {}.offsets").format(self._s))
             return {(t, p): o for t, p, o in rows}
 
-    def unstorable(self, view: ObjectView) -> str | None:
-        return nul_problem(view.to_bytes())
+    def unstorable(self, view: ObjectView, event: Event) -> str | None:
+        return nul_problem(view, event)
 
     def write(self, views: dict[str, ObjectView], offsets: dict[TP, int], gaps: dict[str, str]) -> None:
+        """Wait for the previous batch (raising its error), then start writing this one in the background."""
+        self._wait()
+        self._pending = self._executor.submit(self._write, views, offsets, gaps)
+        self._pending_ids = views
+
+    def _write(self, views: dict[str, ObjectView], offsets: dict[TP, int], gaps: dict[str, str]) -> None:
         with self._pool.connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", (self._lock,))
             gen = pgschema.generation(conn, self.schema)
@@ -117,6 +143,10 @@ class PgReadModelStore:
 
     def successor(self) -> PgReadModelStore | None:
         """If a rebuild renamed another schema into place, return a writer on it (this one closed)."""
+        try:
+            self._wait()
+        except ReadModelSwapped:
+            pass  # the batch in flight met the swap and was not written: the new schema's offsets cover it
         with self._pool.connection() as conn:
             gen = pgschema.generation(conn, self.schema)
         if gen is None or gen == self.generation:
@@ -126,9 +156,15 @@ class PgReadModelStore:
         return PgReadModelStore(self.conninfo, self.schema, sync=self.sync)
 
     def views(self) -> list[tuple[str, ObjectView]]:
+        self._wait()
         with self._pool.connection() as conn:
             return [from_row(r) for r in conn.execute(
                 sql.SQL('SELECT {} FROM {}.documents ORDER BY id COLLATE "C"').format(COLUMNS, self._s))]
 
     def close(self) -> None:
-        self._pool.close()
+        """Wait for the batch in flight (raising its error), then close the connections."""
+        try:
+            self._wait()
+        finally:
+            self._executor.shutdown()
+            self._pool.close()
