@@ -40,10 +40,27 @@ def nul_problem(view: ObjectView, event: Event) -> str | None:
     return None
 
 
-def copy_line(object_id: str, data: bytes) -> bytes:
-    """One line of ``COPY stage (id, v) FROM STDIN`` text format: the id and the view's canonical JSON."""
-    key = object_id.encode()
-    if b"\\" in key or b"\t" in key or b"\n" in key or b"\r" in key:
-        key = key.replace(b"\\", b"\\\\").replace(b"\t", b"\\t").replace(b"\n", b"\\n").replace(b"\r", b"\\r")
-    # JSON text has no raw tab, newline or carriage return; only its backslashes need escaping for COPY.
-    return key + b"\t" + data.replace(b"\\", b"\\\\") + b"\n"
+def _copy_text(text: str) -> str:
+    """Escape a value for COPY's text format (backslash, tab, newline, carriage return)."""
+    if "\\" in text or "\t" in text or "\n" in text or "\r" in text:
+        return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return text
+
+
+def _array(items: tuple[str, ...]) -> str:
+    """A text[] literal: every element double-quoted, its backslashes and quotes escaped."""
+    if not items:
+        return "{}"
+    return "{" + ",".join('"' + i.replace("\\", "\\\\").replace('"', '\\"') + '"' for i in items) + "}"
+
+
+def copy_line(object_id: str, view: ObjectView) -> str:
+    """One line of ``COPY stage FROM STDIN`` (text format) in the ``documents`` table's column order.
+
+    Typed columns, not one JSON value unpacked by the server: the server then parses only the document.
+    """
+    doc = fastjson.dumps(view.document).decode()
+    return "\t".join((
+        _copy_text(object_id), str(view.version), "t" if view.deleted else "f", _copy_text(view.owner),
+        _copy_text(_array(view.editors)), _copy_text(_array(view.readers)), _copy_text(doc),
+        "\\N" if view.updated_at is None else _copy_text(view.updated_at))) + "\n"

@@ -1,8 +1,7 @@
 """The DB projection's PostgreSQL writer: a batch's documents, next offsets and gaps in one transaction.
 
-A batch is one ``COPY`` of ``(id, view JSON)`` lines into a temporary staging table and one ``INSERT … SELECT …
-ON CONFLICT DO UPDATE`` that unpacks the JSON into columns server-side (the server's CPU, not this process's),
-guarded by version so an older view never overwrites a newer one. The write holds a shared advisory lock and
+A batch is one ``COPY`` of typed rows into a temporary staging table and one ``INSERT … SELECT … ON CONFLICT DO
+UPDATE``, guarded by version so an older view never overwrites a newer one. The write holds a shared advisory lock and
 first checks the schema's generation: a rebuild's swap takes the same lock exclusively, so a batch is written
 wholly to the schema it started on, or (``ReadModelSwapped``) not at all.
 
@@ -32,11 +31,7 @@ from projections.postgres.rows import COLUMNS, copy_line, from_row, nul_problem
 log = logging.getLogger(__name__)
 
 _UPSERT = """
-INSERT INTO {s}.documents AS d (id, version, deleted, owner, editors, readers, document, updated_at)
-SELECT id, (v->>'v')::bigint, (v->>'del')::boolean, v->>'owner',
-       ARRAY(SELECT jsonb_array_elements_text(v->'ed')), ARRAY(SELECT jsonb_array_elements_text(v->'rd')),
-       v->'doc', (v->>'at')::timestamptz
-FROM pg_temp.arbiter_stage
+INSERT INTO {s}.documents AS d SELECT * FROM pg_temp.arbiter_stage
 ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version, deleted = EXCLUDED.deleted, owner = EXCLUDED.owner,
     editors = EXCLUDED.editors, readers = EXCLUDED.readers, document = EXCLUDED.document,
     updated_at = EXCLUDED.updated_at
@@ -60,8 +55,8 @@ def _configure(sync: bool) -> Callable[[psycopg.Connection[Any]], None]:
         # commits, never half of one, and offsets are lost with their documents, so the replay refills them.
         conn.execute("SET synchronous_commit = " + ("on" if sync else "off"))
         conn.execute("SET TimeZone = 'UTC'")
-        conn.execute("CREATE TEMP TABLE IF NOT EXISTS arbiter_stage (id text NOT NULL, v jsonb NOT NULL) "
-                     "ON COMMIT DELETE ROWS")
+        conn.execute("CREATE TEMP TABLE IF NOT EXISTS arbiter_stage (id text, version bigint, deleted boolean, owner text, "
+                     "editors text[], readers text[], document jsonb, updated_at timestamptz) ON COMMIT DELETE ROWS")
         conn.commit()
     return configure
 
@@ -132,8 +127,8 @@ class PgReadModelStore:
             if gen != self.generation:
                 raise ReadModelSwapped(f"schema {self.schema} is now generation {gen}, this store wrote {self.generation}")
             if views:
-                with conn.cursor().copy("COPY pg_temp.arbiter_stage (id, v) FROM STDIN") as copy:
-                    copy.write(b"".join([copy_line(oid, v.to_bytes()) for oid, v in views.items()]))
+                with conn.cursor().copy("COPY pg_temp.arbiter_stage FROM STDIN") as copy:
+                    copy.write("".join([copy_line(oid, v) for oid, v in views.items()]))
                 conn.execute(self._upsert)
             if offsets:
                 tps = list(offsets)

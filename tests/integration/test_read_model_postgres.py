@@ -121,3 +121,22 @@ def test_the_readme_queries_run(pg: Settings) -> None:
     with psycopg.connect(_dsn(pg)) as conn:
         assert [(r[0], r[2]) for r in conn.execute(first)] == [("notes", "notes"), ("plan", "plan")]
         assert [tuple(r) for r in conn.execute(second)] == [("bob", 2, 0, 2), ("alice", 1, 1, 3)]
+
+
+def test_copy_rows_round_trip_whatever_their_characters(pg: Settings) -> None:
+    """COPY's text format and array literals escape tabs, newlines, backslashes, quotes, commas and braces."""
+    odd = 'a\tb\\c"d\ne\r{f},g ü'
+    views = {odd: ObjectView({"t\tk": 'x\\y"z\n', "n": [1, 2.5, None, True], "ü": {"deep": "\r"}}, 3, owner=odd,
+                             editors=(odd, "NULL", ""), readers=("{}",), updated_at=None),
+             "plain": ObjectView({}, 1, deleted=True, owner="alice", updated_at="2026-01-02T03:04:05.123456+00:00")}
+    writer = open_writer(pg)
+    writer.write(views, {}, {})
+    writer.close()
+    rm = open_reader(pg)
+    try:
+        assert dict(rm.views()) == views
+        got = rm.get(odd)
+        assert got is not None and (got.editors, got.readers, got.owner) == ((odd, "NULL", ""), ("{}",), odd)
+        assert rm.get("plain").updated_at == "2026-01-02T03:04:05.123456+00:00"  # type: ignore[union-attr]
+    finally:
+        rm.close()
