@@ -5,17 +5,15 @@ UPDATE``, guarded by version so an older view never overwrites a newer one. The 
 first checks the schema's generation: a rebuild's swap takes the same lock exclusively, so a batch is written
 wholly to the schema it started on, or (``ReadModelSwapped``) not at all.
 
-The transaction runs in a background thread while the projection folds the next batch (the server's work and
-the commit's fsync overlap with Python's); at most one is in flight, and every other call waits for it first and
-raises its error, so batches commit in order and a failure is never lost. Reads of objects that are not in the
-batch in flight do not wait: the projection holds those in its cache.
+Transactions run write-behind (``write_behind.py``): in a background thread while the projection folds the next
+batch, batches arriving meanwhile merged into one. They commit in order, a failure comes out of the next call,
+and reads wait only for objects not yet committed (the projection holds the others in its cache).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import psycopg
@@ -27,6 +25,7 @@ from projections.db.port import TP, ReadModelSwapped
 from projections.db.view import ObjectView
 from projections.postgres import schema as pgschema
 from projections.postgres.rows import COLUMNS, copy_line, from_row, nul_problem
+from projections.postgres.write_behind import Batch, WriteBehind
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +63,7 @@ def _configure(sync: bool) -> Callable[[psycopg.Connection[Any]], None]:
 class PgReadModelStore:
     """The writer of the read model in ``schema`` (created and migrated on open); one projection at a time."""
 
-    def __init__(self, conninfo: str, schema: str, *, sync: bool = True) -> None:
+    def __init__(self, conninfo: str, schema: str, *, sync: bool = True, max_rows: int = 20_000) -> None:
         self.conninfo, self.schema, self.sync = conninfo, schema, sync
         self._s = sql.Identifier(schema)
         self._upsert = sql.SQL(_UPSERT).format(s=self._s)
@@ -83,20 +82,12 @@ class PgReadModelStore:
         self._pool = ConnectionPool(conninfo, min_size=2, max_size=2, open=True, configure=_configure(sync),
                                     name=f"read-model-writer-{schema}")
         self._pool.wait(timeout=30)
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"read-model-writer-{schema}")
-        self._pending: Future[None] | None = None
-        self._pending_ids: dict[str, ObjectView] = {}
-
-    def _wait(self) -> None:
-        """Wait for the batch in flight; raise what it raised."""
-        pending, self._pending, self._pending_ids = self._pending, None, {}
-        if pending is not None:
-            pending.result()
+        self._behind = WriteBehind(self._write, max_rows=max_rows, name=f"read-model-writer-{schema}")
 
     def get_many(self, object_ids: Iterable[str]) -> dict[str, ObjectView | None]:
         ids = list(object_ids)
-        if self._pending_ids and any(i in self._pending_ids for i in ids):
-            self._wait()
+        if self._behind.holds(ids):
+            self._behind.flush()
         out: dict[str, ObjectView | None] = dict.fromkeys(ids)
         if ids:
             with self._pool.connection() as conn:
@@ -106,7 +97,7 @@ class PgReadModelStore:
         return out
 
     def offsets(self) -> dict[TP, int]:
-        self._wait()
+        self._behind.flush()
         with self._pool.connection() as conn:
             rows = conn.execute(sql.SQL("SELECT topic, partition, next_offset FROM {}.offsets").format(self._s))
             return {(t, p): o for t, p, o in rows}
@@ -115,12 +106,11 @@ class PgReadModelStore:
         return nul_problem(view, event)
 
     def write(self, views: dict[str, ObjectView], offsets: dict[TP, int], gaps: dict[str, str]) -> None:
-        """Wait for the previous batch (raising its error), then start writing this one in the background."""
-        self._wait()
-        self._pending = self._executor.submit(self._write, views, offsets, gaps)
-        self._pending_ids = views
+        """Queue the batch for the background writer; raise the error of an earlier batch that failed."""
+        self._behind.put(views, offsets, gaps)
 
-    def _write(self, views: dict[str, ObjectView], offsets: dict[TP, int], gaps: dict[str, str]) -> None:
+    def _write(self, batch: Batch) -> None:
+        views, offsets, gaps = batch.views, batch.offsets, batch.gaps
         with self._pool.connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", (self._lock,))
             gen = pgschema.generation(conn, self.schema)
@@ -137,29 +127,32 @@ class PgReadModelStore:
                 conn.execute(self._gaps, (list(gaps), list(gaps.values())))
 
     def successor(self) -> PgReadModelStore | None:
-        """If a rebuild renamed another schema into place, return a writer on it (this one closed)."""
+        """If a rebuild renamed another schema into place, return a writer on it (this one closed, what it had
+        queued dropped: the new schema's offsets say where to resume). Called between batches: it does not wait
+        for the batch in flight."""
         try:
-            self._wait()
+            self._behind.poll()
+            swapped = False
         except ReadModelSwapped:
-            pass  # the batch in flight met the swap and was not written: the new schema's offsets cover it
+            swapped = True
         with self._pool.connection() as conn:
             gen = pgschema.generation(conn, self.schema)
-        if gen is None or gen == self.generation:
+        if not swapped and (gen is None or gen == self.generation):
             return None
+        self._behind.discard()
         self.close()
         log.info("db projection: read model schema %s swapped to generation %s", self.schema, gen)
         return PgReadModelStore(self.conninfo, self.schema, sync=self.sync)
 
     def views(self) -> list[tuple[str, ObjectView]]:
-        self._wait()
+        self._behind.flush()
         with self._pool.connection() as conn:
             return [from_row(r) for r in conn.execute(
                 sql.SQL('SELECT {} FROM {}.documents ORDER BY id COLLATE "C"').format(COLUMNS, self._s))]
 
     def close(self) -> None:
-        """Wait for the batch in flight (raising its error), then close the connections."""
+        """Commit what is queued (raising its error), then close the connections."""
         try:
-            self._wait()
+            self._behind.close()
         finally:
-            self._executor.shutdown()
             self._pool.close()
