@@ -26,7 +26,9 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
 class PgReadModel:
     """Read-only access to the read model in ``schema``; thread-safe (a pool of ``pool_size`` connections)."""
 
-    def __init__(self, conninfo: str, schema: str, *, pool_size: int = 4, timeout_s: float = 5.0) -> None:
+    blocking = True  # each read is a network round trip: the API calls it off its event loop
+
+    def __init__(self, conninfo: str, schema: str, *, pool_size: int = 4, timeout_s: float = 2.0) -> None:
         self.schema = schema
         s = sql.Identifier(schema)
         self._get = sql.SQL("SELECT {} FROM {}.documents WHERE id = %s").format(COLUMNS, s)
