@@ -14,6 +14,7 @@ from pathlib import Path
 
 from app.errors import SetupError
 from app.jars import kafka_classpath
+from app.pidfile import alive, running_pid
 from app.settings import Settings
 
 LOG4J2 = """\
@@ -107,16 +108,7 @@ class LocalBroker:
 
     def running_pid(self) -> int | None:
         """The PID in the pidfile if that process is alive, else None (a stale pidfile is removed)."""
-        try:
-            pid = int(self.pidfile.read_text().strip())
-        except (FileNotFoundError, ValueError):
-            return None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            self.pidfile.unlink(missing_ok=True)
-            return None
-        return pid
+        return running_pid(self.pidfile)
 
     def start(self, settings: Settings, timeout: float = 90.0) -> int:
         """Format storage on first use, start the broker, wait until it answers metadata; return its PID."""
@@ -180,27 +172,13 @@ class LocalBroker:
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not _alive(pid):
+            if not alive(pid):
                 break
             time.sleep(0.2)
         else:
             os.kill(pid, signal.SIGKILL)
-            while _alive(pid):
+            while alive(pid):
                 time.sleep(0.1)
         self.pidfile.unlink(missing_ok=True)
         return True
 
-
-def _alive(pid: int) -> bool:
-    """True while ``pid`` runs; reaps it if it is our zombie child."""
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done == pid:
-            return False
-    except ChildProcessError:
-        pass
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

@@ -110,6 +110,18 @@ class Settings(BaseSettings):
     wait_max_s: float = Field(default=30.0, ge=0, description="Cap on `Prefer: wait=<seconds>`.")
     outcome_cache_size: int = Field(default=200_000, ge=1, description="Most command ids kept for GET /commands/{id}.")
     read_model_dir: Path | None = Field(default=None, description="DB projection's read model; empty = <var_dir>/read_model.")
+    # --- read model backend (issue 17) --------------------------------------------------------
+    read_model: Literal["rocksdb", "postgresql"] = Field(
+        default="rocksdb", description="Where the DB projection keeps the read model: embedded RocksDB (read as a "
+        "secondary on the same host) or PostgreSQL (one store for every API host, and for SQL).")
+    postgres_dsn: SecretStr | None = Field(
+        default=None, description="libpq connection string or URI of the read model's database; unset = the local "
+        "server of `arbiter postgres start` (127.0.0.1:postgres_port, its generated password).")
+    postgres_schema: str = Field(default="read_model", pattern=r"^[a-z_][a-z0-9_]{0,40}$",
+                                 description="Schema holding the read model's tables; a rebuild swaps it by renaming.")
+    postgres_port: int = Field(default=5433, ge=1, le=65535, description="Port of the local PostgreSQL server.")
+    postgres_dir: Path | None = Field(default=None, description="Local PostgreSQL server's files; empty = <var_dir>/postgres.")
+    postgres_pool_size: int = Field(default=4, ge=1, le=100, description="Connections per process in the read pool.")
     # --- API (issue 13: gate integrity) -----------------------------------------------------------
     outcome_cache_bytes: int = Field(default=64 * 1024 * 1024, ge=64 * 1024,
                                      description="Memory bound (estimated bytes) of the outcome summaries kept per API process.")
@@ -135,6 +147,10 @@ class Settings(BaseSettings):
     @property
     def kafka_dir(self) -> Path:
         return self.path(self.var_dir) / "kafka"
+
+    @property
+    def postgres_dir_path(self) -> Path:
+        return self.path(self.postgres_dir) if self.postgres_dir else self.path(self.var_dir) / "postgres"
 
 
 @lru_cache(maxsize=1)

@@ -1,18 +1,24 @@
-"""Session fixtures: one real KRaft broker, one local SparkSession, unique topics per test."""
+"""Session fixtures: one real KRaft broker, one local SparkSession, one PostgreSQL server; unique topics and
+databases per test."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck
 from hypothesis import settings as hsettings
+from pydantic import SecretStr
 
 from app.kafka_broker import LocalBroker, free_port
+from app.postgres_server import LocalPostgres
 from app.settings import Settings
 from app.topics import ensure_topics
 
@@ -87,6 +93,51 @@ def settings(base_settings: Settings, tmp_path: Path) -> Settings:
     })
     ensure_topics(s)
     return s
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[LocalPostgres]:
+    """A real PostgreSQL server for the session (Debian's binaries), started on first use, stopped by its PID.
+
+    Its directory is outside pytest's 0700 temporary root: under root the server runs as the ``postgres`` user,
+    which must be able to reach it.
+    """
+    top = Path(tempfile.mkdtemp(prefix="arbiter-test-pg-"))
+    top.chmod(0o755)
+    server = LocalPostgres(top / "pg", port=free_port())
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        assert server.running_pid() is None, "the test PostgreSQL server outlived the session"
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@contextmanager
+def read_model_on(kind: str, settings: Settings, request: pytest.FixtureRequest) -> Iterator[Settings]:
+    """``settings`` with the read model on ``kind``: rocksdb under its var dir, or a fresh PostgreSQL database."""
+    if kind == "rocksdb":
+        yield settings.model_copy(update={"read_model": "rocksdb"})
+        return
+    assert kind == "postgresql", kind
+    server: LocalPostgres = request.getfixturevalue("postgres")
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    dsn = server.create_database(name)
+    try:
+        yield settings.model_copy(update={"read_model": "postgresql", "postgres_dsn": SecretStr(dsn)})
+    finally:
+        server.drop_database(name)
+
+
+READ_MODELS = ["rocksdb", "postgresql"]
+
+
+@pytest.fixture
+def read_model_settings(request: pytest.FixtureRequest, settings: Settings) -> Iterator[Settings]:
+    """This test's settings on one read-model backend: parametrize it with ``READ_MODELS``, ``indirect=True``."""
+    with read_model_on(request.param, settings, request) as s:
+        yield s
 
 
 @pytest.fixture(scope="session")

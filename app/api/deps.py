@@ -33,7 +33,8 @@ class ObjectViewLike(Protocol):
 
 
 class ReadModelPort(Protocol):
-    """The DB projection's read side (``projections.db.ReadModel``): None for an id never created."""
+    """The DB projection's read side (``projections.db.ReadModel`` or ``projections.postgres.PgReadModel``, opened by
+    ``app.read_models.open_reader``): None for an id never created."""
 
     def get(self, object_id: str) -> ObjectViewLike | None: ...
 

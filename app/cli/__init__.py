@@ -12,6 +12,7 @@ from commands.errors import ArbiterError
 # Each module defines ``register(subparsers)`` adding its subcommand(s); handlers take (args) -> int.
 SUBCOMMANDS = [
     "app.cli.kafka",
+    "app.cli.postgres",
     "app.cli.validator",
     "app.cli.run",
     "app.cli.api",

@@ -13,10 +13,6 @@ from projections.runner import Projection, Runner, RunnerConfig
 log = logging.getLogger(__name__)
 
 
-def read_model_root(s: Settings) -> Path:
-    return s.path(s.read_model_dir) if s.read_model_dir else s.path(s.var_dir) / "read_model"
-
-
 def audit_root(s: Settings) -> Path:
     return s.path(s.audit_dir) if s.audit_dir else s.path(s.var_dir) / "audit"
 
@@ -33,7 +29,8 @@ def runner_config(s: Settings, name: str, topics: tuple[str, ...], *, assign_all
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("project", help="run a projection (read model, audit trail, decision log)")
     kinds = p.add_subparsers(dest="projection", required=True)
-    db = kinds.add_parser("db", help="apply events to the read model (rocksdict); offsets stored with the documents")
+    db = kinds.add_parser("db", help="apply events to the read model (ARBITER_READ_MODEL: rocksdb or postgresql); "
+                          "offsets stored with the documents")
     db.add_argument("--rebuild", action="store_true",
                     help="replay the events topic from the beginning into a fresh store, swap it in when caught up, exit")
     audit = kinds.add_parser("audit", help="append every event and rejection to the hash-chained audit store")
@@ -55,18 +52,19 @@ def _run(cfg: RunnerConfig, projection: Projection) -> int:
 
 
 def _db(args: argparse.Namespace) -> int:
+    from app.read_models import open_writer, rebuild_target
     from projections.db import DbProjection
     from projections.rebuild import rebuild_read_model
 
     s = get_settings()
-    root = read_model_root(s)
     if args.rebuild:
-        res = rebuild_read_model(runner_config(s, "db", (s.topic_events,), assign_all=True), root)
+        res = rebuild_read_model(runner_config(s, "db", (s.topic_events,), assign_all=True), rebuild_target(s))
         print(f"read model rebuilt: {res.generation} ({res.stats.records} records, {res.counts.applied} applied, "
               f"{res.counts.gaps} gaps, {res.counts.invalid} invalid) in {res.seconds:.1f}s; now current")
         return 0
     cfg = runner_config(s, "db", (s.topic_events,), assign_all=True, until_caught_up=args.until_caught_up)
-    projection = DbProjection(root, sync=s.projection_sync_writes)
+    projection = DbProjection(open_writer(s))
+    log.info("db projection: read model on %s", s.read_model)
     code = _run(cfg, projection)
     c = projection.counts
     log.info("db projection: applied %d, duplicates %d, gaps %d, invalid %d", c.applied, c.stale, c.gaps, c.invalid)

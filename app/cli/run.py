@@ -7,6 +7,7 @@ its failures are printed and published in ``<var_dir>/status/components.json`` f
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ import httpx
 from app.api.auth import issue_token
 from app.api.secret_policy import is_loopback
 from app.kafka_broker import LocalBroker
+from app.postgres_server import LocalPostgres
 from app.restart import components_path
 from app.scenario import Scenario, table
 from app.settings import Settings, get_settings
@@ -27,6 +29,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("run", help="start broker, validator, projections and API; play a scenario; serve until Ctrl-C")
     p.add_argument("--exit-after-scenario", action="store_true", help="stop everything once the scenario is shown")
     p.add_argument("--no-scenario", action="store_true", help="only start the pipeline")
+    p.add_argument("--read-model", choices=["rocksdb", "postgresql"], default=None,
+                   help="the DB projection's backend (default ARBITER_READ_MODEL, rocksdb); postgresql starts the "
+                        "local server unless ARBITER_POSTGRES_DSN names one")
     p.set_defaults(handler=_run)
 
 
@@ -51,12 +56,24 @@ def _local_broker(s: Settings) -> LocalBroker | None:
     return broker if s.kafka_bootstrap == broker.bootstrap else None
 
 
+def _local_postgres(s: Settings) -> LocalPostgres | None:
+    """The local PostgreSQL server when the read model is on PostgreSQL and no DSN names another."""
+    if s.read_model != "postgresql" or (s.postgres_dsn is not None and s.postgres_dsn.get_secret_value()):
+        return None
+    return LocalPostgres.from_settings(s)
+
+
 def _run(args: argparse.Namespace) -> int:
+    if args.read_model is not None:
+        os.environ["ARBITER_READ_MODEL"] = args.read_model  # the children read it from their environment
+        get_settings.cache_clear()
     s = get_settings()
     var = s.path(s.var_dir)
     sup = Supervisor(var / "run", var / "logs", status_file=components_path(s), report=_say)
     broker = _local_broker(s)
     started_broker = False
+    postgres = _local_postgres(s)
+    started_postgres = False
     # Ctrl-C must work even when SIGINT was inherited as ignored (e.g. started in the background by a script);
     # SIGTERM means the same. Both raise KeyboardInterrupt, so a stop during start-up also cleans up.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -71,13 +88,18 @@ def _run(args: argparse.Namespace) -> int:
             print(f"      ready (pid {pid}{'' if started_broker else ', already running'})")
         else:
             print(f"[1/6] using the Kafka cluster at {s.kafka_bootstrap}")
+        if postgres is not None:
+            print(f"      PostgreSQL for the read model on 127.0.0.1:{postgres.port} (data {postgres.data}) ...", flush=True)
+            started_postgres = postgres.running_pid() is None
+            pid = postgres.start()
+            print(f"      ready (pid {pid}{'' if started_postgres else ', already running'})")
         print(f"[2/6] topics {s.topic_commands}, {s.topic_events}, {s.topic_rejections} "
               f"({s.partitions} partitions) ...", flush=True)
         ensure_topics(s)
         print(f"[3/6] validator (Spark {s.spark_master}, state backend {s.state_backend}) ...", flush=True)
         sup.start(Service("validator", arbiter_argv("validator"), timeout=240,
                           ready=lambda: _log_says(sup.log_of("validator"), "validator started")))
-        print("[4/6] projections: db, audit, log ...", flush=True)
+        print(f"[4/6] projections: db (read model on {s.read_model}), audit, log ...", flush=True)
         for kind in ("db", "audit", "log"):
             sup.start(Service(f"project-{kind}", arbiter_argv("project", kind), timeout=60,
                               ready=lambda k=kind: _log_says(sup.log_of(f"project-{k}"), "projection: assigned")))
@@ -111,6 +133,8 @@ def _run(args: argparse.Namespace) -> int:
         sup.stop_all()
         if broker is not None and started_broker:
             broker.stop()
+        if postgres is not None and started_postgres:
+            postgres.stop()
         print("stopped every process started by this run.")
 
 

@@ -1,7 +1,9 @@
-"""Events/s applied by the DB projection beside the raw consume rate of the same records, in the same run.
+"""Events/s applied by the DB projection, per read-model backend, beside the raw consume rate of the same records,
+in the same run.
 
-Run: ``.venv/bin/python -m bench.projections.db_throughput`` (``--commands N``, ``--objects N``; uses
-``ARBITER_KAFKA_BOOTSTRAP`` if set, else starts a throwaway broker on free ports and stops it by its PID).
+Run: ``.venv/bin/python -m bench.projections.db_throughput`` (``--backend rocksdb,postgresql``, ``--commands N``,
+``--objects N``; uses ``ARBITER_KAFKA_BOOTSTRAP`` if set, else starts a throwaway broker on free ports; for
+postgresql uses ``ARBITER_POSTGRES_DSN`` if set, else starts a throwaway server; both are stopped by their PIDs).
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ import uuid
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from pydantic import SecretStr
 
 from app.kafka_broker import LocalBroker, free_port
+from app.postgres_server import LocalPostgres
+from app.read_models import open_writer
 from app.settings import Settings
 from app.topics import ensure_topics
 from bench.projections.workload import decisions, encoded, produce
@@ -37,11 +42,11 @@ def raw_consume(bootstrap: str, topic: str, partitions: int, expected: int, batc
     return took
 
 
-def projection_run(bootstrap: str, topic: str, root: Path, *, sync: bool, batch: int) -> tuple[float, int]:
+def projection_run(s: Settings, *, batch: int) -> tuple[float, int]:
     """Return (seconds, applied) for the DB projection to catch up from offset 0 into an empty read model."""
-    proj = DbProjection(root, sync=sync)
-    cfg = RunnerConfig(bootstrap, (topic,), f"db-{uuid.uuid4().hex}", batch_size=batch, stop_when_caught_up=True,
-                       lag_interval_s=600)
+    proj = DbProjection(open_writer(s))
+    cfg = RunnerConfig(s.kafka_bootstrap, (s.topic_events,), f"db-{uuid.uuid4().hex}", batch_size=batch,
+                       stop_when_caught_up=True, lag_interval_s=600)
     start = time.perf_counter()
     Runner(cfg, proj).run()
     return time.perf_counter() - start, proj.counts.applied
@@ -53,17 +58,24 @@ def main() -> None:
     ap.add_argument("--objects", type=int, default=10_000)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--batch", type=int, default=2000)
+    ap.add_argument("--backend", default="rocksdb,postgresql", help="comma-separated read-model backends")
     args = ap.parse_args()
+    backends = args.backend.split(",")
     logging.basicConfig(level=logging.WARNING)
 
-    broker = None
+    broker = postgres = None
     bootstrap = os.environ.get("ARBITER_KAFKA_BOOTSTRAP")
+    dsn = os.environ.get("ARBITER_POSTGRES_DSN")
     work = Path(tempfile.mkdtemp(prefix="bench-projections-"))
+    work.chmod(0o755)  # the throwaway PostgreSQL server runs as the postgres user under root
     if not bootstrap:
         broker = LocalBroker(work / "kafka", port=free_port(), controller_port=free_port(), heap="512m")
         broker.start(Settings())
         bootstrap = broker.bootstrap
     try:
+        if "postgresql" in backends and not dsn:
+            postgres = LocalPostgres(work / "postgres", port=free_port())
+            postgres.start()
         tag = uuid.uuid4().hex[:8]
         s = Settings(kafka_bootstrap=bootstrap, partitions=args.partitions, topic_commands=f"bench-c-{tag}",
                      topic_events=f"bench-e-{tag}", topic_rejections=f"bench-r-{tag}")
@@ -75,15 +87,24 @@ def main() -> None:
         print(f"{n} events ({size:.0f} B avg) over {args.objects} objects, {args.partitions} partitions, "
               f"batch {args.batch}; {platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs")
         raw = raw_consume(bootstrap, s.topic_events, s.partitions, n, args.batch)
-        print(f"raw consume (no decode)         : {n / raw:>9,.0f} records/s  ({raw:.2f}s)")
-        for sync in (True, False):
-            took, applied = projection_run(bootstrap, s.topic_events, work / f"rm-{sync}", sync=sync, batch=args.batch)
-            assert applied == n, (applied, n)
-            label = f"DB projection, fsync {'per batch' if sync else 'off      '}"
-            print(f"{label}: {n / took:>9,.0f} events/s   ({took:.2f}s)  ratio to raw {raw / took:.0%}")
+        print(f"raw consume (no decode)                         : {n / raw:>9,.0f} records/s  ({raw:.2f}s)")
+        for backend in backends:
+            for sync in (True, False):
+                rs = s.model_copy(update={"read_model": backend, "projection_sync_writes": sync,
+                                          "read_model_dir": work / f"rm-{sync}"})
+                if backend == "postgresql":
+                    name = f"bench_{uuid.uuid4().hex[:8]}"
+                    rs.postgres_dsn = SecretStr(postgres.create_database(name) if postgres else dsn or "")
+                    rs.postgres_schema = name  # a fresh schema when the DSN names a shared database
+                took, applied = projection_run(rs, batch=args.batch)
+                assert applied == n, (applied, n)
+                label = f"{backend:<10} DB projection, {'durable per batch' if sync else 'no sync/fsync    '}"
+                print(f"{label}: {n / took:>9,.0f} events/s   ({took:.2f}s)  ratio to raw {raw / took:.0%}")
         raw2 = raw_consume(bootstrap, s.topic_events, s.partitions, n, args.batch)
-        print(f"raw consume again (drift check) : {n / raw2:>9,.0f} records/s  ({raw2:.2f}s)")
+        print(f"raw consume again (drift check)                 : {n / raw2:>9,.0f} records/s  ({raw2:.2f}s)")
     finally:
+        if postgres is not None:
+            postgres.stop()
         if broker is not None:
             broker.stop()
 

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import logging
-import shutil
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from commands import Event
 from projections.db.apply import Status, apply_event
-from projections.db.store import TP, ReadModelStore, current_generation, gap_detail
+from projections.db.port import TP, ReadModelSwapped, ReadModelWriter
+from projections.db.store import gap_detail
 from projections.db.view import ObjectView
 from projections.runner import Item, Projection
 
@@ -28,19 +27,18 @@ class DbCounts:
 
 
 class DbProjection(Projection):
-    """Apply events to ``<root>/current``; with ``generation`` set, fill that one instead (a rebuild)."""
+    """Apply events to one read-model store (either backend); ``follow_swaps`` moves to a rebuild's store when it is
+    swapped in (the live projection), off for the rebuild itself."""
 
     name = "db"
     stores_offsets = True
 
-    def __init__(self, root: Path, *, sync: bool = True, generation: Path | None = None, cache_size: int = 50_000) -> None:
-        self.root = root
+    def __init__(self, store: ReadModelWriter, *, follow_swaps: bool = True, cache_size: int = 50_000) -> None:
         # Parsed views of recently touched objects: this process is the store's only writer, so they stay exact.
         self._cache: OrderedDict[str, ObjectView] = OrderedDict()
         self.cache_size = cache_size
-        self.sync = sync
-        self.follow_swaps = generation is None
-        self.store = ReadModelStore(generation, sync=sync) if generation else ReadModelStore.open_current(root, sync=sync)
+        self.follow_swaps = follow_swaps
+        self.store = store
         self.counts = DbCounts()
 
     def start_offsets(self, partitions: Sequence[TP]) -> dict[TP, int]:
@@ -71,6 +69,11 @@ class DbProjection(Projection):
             status, view, detail = apply_event(views[ev.object_id], ev)
             if status is Status.APPLIED:
                 assert view is not None
+                problem = self.store.unstorable(view, ev)
+                if problem is not None:
+                    status, view, detail = Status.INVALID, views[ev.object_id], problem
+            if status is Status.APPLIED:
+                assert view is not None
                 views[ev.object_id] = changed[ev.object_id] = view
                 applied += 1
             elif status is Status.STALE:
@@ -88,7 +91,13 @@ class DbProjection(Projection):
         counts.applied += applied
         counts.stale += stale
         counts.skipped += skipped
-        self.store.write(changed, offsets, gaps)
+        try:
+            self.store.write(changed, offsets, gaps)
+        except ReadModelSwapped:
+            # Not written: ``reseek`` (the runner calls it next) moves to the rebuilt store and its offsets.
+            log.info("db projection: a rebuild was swapped in during this batch; it is read again from the new store")
+            self._cache.clear()
+            return
         # Only after the write: a failed batch leaves the cache as the store is.
         for object_id, view in views.items():
             if view is not None:
@@ -100,16 +109,12 @@ class DbProjection(Projection):
     def reseek(self) -> dict[TP, int] | None:
         if not self.follow_swaps:
             return None
-        gen = current_generation(self.root)
-        if gen is None or gen == self.store.path:
+        nxt = self.store.successor()
+        if nxt is None:
             return None
-        old = self.store.path
         self._cache.clear()
-        self.store.close()
-        self.store = ReadModelStore(gen, sync=self.sync)
-        shutil.rmtree(old, ignore_errors=True)
-        log.info("db projection: read model swapped to %s; %s removed", gen.name, old.name)
-        return self.store.offsets()
+        self.store = nxt
+        return nxt.offsets()
 
     def close(self) -> None:
         self.store.close()

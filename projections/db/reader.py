@@ -80,6 +80,10 @@ class ReadModel:
         db = self._db_now()
         return iter_gaps(db) if db is not None else {}
 
+    def ready(self) -> bool:
+        """Return True once the projection has created the first generation."""
+        return current_generation(self.root) is not None
+
     def close(self) -> None:
         if self._db is not None:
             self._db.close()

@@ -8,7 +8,9 @@ the new target and reopen.
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shutil
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -16,10 +18,12 @@ from typing import cast
 
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
+from commands import Event
+from projections.db.port import TP
 from projections.db.view import ObjectView
 from projections.rocks import prefixed
 
-TP = tuple[str, int]
+log = logging.getLogger(__name__)
 CURRENT = "current"
 DOC, OFFSET, GAP = b"d", b"o", b"g"
 
@@ -95,6 +99,10 @@ class ReadModelStore:
         raws = cast(list[bytes | None], self._db[[doc_key(i) for i in ids]]) if ids else []
         return {i: ObjectView.from_bytes(r) if r is not None else None for i, r in zip(ids, raws, strict=True)}
 
+    def unstorable(self, view: ObjectView, event: Event) -> str | None:
+        """RocksDB holds any view."""
+        return None
+
     def offsets(self) -> dict[TP, int]:
         """Return the next offset to read per partition, as last written with the documents."""
         out: dict[TP, int] = {}
@@ -102,6 +110,17 @@ class ReadModelStore:
             topic, _, part = k[1:].rpartition(b"\x00")
             out[(topic.decode(), int(part))] = int(v)
         return out
+
+    def successor(self) -> ReadModelStore | None:
+        """If ``current`` now points at another generation (a rebuild), switch to it and delete this one."""
+        gen = current_generation(self.path.parent)
+        if gen is None or gen == self.path:
+            return None
+        self.close()
+        nxt = ReadModelStore(gen, sync=self._sync)
+        shutil.rmtree(self.path, ignore_errors=True)
+        log.info("db projection: read model swapped to %s; %s removed", gen.name, self.path.name)
+        return nxt
 
     def write(self, views: dict[str, ObjectView], offsets: dict[TP, int], gaps: dict[str, str] | None = None) -> None:
         """Write documents, offsets and gap reports in one atomic WriteBatch."""
@@ -141,3 +160,33 @@ def iter_gaps(db: Rdict) -> dict[str, str]:
 
 def gap_detail(**fields: object) -> str:
     return json.dumps(fields, sort_keys=True)
+
+
+class RocksRebuildTarget:
+    """A rebuild into a fresh generation ``<root>/gen-<ns>``, swapped in by replacing the ``current`` symlink."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.generation: Path | None = None
+        self.previous = current_generation(root)
+
+    def fresh(self) -> ReadModelStore:
+        self.generation = new_generation(self.root)
+        # No fsync per batch while building: the WAL is synced once on close, before the swap makes it visible.
+        return ReadModelStore(self.generation, sync=False)
+
+    def swap_in(self) -> str:
+        assert self.generation is not None, "fresh() first"
+        swap_in(self.root, self.generation)
+        if self.previous is not None and self.previous != self.generation:
+            _remove_if_unused(self.previous)
+        return str(self.generation)
+
+
+def _remove_if_unused(generation: Path) -> None:
+    try:
+        Rdict(str(generation), options()).close()  # fails while a live projection holds its LOCK
+    except Exception:  # noqa: BLE001 - the live projection removes it after it switches
+        log.info("rebuild: %s is still open by the live projection, which will remove it", generation.name)
+        return
+    shutil.rmtree(generation, ignore_errors=True)

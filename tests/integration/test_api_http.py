@@ -4,6 +4,7 @@ projection and read model): auth, bad input as problem+json, Prefer: wait, outco
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -11,6 +12,7 @@ from pydantic import SecretStr
 
 from app.settings import Settings
 from schemas import codec
+from tests.conftest import READ_MODELS
 from tests.integration.test_api_support import (
     TestClient,
     api_client,
@@ -196,11 +198,42 @@ def test_metrics_and_status_are_for_operators_only(client: TestClient, module_se
 
 def test_health_tells_whether_the_projection_made_the_read_model(settings: Settings) -> None:
     """Before the DB projection first ran there is nothing to read (healthz says so); after, there is."""
-    from app.api.read_model import read_model_root
+    from app.read_models import open_writer
     from projections.db import DbProjection
 
     with api_client(settings) as client:
         assert client.get("/healthz").json()["read_model"] is False
         is_problem(client.get("/objects/doc", headers=auth(settings, "alice")), 404, "NOT_FOUND")
-        DbProjection(read_model_root(settings), sync=False).close()
+        DbProjection(open_writer(settings.model_copy(update={"projection_sync_writes": False}))).close()
         assert client.get("/healthz").json()["read_model"] is True
+
+
+@pytest.mark.parametrize("read_model_settings", READ_MODELS, indirect=True)
+def test_get_object_through_the_real_read_model(read_model_settings: Settings) -> None:
+    """The projection's own store writes; the API reads through the configured backend's reader (a RocksDB
+    secondary, or a PostgreSQL pool), opened before the projection created anything."""
+    from app.read_models import open_writer
+    from projections.db import ObjectView
+
+    settings = read_model_settings
+    with api_client(settings) as client:
+        assert client.get("/healthz").json()["read_model"] is False  # the projection has not created it yet
+        h = auth(settings, "reader")
+        is_problem(client.get("/objects/doc", headers=h), 404, "NOT_FOUND")
+        store = open_writer(settings)
+        try:
+            store.write({"doc": ObjectView({"title": "hello"}, 2, owner="alice", readers=("reader",)),
+                         "old": ObjectView({}, 4, deleted=True, owner="alice", editors=("reader",))}, {}, {})
+            deadline = time.monotonic() + 10
+            while (r := client.get("/objects/doc", headers=h)).status_code == 404 and time.monotonic() < deadline:
+                time.sleep(0.1)  # the secondary catches up within its refresh interval
+            assert r.status_code == 200 and r.json() == {"title": "hello"} and r.headers["etag"] == '"2"'
+            is_problem(client.get("/objects/old", headers=h), 410, "DELETED")
+            outsider = auth(settings, "mallory")
+            hidden, unknown = client.get("/objects/doc", headers=outsider), client.get("/objects/dox", headers=outsider)
+            is_problem(hidden, 404, "NOT_FOUND")
+            assert hidden.content == unknown.content.replace(b"dox", b"doc") and "etag" not in hidden.headers
+            is_problem(client.get("/objects/old", headers=outsider), 404, "NOT_FOUND")
+            assert client.get("/healthz").json()["read_model"] is True
+        finally:
+            store.close()

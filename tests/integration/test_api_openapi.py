@@ -73,7 +73,7 @@ def _fill_read_model(spark: Any, s: Settings) -> None:  # noqa: ANN401 - a Spark
     assert not read_all(s, s.topic_rejections), "a history meant to be accepted was rejected"
     n = len(commands)
     root = s.path(s.var_dir) / "read_model"
-    projection = DbProjection(root, sync=False)
+    projection = DbProjection(ReadModelStore.open_current(root, sync=False))
     stats = Runner(RunnerConfig(bootstrap=s.kafka_bootstrap, topics=(s.topic_events,), group_id=f"t-{uuid.uuid4()}",
                                 stop_when_caught_up=True, lag_interval_s=60), projection).run()
     assert stats.records == n and projection.counts.applied == n

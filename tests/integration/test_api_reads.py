@@ -1,5 +1,6 @@
 """Who may read: the owner, editors and readers of an object; anyone else gets the 404 of an unknown id. Objects
-are made through the API, decided by the real validator and projected by the real DB projection.
+are made through the API, decided by the real validator and projected by the real DB projection, on each read-model
+backend.
 And reader grants: PUT / DELETE /objects/{id}/readers/{principal} become GrantReader / RevokeReader."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import pytest
 
 from app.settings import Settings
 from commands import GrantReader, RevokeReader
+from tests.conftest import READ_MODELS, read_model_on
 from tests.integration.test_api_support import (
     TestClient,
     api_client,
@@ -25,9 +27,13 @@ from tests.integration.test_api_support import (
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def module_settings(base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    return module_settings_for(base_settings, tmp_path_factory, "api-reads", wait_max_s=60.0)
+@pytest.fixture(scope="module", params=READ_MODELS)
+def module_settings(request: pytest.FixtureRequest, base_settings: Settings,
+                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    """Each read-model backend in turn (rocksdb, postgresql): the projection writes it, the API reads it."""
+    s = module_settings_for(base_settings, tmp_path_factory, f"api-reads-{request.param}", wait_max_s=60.0)
+    with read_model_on(request.param, s, request) as on:
+        yield on
 
 
 @pytest.fixture(scope="module")

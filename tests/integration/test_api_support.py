@@ -21,7 +21,7 @@ with warnings.catch_warnings():  # starlette 1.x nudges towards "httpx2"; httpx 
 
 from app.api.auth import issue_token
 from app.api.main import create_app
-from app.api.read_model import read_model_root
+from app.read_models import open_writer, read_model_root
 from app.settings import Settings
 from app.topics import ensure_topics
 from app.validator.job import build_query
@@ -44,20 +44,21 @@ def module_settings_for(base: Settings, tmp: pytest.TempPathFactory, name: str, 
 @contextmanager
 def live_pipeline(spark: Any, settings: Settings) -> Iterator[None]:  # noqa: ANN401 - a SparkSession
     """Run the real validator (``settings.state_backend``'s streaming query on ``spark``) and the real DB projection
-    (on a thread, into ``read_model_root(settings)``, where ``create_app`` opens its reader) until the block ends.
+    (on a thread, into the configured read model, ``settings.read_model``, where ``create_app`` opens its reader)
+    until the block ends.
 
     What the API answers after this is what ``arbiter run`` would answer: nothing in between is played by a test.
     """
-    s = settings.model_copy(update={"trigger_interval": "100 milliseconds"})
+    s = settings.model_copy(update={"trigger_interval": "100 milliseconds", "projection_sync_writes": False})
     query = build_query(spark, s)
-    root = read_model_root(s)
     runner = Runner(RunnerConfig(bootstrap=s.kafka_bootstrap, topics=(s.topic_events,),
                                  group_id=f"t-db-{s.topic_events}", assign_all=True, lag_interval_s=3600),
-                    DbProjection(root, sync=False))
+                    DbProjection(open_writer(s)))
     projection = threading.Thread(target=runner.run, name="db-projection", daemon=True)
     projection.start()
     try:
-        assert current_generation(root) is not None, "the DB projection did not create the read model"
+        if s.read_model == "rocksdb":
+            assert current_generation(read_model_root(s)) is not None, "the DB projection did not create the read model"
         yield
     finally:
         runner.request_stop()

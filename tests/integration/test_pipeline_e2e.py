@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,9 +78,8 @@ def _row(lines: list[str], step: str) -> list[str]:
     raise AssertionError(f"no row {step!r} in:\n" + "\n".join(lines))
 
 
-def test_scenario_status_page_and_clean_stop(pipeline: Run, settings: Settings, tmp_path: Path) -> None:
-    out = pipeline.lines
-    print("\n".join(out))
+def assert_scenario(out: list[str]) -> None:
+    """The scenario table shows the outcomes the README shows (whichever read model served it)."""
     def decided(step: str, http: str) -> list[str]:
         """[outcome, reason, version]; HTTP is the direct answer, or 202 if the decision came after the wait."""
         row = _row(out, step)
@@ -105,6 +106,13 @@ def test_scenario_status_page_and_clean_stop(pipeline: Run, settings: Settings, 
     assert decided("bob updates after delete", "410")[:2] == ["rejected", "DELETED"]
     assert _row(out, "garbage bytes put on the topic")[3:5] == ["rejected", "MALFORMED"]
     assert any("HTTP 410" in line for line in out) and any("HTTP 200" in line and "hello, world" in line for line in out)
+
+
+
+def test_scenario_status_page_and_clean_stop(pipeline: Run, settings: Settings, tmp_path: Path) -> None:
+    out = pipeline.lines
+    print("\n".join(out))
+    assert_scenario(out)
 
     pids = {p.stem: int(p.read_text()) for p in (pipeline.var / "run").glob("*.pid")}
     assert {"validator", "api", "project-db", "project-audit", "project-log"} <= set(pids)
@@ -169,3 +177,31 @@ def _watch_status_page(api: str, shots: Path, settings: Settings) -> list[tuple[
     finally:
         driver.quit()
     return seen
+
+
+def test_the_scenario_on_the_postgresql_read_model(settings: Settings) -> None:
+    """``arbiter run --read-model postgresql`` (what ``./dev run --read-model postgresql`` runs): it starts its own
+    PostgreSQL server, plays the same scenario with the same outcomes, reads the read model from PostgreSQL, and
+    stops the server by its PID when it exits."""
+    top = Path(tempfile.mkdtemp(prefix="arbiter-e2e-pg-"))
+    top.chmod(0o755)  # the server runs as the postgres user under root
+    env = {**_env(settings, free_port()), "ARBITER_POSTGRES_DIR": str(top / "pg"),
+           "ARBITER_POSTGRES_PORT": str(free_port())}
+    try:
+        run = subprocess.run([sys.executable, "-m", "app.cli", "run", "--read-model", "postgresql",
+                              "--exit-after-scenario"], env=env, text=True, capture_output=True, timeout=480)
+        out = run.stdout.splitlines()
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        assert any("PostgreSQL for the read model" in line for line in out), run.stdout
+        assert any("db (read model on postgresql)" in line for line in out), run.stdout
+        assert_scenario(out)
+        assert not (top / "pg" / "postgres.pid").exists(), "the server it started is stopped"
+        pid = (top / "pg" / "data" / "postmaster.pid")
+        assert not pid.exists(), "PostgreSQL shut down cleanly"
+        db_log = (settings.path(settings.var_dir) / "logs" / "project-db.log").read_text()
+        assert "read model on postgresql" in db_log
+    finally:
+        from app.postgres_server import LocalPostgres
+
+        LocalPostgres(top / "pg").stop()  # only if a failure above left it running
+        shutil.rmtree(top, ignore_errors=True)

@@ -1,4 +1,5 @@
-"""The DB projection against the real broker: SIGKILL mid-stream, replayed batches, and a rebuild."""
+"""The read-model contract, run over both backends (RocksDB and PostgreSQL) against the real broker: SIGKILL
+mid-stream then restart equals the exact fold, replayed batches change nothing, a rebuild equals the live model."""
 
 from __future__ import annotations
 
@@ -8,20 +9,20 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from app.read_models import open_reader, open_writer, read_model_root, rebuild_target
 from app.settings import Settings
 from bench.projections.workload import decisions, encoded, produce
 from commands import Event, merge_patch
-from projections.db import DbProjection, ReadModel, ReadModelStore
-from projections.db.store import current_generation
+from projections.db import DbProjection
 from projections.rebuild import rebuild_read_model
 from projections.runner import Runner, RunnerConfig
+from tests.conftest import READ_MODELS
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.parametrize("read_model_settings", READ_MODELS, indirect=True)]
 
 
 def fold(events: list[Event]) -> dict[str, tuple[dict[str, Any], int, bool]]:
@@ -41,102 +42,133 @@ def fold(events: list[Event]) -> dict[str, tuple[dict[str, Any], int, bool]]:
     return out
 
 
-def snapshot(root: Path) -> dict[str, tuple[dict[str, Any], int, bool]]:
-    with ReadModel(root) as rm:
+def snapshot(s: Settings) -> dict[str, tuple[dict[str, Any], int, bool]]:
+    rm = open_reader(s)
+    try:
         return {oid: (v.document, v.version, v.deleted) for oid, v in rm.views()}
+    finally:
+        rm.close()
 
 
-def _env(settings: Settings, **extra: str) -> dict[str, str]:
-    return {**os.environ, "ARBITER_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "ARBITER_TOPIC_EVENTS": settings.topic_events,
-            "ARBITER_TOPIC_REJECTIONS": settings.topic_rejections, "ARBITER_VAR_DIR": str(settings.var_dir), **extra}
+def stored_offsets(s: Settings) -> dict[tuple[str, int], int]:
+    store = open_writer(s)
+    try:
+        return store.offsets()
+    finally:
+        store.close()
+
+
+def leftovers(s: Settings) -> list[str]:
+    """Every generation (RocksDB directories) or schema (PostgreSQL) of the read model that exists now."""
+    if s.read_model == "rocksdb":
+        return sorted(p.name for p in read_model_root(s).glob("gen-*"))
+    import psycopg
+
+    assert s.postgres_dsn is not None
+    with psycopg.connect(s.postgres_dsn.get_secret_value()) as conn:
+        rows = conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE %s ORDER BY 1",
+                            (f"{s.postgres_schema}%",)).fetchall()
+    return [r[0] for r in rows]
+
+
+def _env(s: Settings, **extra: str) -> dict[str, str]:
+    env = {**os.environ, "ARBITER_KAFKA_BOOTSTRAP": s.kafka_bootstrap, "ARBITER_TOPIC_EVENTS": s.topic_events,
+           "ARBITER_TOPIC_REJECTIONS": s.topic_rejections, "ARBITER_VAR_DIR": str(s.var_dir),
+           "ARBITER_READ_MODEL": s.read_model, **extra}
+    if s.postgres_dsn is not None:
+        env["ARBITER_POSTGRES_DSN"] = s.postgres_dsn.get_secret_value()
+    return env
 
 
 CLI = [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())"]
 
 
-def test_sigkill_mid_stream_then_restart_applies_every_event_exactly_once(settings: Settings) -> None:
+def test_sigkill_mid_stream_then_restart_applies_every_event_exactly_once(read_model_settings: Settings) -> None:
+    s = read_model_settings
     outcomes = decisions(n_objects=150, n_commands=4000, seed=11)
     events = [o for o in outcomes if isinstance(o, Event)]
-    records = encoded(outcomes, settings.partitions)
-    produce(settings.kafka_bootstrap, settings.topic_events, settings.topic_rejections, records)
-    root = settings.var_dir / "read_model"
-    env = _env(settings, ARBITER_PROJECTION_BATCH_SIZE="10", ARBITER_PROJECTION_GROUP_PREFIX="t-kill")
+    records = encoded(outcomes, s.partitions)
+    produce(s.kafka_bootstrap, s.topic_events, s.topic_rejections, records)
+    env = _env(s, ARBITER_PROJECTION_BATCH_SIZE="10", ARBITER_PROJECTION_GROUP_PREFIX="t-kill")
 
     proc = subprocess.Popen([*CLI, "project", "db"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    reader = open_reader(s)
     try:
         done = 0
         deadline = time.monotonic() + 60
         while done < len(events) // 4 and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.05)
-            done = sum(v[1] for v in snapshot(root).values()) if current_generation(root) else 0
+            done = sum(v.version for _, v in reader.views()) if reader.ready() else 0
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
     finally:
+        reader.close()
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
     assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode() if proc.stderr else ""
-    store = ReadModelStore(current_generation(root))  # type: ignore[arg-type]
-    consumed = sum(store.offsets().values())
-    store.close()
+    consumed = sum(stored_offsets(s).values())
     assert 0 < consumed < len(events), "the kill must land mid-stream"
 
     # A replayed Spark micro-batch: byte-identical records written again, after the originals.
     replay = [r for r in records if r[0]][len(events) // 3: len(events) // 3 + 300]
-    produce(settings.kafka_bootstrap, settings.topic_events, settings.topic_rejections, replay)
+    produce(s.kafka_bootstrap, s.topic_events, s.topic_rejections, replay)
 
     rerun = subprocess.run([*CLI, "project", "db", "--until-caught-up"], env=env, capture_output=True, text=True,
                            timeout=90, check=False)
     assert rerun.returncode == 0, rerun.stderr
+    assert f"read model on {s.read_model}" in rerun.stderr
     assert "duplicates 300, gaps 0, invalid 0" in rerun.stderr, rerun.stderr
-    assert snapshot(root) == fold(events)
-    with ReadModel(root) as rm:
+    assert snapshot(s) == fold(events)
+    rm = open_reader(s)
+    try:
         assert rm.gaps() == {}
         some = events[-1].object_id
         view = rm.get(some)
         assert view is not None and view.version == fold(events)[some][1]
         assert rm.get("never-created") is None
+    finally:
+        rm.close()
 
 
-def _config(settings: Settings, group: str) -> RunnerConfig:
-    return RunnerConfig(bootstrap=settings.kafka_bootstrap, topics=(settings.topic_events,), group_id=group,
+def _config(s: Settings, group: str) -> RunnerConfig:
+    return RunnerConfig(bootstrap=s.kafka_bootstrap, topics=(s.topic_events,), group_id=group,
                         batch_size=500, stop_when_caught_up=True, lag_interval_s=60)
 
 
-def test_duplicates_change_nothing_and_rebuild_matches_live(settings: Settings) -> None:
+def test_duplicates_change_nothing_and_rebuild_matches_live(read_model_settings: Settings) -> None:
+    s = read_model_settings.model_copy(update={"projection_sync_writes": False})
     outcomes = decisions(n_objects=100, n_commands=2000, seed=5)
     events = [o for o in outcomes if isinstance(o, Event)]
-    records = [r for r in encoded(outcomes, settings.partitions) if r[0]]
-    produce(settings.kafka_bootstrap, settings.topic_events, settings.topic_rejections, records)
-    root = settings.var_dir / "read_model"
+    records = [r for r in encoded(outcomes, s.partitions) if r[0]]
+    produce(s.kafka_bootstrap, s.topic_events, s.topic_rejections, records)
 
-    live = DbProjection(root, sync=False)
-    Runner(_config(settings, "t-live"), live).run()
+    live = DbProjection(open_writer(s))
+    Runner(_config(s, "t-live"), live).run()
     assert live.counts.applied == len(events) and live.counts.stale == 0
-    before = snapshot(root)
+    before = snapshot(s)
     assert before == fold(events)
-    gen_before = current_generation(root)
-    store = ReadModelStore(gen_before)  # type: ignore[arg-type]
-    raw_before = {k: v.to_bytes() for k, v in store.views()}
-    store.close()
+    rm = open_reader(s)
+    raw_before = {k: v.to_bytes() for k, v in rm.views()}
 
-    produce(settings.kafka_bootstrap, settings.topic_events, settings.topic_rejections, records[: len(records) // 2])
-    again = DbProjection(root, sync=False)
-    stats = Runner(_config(settings, "t-live"), again).run()
+    produce(s.kafka_bootstrap, s.topic_events, s.topic_rejections, records[: len(records) // 2])
+    again = DbProjection(open_writer(s))
+    stats = Runner(_config(s, "t-live"), again).run()
     assert stats.records == len(records) // 2, "a restart reads only what is new, from the stored offsets"
     assert (again.counts.applied, again.counts.stale) == (0, len(records) // 2)
-    store = ReadModelStore(gen_before)  # type: ignore[arg-type]
-    assert {k: v.to_bytes() for k, v in store.views()} == raw_before
-    store.close()
+    assert {k: v.to_bytes() for k, v in rm.views()} == raw_before
+    (generation_before,) = leftovers(s)
 
-    # A live projection holding the current generation while the rebuild runs: it follows the swap.
-    holder = DbProjection(root, sync=False)
-    result = rebuild_read_model(_config(settings, "t-db"), root)
+    # A live projection holding the current store while the rebuild runs: it follows the swap.
+    holder = DbProjection(open_writer(s))
+    result = rebuild_read_model(_config(s, "t-db"), rebuild_target(s))
     assert result.stats.records == len(records) + len(records) // 2
-    assert current_generation(root) == result.generation != gen_before
-    assert snapshot(root) == before
-    assert gen_before is not None and gen_before.exists(), "still open by the live projection"
+    assert snapshot(s) == before
+    assert {k: v.to_bytes() for k, v in rm.views()} == raw_before, "a reader opened before the swap follows it"
     offsets = holder.reseek()
     assert offsets is not None and sum(offsets.values()) == len(records) + len(records) // 2
-    assert not gen_before.exists(), "the live projection removes the generation it left"
+    (generation_after,) = leftovers(s)  # the old generation or schema is gone
+    if s.read_model == "rocksdb":
+        assert generation_after != generation_before
     holder.close()
+    rm.close()

@@ -6,6 +6,7 @@ import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Path, Request, Response
+from starlette.concurrency import run_in_threadpool
 
 from app.api.auth import PRINCIPAL_PATTERN
 from app.api.deps import ApiContext, ContextDep, PrincipalDep, ReadModelDep
@@ -160,7 +161,10 @@ def _unknown(object_id: str) -> ApiError:
                                                       "is not RFC 8259 JSON (UNSERVABLE_DOCUMENT)"}})
 async def read_object(object_id: ObjectIdPath, principal: PrincipalDep, read_model: ReadModelDep,
                       if_none_match: Annotated[str, Header(alias="If-None-Match")] = None) -> Response:
-    view = read_model.get(object_id)
+    # A network read model (PostgreSQL) is read on the threadpool so a slow or down database never stalls the event
+    # loop; the embedded one answers in microseconds and is read inline.
+    view = await run_in_threadpool(read_model.get, object_id) if getattr(read_model, "blocking", False) \
+        else read_model.get(object_id)
     if view is None or not may_read(principal, view.owner, view.editors, view.readers):
         raise _unknown(object_id)
     etag = f'"{view.version}"'

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
+from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import ContextDep, OperatorDep
 from app.api.memo import Memo
@@ -22,7 +23,8 @@ async def healthz(request: Request) -> JSONResponse:
     # many clients poll.
     probe: Memo[bool] = request.app.state.broker_probe
     broker = await probe.get()
-    read_model = read_model_ready(request.app.state.read_model)
+    rm = request.app.state.read_model
+    read_model = await run_in_threadpool(read_model_ready, rm) if getattr(rm, "blocking", False) else read_model_ready(rm)
     consumer = request.app.state.outcome_consumer is not None and request.app.state.outcome_consumer.alive
     ok = broker and read_model and consumer
     return JSONResponse({"ok": ok, "broker": broker, "read_model": read_model, "outcomes_consumer": consumer},

@@ -1,0 +1,66 @@
+"""Rows of the ``documents`` table as ``ObjectView``s, and views as ``COPY`` text for the staging table."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any
+
+from psycopg import sql
+
+from commands import Event
+from projections.db import fastjson
+from projections.db.view import ObjectView
+
+#: The columns a reader selects, in ``from_row``'s order; the document comes back as text for fastjson.
+COLUMNS = sql.SQL("id, version, deleted, owner, editors, readers, document::text, updated_at")
+
+_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def from_row(row: tuple[Any, ...]) -> tuple[str, ObjectView]:
+    """Return ``(id, view)`` for a row selected with ``COLUMNS``."""
+    oid, version, deleted, owner, editors, readers, document, updated_at = row
+    at = updated_at.isoformat() if isinstance(updated_at, datetime) else updated_at
+    return oid, ObjectView(fastjson.loads(document), version, deleted, owner, at, tuple(editors), tuple(readers))
+
+
+def nul_problem(view: ObjectView, event: Event) -> str | None:
+    """Return why ``view`` cannot go into jsonb or text columns (a U+0000 in a string), else None.
+
+    A view gets a U+0000 only from the event that made it (the view it was applied to was stored, so had none),
+    and JSON text can carry one only escaped: the view is serialised, once, only when the event's text holds one.
+    """
+    texts = (event.document or "") + (event.patch or "")
+    if "\\u0000" not in texts and "\x00" not in event.object_id + event.owner + (event.editor or "") + (event.reader or ""):
+        return None
+    data = view.to_bytes()
+    if (b"\\u0000" in data and _NUL.search(data) is not None) or b"\x00" in data:
+        return "the document holds U+0000, which PostgreSQL's jsonb cannot store"
+    return None
+
+
+def _copy_text(text: str) -> str:
+    """Escape a value for COPY's text format (backslash, tab, newline, carriage return)."""
+    if "\\" in text or "\t" in text or "\n" in text or "\r" in text:
+        return text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return text
+
+
+def _array(items: tuple[str, ...]) -> str:
+    """A text[] literal: every element double-quoted, its backslashes and quotes escaped."""
+    if not items:
+        return "{}"
+    return "{" + ",".join('"' + i.replace("\\", "\\\\").replace('"', '\\"') + '"' for i in items) + "}"
+
+
+def copy_line(object_id: str, view: ObjectView) -> str:
+    """One line of ``COPY stage FROM STDIN`` (text format) in the ``documents`` table's column order.
+
+    Typed columns, not one JSON value unpacked by the server: the server then parses only the document.
+    """
+    doc = fastjson.dumps(view.document).decode()
+    return "\t".join((
+        _copy_text(object_id), str(view.version), "t" if view.deleted else "f", _copy_text(view.owner),
+        _copy_text(_array(view.editors)), _copy_text(_array(view.readers)), _copy_text(doc),
+        "\\N" if view.updated_at is None else _copy_text(view.updated_at))) + "\n"
