@@ -50,6 +50,9 @@ class Settings(BaseSettings):
     # --- Spark / validator -------------------------------------------------------------------
     spark_master: str = "local[2]"
     spark_conf: dict[str, str] = Field(default_factory=dict, description="Spark options, dotted names.")
+    spark_jit: Literal["c1", "c2"] = Field(
+        default="c2", description="The Spark JVMs' JIT: c2 (the JVM's default, tiered up to C2) or c1 (C1 only: "
+        "less compiler CPU per micro-batch, slower hot loops; docs/benchmarks.md).")
     state_backend: Literal["spark", "rocksdb"] = Field(
         default="rocksdb", description="Validator state: Spark's transformWithState (reference) or per-partition rocksdict.")
     checkpoint_location: str = Field(

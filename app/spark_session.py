@@ -26,6 +26,9 @@ def spark_session(settings: Settings, app_name: str = "arbiter", extra_conf: dic
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     jars = ",".join(str(j) for j in spark_connector_jars(settings))
+    # C1 only: the JVM stops compiling Spark's planner and task code again at the highest tier for minutes on end
+    # (docs/benchmarks.md, fifth pass); executors of a cluster get the same flag below.
+    jit = " -XX:TieredStopAtLevel=1" if settings.spark_jit == "c1" else ""
     builder = (
         SparkSession.builder.appName(app_name)
         .master(settings.spark_master)
@@ -36,10 +39,12 @@ def spark_session(settings: Settings, app_name: str = "arbiter", extra_conf: dic
         .config("spark.sql.shuffle.partitions", str(settings.partitions))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.warehouse.dir", str(settings.path(settings.var_dir) / "spark-warehouse"))
-        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={settings.path(settings.var_dir)}")
+        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={settings.path(settings.var_dir)}{jit}")
         .config("spark.python.worker.reuse", "true")
     )
     conf = {**settings.spark_conf, **(extra_conf or {})}
+    if jit:
+        conf.setdefault("spark.executor.extraJavaOptions", jit.strip())
     if CHECKPOINT_FILE_MANAGER not in conf and _is_local(checkpoint_uri(settings)):
         conf[CHECKPOINT_FILE_MANAGER] = FILESYSTEM_CHECKPOINTS
     for key, value in conf.items():

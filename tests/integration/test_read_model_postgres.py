@@ -12,6 +12,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from pydantic import SecretStr
 
 from app.postgres_server import LocalPostgres
 from app.read_models import open_reader, open_writer, rebuild_target
@@ -144,14 +145,11 @@ def test_copy_rows_round_trip_whatever_their_characters(pg: Settings) -> None:
 
 def test_a_database_that_cannot_be_reached_is_503_and_not_healthy(settings: Settings) -> None:
     from app.kafka_broker import free_port
-    from projections.postgres import PgReadModel
     from tests.integration.test_api_support import api_client, auth, is_problem
 
-    down = PgReadModel(f"host=127.0.0.1 port={free_port()} user=x dbname=x connect_timeout=1", "read_model",
-                       timeout_s=1.0)
-    try:
-        with api_client(settings, down) as client:
-            is_problem(client.get("/objects/any", headers=auth(settings, "alice")), 503, "READ_MODEL_UNAVAILABLE")
-            assert client.get("/healthz").json()["read_model"] is False
-    finally:
-        down.close()
+    down = settings.model_copy(update={
+        "read_model": "postgresql",
+        "postgres_dsn": SecretStr(f"host=127.0.0.1 port={free_port()} user=x dbname=x connect_timeout=1")})
+    with api_client(down) as client:  # the app opens its reader on a port nothing listens on
+        is_problem(client.get("/objects/any", headers=auth(down, "alice")), 503, "READ_MODEL_UNAVAILABLE")
+        assert client.get("/healthz").json()["read_model"] is False
