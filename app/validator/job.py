@@ -80,8 +80,8 @@ def build_query(spark, settings: Settings, *, available_now: bool = False):  # n
     _quiet_state_server(spark)
     from app.validator.processor import ValidatorProcessor
 
-    src = kafka_source(spark, settings).selectExpr("coalesce(key, X'') AS gkey", "key", "value", "topic", "partition",
-                                                  "offset")
+    src = kafka_source(spark, settings, available_now=available_now).selectExpr(
+        "coalesce(key, X'') AS gkey", "key", "value", "topic", "partition", "offset")
     outcomes = src.groupBy("gkey").transformWithState(
         statefulProcessor=ValidatorProcessor(settings), outputStructType=SINK_DDL, outputMode="Append",
         timeMode="ProcessingTime")

@@ -201,3 +201,12 @@ def test_the_rejection_of_any_record_on_the_topic_fits(m: int) -> None:
         assert out.original.key_sha256 == hashlib.sha256(key).hexdigest()
         assert len(out.message) <= limits.MESSAGE_CHARS + 1
         _fits(outcome_record(out, s, 2**31 - 1), m)
+
+
+def test_min_offsets_per_trigger_reaches_the_source_but_not_an_available_now_drain() -> None:
+    from app.validator.source import source_options
+
+    s = Settings(min_offsets_per_trigger=100, max_trigger_delay_ms=250)
+    assert source_options(s)["minOffsetsPerTrigger"] == "100" and source_options(s)["maxTriggerDelay"] == "250ms"
+    assert "minOffsetsPerTrigger" not in source_options(s, available_now=True)  # a drain must not wait for a batch
+    assert "minOffsetsPerTrigger" not in source_options(Settings())

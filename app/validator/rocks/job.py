@@ -182,7 +182,7 @@ def build_query(spark: Any, settings: Settings, *, available_now: bool = False) 
     lock = acquire_job_lock(uri, rocks_root(settings, uri))
     try:
         name = query_name(settings)
-        source = kafka_source(spark, settings).select(
+        source = kafka_source(spark, settings, available_now=available_now).select(
             "key", "value", "topic", "partition", "offset")
         tasks = settings.shard_tasks or spark.sparkContext.defaultParallelism
         if tasks < settings.partitions:
