@@ -15,6 +15,8 @@ from app.restart import components_path, read_components
 from app.settings import Settings
 from app.status.hotkeys import HotKeys
 from app.validator.murmur2 import partition_for
+from app.validator.progress import spark_state
+from app.validator.rocks.stats import rocks_state
 from commands import Event, Rejection
 
 
@@ -66,9 +68,7 @@ class StatusCollector:
         try:
             progress = json.loads(validator_progress_path(self.settings).read_text())
         except (FileNotFoundError, json.JSONDecodeError):
-            return {}
-        ops = progress.get("stateOperators") or []
-        custom = [o.get("customMetrics") or {} for o in ops]
+            progress = {}
         end: dict[str, int] = {}
         for src in progress.get("sources") or []:
             offsets = src.get("endOffset")
@@ -80,16 +80,39 @@ class StatusCollector:
             if isinstance(offsets, dict):
                 for p, off in (offsets.get(self.settings.topic_commands) or {}).items():
                     end[str(p)] = int(off)
-        return {
+        figures = {
             "batch_id": progress.get("batchId"),
             "timestamp": progress.get("timestamp"),
-            "input_rows": progress.get("numInputRows", 0),
-            "rows_per_s": round(float(progress.get("processedRowsPerSecond") or 0.0), 1),
+            "input_rows": progress.get("numInputRows"),
+            "rows_per_s": round(float(progress["processedRowsPerSecond"]), 1)
+            if progress.get("processedRowsPerSecond") is not None else None,
             "batch_duration_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
-            "state_rows": sum(int(o.get("numRowsTotal", 0)) for o in ops),
-            "state_memory_bytes": sum(int(o.get("memoryUsedBytes", 0)) for o in ops),
-            "ttl_evictions": sum(int(c.get("numValuesRemovedDueToTTLExpiry", 0)) for c in custom),
+            "state": self._state(progress),
             "end_offsets": end,
+        }
+        return figures if progress or figures["state"] else {}
+
+    def _state(self, progress: dict[str, Any]) -> dict[str, Any] | None:
+        """Return the validator's state figures: Spark's state operators (reference backend), else the rocksdb shard
+        servers' files, else None (unknown: the page shows "–", never a zero nobody measured)."""
+        spark = spark_state(progress)
+        if spark is not None:
+            return {"source": "spark state operators", "rows": spark["state_rows"],
+                    "memory_bytes": spark["state_memory_bytes"], "ttl_evictions_last_batch": spark["ttl_evictions"]}
+        rocks = rocks_state(self.settings)
+        if rocks is None:
+            return None
+        live = rocks["servers_live"] > 0
+        return {
+            "source": "rocksdb shard servers", "rows": rocks["rows_estimate"], "sst_bytes": rocks["live_sst_bytes"],
+            # The block cache and the memtables live in the server processes: unknown once none of them runs.
+            "memory_bytes": rocks["block_cache_usage_bytes"] if live else None,
+            "memory_limit_bytes": rocks["block_cache_limit_bytes"] if live else None,
+            "memtable_bytes": rocks["memtable_bytes"] if live else None,
+            "write_buffer_limit_bytes": rocks["write_buffer_limit_bytes"] if live else None,
+            "servers_live": rocks["servers_live"], "shards": rocks["shards"], "updated_at_ms": rocks["updated_at_ms"],
+            **{k: rocks[k] for k in ("batches", "records", "replays", "restores", "restore_ms", "restore_bytes",
+                                     "changelog_bytes", "snapshots", "snapshot_ms", "snapshot_bytes", "ttl_evictions")},
         }
 
     def snapshot(self) -> dict[str, Any]:

@@ -18,12 +18,39 @@ function renderComponents(list) {
   if (!body.children.length) body.appendChild(row(["none reported (the API was not started by arbiter run)"]));
 }
 
+// Bytes in binary units; "–" when unknown (never a zero nobody measured).
+const bytes = (n) => {
+  if (n === undefined || n === null) return null;
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"]; let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return (i ? n.toFixed(1) : String(n)) + " " + units[i];
+};
+const used = (a, b) => (a === undefined || a === null ? null : bytes(a) + (b ? " / " + bytes(b) : ""));
+
+// The validator's state: Spark's state operators (reference backend) or the rocksdb shard servers' files.
+function renderState(st) {
+  st = st || {};
+  set("s_source", st.source ? "(" + st.source + ")" : "(no figures yet)");
+  set("s_rows", st.rows);
+  set("s_memory", used(st.memory_bytes, st.memory_limit_bytes));
+  set("s_memtable", used(st.memtable_bytes, st.write_buffer_limit_bytes));
+  set("s_sst_bytes", bytes(st.sst_bytes));
+  set("s_restores", st.restores === undefined ? null : st.restores + ", " + (st.restore_ms / 1000).toFixed(1) + " s, " + bytes(st.restore_bytes));
+  set("s_snapshots", st.snapshots === undefined ? null : st.snapshots + ", " + (st.snapshot_ms / 1000).toFixed(1) + " s, " + bytes(st.snapshot_bytes));
+  set("s_changelog_bytes", bytes(st.changelog_bytes));
+  const lastBatch = st.ttl_evictions_last_batch !== undefined;
+  set("s_ttl_evictions", lastBatch ? st.ttl_evictions_last_batch : st.ttl_evictions);
+  set("s_ttl_label", lastBatch ? "TTL evictions (last batch)" : "TTL evictions (since the servers started)");
+  set("s_servers", st.servers_live === undefined ? null : st.servers_live + " (" + st.shards + ")");
+}
+
 function render(s) {
   renderComponents(s.components);
   ["commands_in_per_s", "events_out_per_s", "rejections_out_per_s"].forEach((k) => set(k, s[k]));
   set("total_commands", s.totals.commands); set("total_events", s.totals.events); set("total_rejections", s.totals.rejections);
   const v = s.validator || {};
-  ["batch_id", "batch_duration_ms", "input_rows", "state_rows", "state_memory_bytes", "ttl_evictions"].forEach((k) => set("v_" + k, v[k]));
+  ["batch_id", "batch_duration_ms", "input_rows"].forEach((k) => set("v_" + k, v[k]));
+  renderState(v.state);
   const reasons = document.getElementById("reasons"); reasons.replaceChildren();
   Object.entries(s.rejections_by_reason).forEach(([r, n]) => reasons.appendChild(row([r], [n, true])));
   if (!reasons.children.length) reasons.appendChild(row(["none yet"]));
