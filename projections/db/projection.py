@@ -6,7 +6,7 @@ import logging
 import shutil
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from commands import Event
@@ -42,6 +42,9 @@ class DbProjection(Projection):
         self.follow_swaps = generation is None
         self.store = ReadModelStore(generation, sync=sync) if generation else ReadModelStore.open_current(root, sync=sync)
         self.counts = DbCounts()
+
+    def figures(self) -> dict[str, int]:
+        return asdict(self.counts)
 
     def start_offsets(self, partitions: Sequence[TP]) -> dict[TP, int]:
         stored = self.store.offsets()
