@@ -21,7 +21,7 @@ from app.validator.rocks.stats import MIB, file_prefix, read_stats, stats_dir
 
 # Shard counters (totals since the server started): file key -> (metric name without _total, help, scale).
 SHARD_COUNTERS = (
-    ("batches", "arbiter_shard_batches", "Micro-batches the shard ran (re-emits included)", 1),
+    ("batches", "arbiter_shard_batches", "Micro-batches the shard decided (re-emits: replays)", 1),
     ("records", "arbiter_shard_records", "Command records the shard was given", 1),
     ("replays", "arbiter_shard_replays", "Batches re-emitted from the batch-id memo instead of decided again", 1),
     ("opens", "arbiter_shard_opens", "Times the shard's database was opened", 1),
