@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import datetime
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -75,14 +76,22 @@ class ValidatorCollector(Collector):
         for phase, ms in sorted((p.get("durationMs") or {}).items()):
             durations.add_metric([phase], ms / 1000)
         yield durations
+        if p.get("timestamp"):
+            at = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00"))
+            yield _gauge("arbiter_validator_last_batch_timestamp_seconds", "When that micro-batch started",
+                         at.timestamp())
         offsets = GaugeMetricFamily("arbiter_validator_committed_offset",
                                     "Next commands offset per partition after that micro-batch", labels=["partition"])
+        lag = GaugeMetricFamily("arbiter_validator_lag", "Commands on the topic not in that micro-batch, per partition "
+                                "(Spark's latestOffset minus its endOffset)", labels=["partition"])
         for src in p.get("sources") or []:
-            end = src.get("endOffset")
-            end = json.loads(end) if isinstance(end, str) else end
-            for part, off in sorted(((end or {}).get(self.settings.topic_commands) or {}).items(), key=lambda x: int(x[0])):
+            end, latest = self._offsets(src.get("endOffset")), self._offsets(src.get("latestOffset"))
+            for part, off in sorted(end.items()):
                 offsets.add_metric([str(part)], off)
+                if part in latest:
+                    lag.add_metric([str(part)], max(0, latest[part] - off))
         yield offsets
+        yield lag
         spark = spark_state(p)
         if spark is not None:  # the reference backend's state, from Spark's state operators
             yield _gauge("arbiter_validator_state_rows", "State rows (Spark state operators)", spark["state_rows"])
@@ -90,6 +99,15 @@ class ValidatorCollector(Collector):
                          spark["state_memory_bytes"])
             yield _gauge("arbiter_validator_last_batch_ttl_evictions", "Values removed by TTL in that micro-batch",
                          spark["ttl_evictions"])
+
+    def _offsets(self, raw: object) -> dict[int, int]:
+        """Return one source offset JSON (Spark writes it as a string or an object) for the commands topic."""
+        try:
+            parsed = json.loads(raw) if isinstance(raw, str) else raw
+        except ValueError:
+            return {}
+        topic = parsed.get(self.settings.topic_commands) if isinstance(parsed, dict) else None
+        return {int(p): int(o) for p, o in topic.items()} if isinstance(topic, dict) else {}
 
     def _shards(self) -> Iterator[Metric]:
         s = self.settings

@@ -109,6 +109,8 @@ def test_validator_and_projection_metrics_move_during_a_run(spark, settings: Set
         v2, "arbiter_shard_server_block_cache_limit_bytes") * total(v2, "arbiter_shard_server_up")
     assert total(v2, "arbiter_validator_last_batch_duration_seconds", phase="triggerExecution") > 0
     assert {dict(ls)["partition"] for (n, ls) in v2 if n == "arbiter_shard_state_rows"} == {"0", "1", "2", "3"}
+    assert {dict(ls)["partition"] for (n, ls) in v2 if n == "arbiter_validator_lag"} == {"0", "1", "2", "3"}
+    assert total(v2, "arbiter_validator_last_batch_timestamp_seconds") > time.time() - 600
 
     for name in ("arbiter_projection_records_total", "arbiter_projection_batches_total",
                  "arbiter_projection_applied_total", "arbiter_projection_batch_seconds_total"):

@@ -16,6 +16,7 @@ import pytest
 
 from app.kafka_broker import free_port
 from app.settings import Settings
+from tests.integration.browser import chromium, console_errors
 
 pytestmark = pytest.mark.integration
 
@@ -137,8 +138,6 @@ def test_scenario_status_page_and_clean_stop(pipeline: Run, settings: Settings, 
 
 def _watch_status_page(api: str, shots: Path, settings: Settings) -> list[tuple[str, ...]]:
     """Open the status page in headless Chromium; return the figures seen over time; fail on console errors."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
 
     from app.api.auth import issue_token
@@ -147,25 +146,15 @@ def _watch_status_page(api: str, shots: Path, settings: Settings) -> list[tuple[
     assert httpx.get(f"{api}/status.json", timeout=5).status_code == 401  # the status data is for operators
     assert httpx.get(f"{api}/status.json", timeout=5,
                      headers={"Authorization": f"Bearer {operator}"}).status_code == 200
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = "/usr/bin/chromium"
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 f"--user-data-dir={shots / 'profile'}", "--window-size=1200,1400"):
-        opts.add_argument(flag)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=opts, service=Service("/usr/bin/chromedriver"))
     seen: list[tuple[str, ...]] = []
-    try:
+    with chromium(shots / "profile") as driver:
         driver.get(f"{api}/#token={operator}")
-        ids = ("total_commands", "total_events", "commands_in_per_s", "v_batch_id")
+        ids = ("total_commands", "total_events", "commands_in_per_s", "v_batch_id", "s_rows")
         for i in range(6):
             time.sleep(2.0)
             driver.save_screenshot(str(shots / f"status-{i}.png"))
             seen.append(tuple(driver.find_element(By.ID, k).text for k in ids))
-        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
-        assert not errors, errors
+        assert not console_errors(driver), console_errors(driver)
         assert driver.find_element(By.ID, "hot").text.strip(), "no hot keys shown"
-    finally:
-        driver.quit()
+    assert seen[-1][-1] not in ("–", "0"), f"the rocksdb backend's state rows are not shown: {seen[-1]}"
     return seen

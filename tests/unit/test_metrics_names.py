@@ -48,7 +48,8 @@ def test_the_readme_table_is_what_the_code_exports(tmp_path: Path) -> None:
         s = Settings(var_dir=tmp_path / backend, state_backend=backend, checkpoint_location=str(tmp_path / "ck"))
         write_progress(progress_path(s), {
             "batchId": 3, "numInputRows": 5, "processedRowsPerSecond": 1.0, "durationMs": {"triggerExecution": 9},
-            "sources": [{"endOffset": {s.topic_commands: {"0": 5}}}],
+            "timestamp": "2026-11-23T14:00:00.000Z",
+            "sources": [{"endOffset": {s.topic_commands: {"0": 5}}, "latestOffset": {s.topic_commands: {"0": 8}}}],
             "stateOperators": [{"numRowsTotal": 1, "memoryUsedBytes": 1}] if backend == "spark" else []})
         stats_dir(s).mkdir(parents=True)
         (stats_dir(s) / f"{file_prefix(s)}0.json").write_text(json.dumps(
@@ -57,6 +58,8 @@ def test_the_readme_table_is_what_the_code_exports(tmp_path: Path) -> None:
         found |= exported(ValidatorCollector(s).collect())
     found |= exported(ProjectionCollector(Runner(RunnerConfig("127.0.0.1:1", ("t",), "g"), EveryFigure())).collect())
     assert "arbiter_shard_state_rows" in found and "arbiter_validator_state_rows" in found
+    lag = {m.samples[0].value for m in ValidatorCollector(s).collect() if m.name == "arbiter_validator_lag"}
+    assert lag == {3}
     table = documented()
     assert {n: t for n, t in found.items() if table.get(n) != t} == {}, "exported but not in the README's table"
     assert sorted(set(table) - set(found)) == [], "in the README's table but not exported"

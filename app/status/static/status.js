@@ -44,8 +44,47 @@ function renderState(st) {
   set("s_servers", st.servers_live === undefined ? null : st.servers_live + " (" + st.shards + ")");
 }
 
+// Charts of the last 15 minutes (uPlot, served from /vendor): the API keeps a point a second in s.history.
+const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+  "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"];
+const CHARTS = [
+  ["chart_flow", "per second: commands in, events and rejections out",
+    [["commands_in", "commands in"], ["events_out", "events out"], ["rejections_out", "rejections out"]]],
+  ["chart_latency", "decision latency (ms, issued → seen by the API)", [["latency_p50_ms", "p50"], ["latency_p99_ms", "p99"]]],
+  ["chart_lag", "lag per partition (commands not yet validated)", null],
+  ["chart_state_rows", "validator state rows", [["state_rows", "rows"]]],
+  ["chart_state_memory", "validator state memory", [["state_memory_bytes", "memory"]], bytes],
+];
+const charts = {};
+window.arbiterCharts = charts; // read by the status page's browser test
+
+function lagSeries(h) {
+  const parts = Object.keys(h).filter((k) => /^lag_\d+$/.test(k)).sort((a, b) => +a.slice(4) - +b.slice(4));
+  return parts.length ? parts.map((k) => [k, "partition " + k.slice(4)]) : [["lag_total", "total"]];
+}
+
+function renderCharts(h) {
+  if (!h || !h.t || typeof uPlot === "undefined") return;
+  CHARTS.forEach(([id, title, fixed, unit]) => {
+    const series = fixed || lagSeries(h);
+    const data = [h.t, ...series.map(([k]) => h[k] || h.t.map(() => null))];
+    const sig = series.map(([k]) => k).join(",");
+    let c = charts[id];
+    if (c && c.sig !== sig) { c.plot.destroy(); c = null; }
+    if (c) { c.plot.setData(data); return; }
+    const el = document.getElementById(id);
+    const opts = {
+      title, width: Math.max(300, el.clientWidth || 480), height: 180,
+      series: [{}, ...series.map(([, label], i) => ({ label, stroke: COLORS[i % COLORS.length], width: 1.5 }))],
+      axes: [{}, unit ? { size: 80, values: (u, splits) => splits.map(unit) } : { size: 70 }],
+    };
+    charts[id] = { sig, plot: new uPlot(opts, data, el) };
+  });
+}
+
 function render(s) {
   renderComponents(s.components);
+  renderCharts(s.history);
   ["commands_in_per_s", "events_out_per_s", "rejections_out_per_s"].forEach((k) => set(k, s[k]));
   set("total_commands", s.totals.commands); set("total_events", s.totals.events); set("total_rejections", s.totals.rejections);
   const v = s.validator || {};
