@@ -48,6 +48,7 @@ class StatusCollector:
         self._latencies: list[float] = []  # seconds from issued_at to seen here, since the last computation
         self.history = History()
         self._sampling: threading.Event | None = None
+        self._sampler: threading.Thread | None = None
 
     def observe(self, outcome: Event | Rejection, partition: int | None = None) -> None:
         """Count one decision read from the events or rejections topic (partition: the object's, by murmur2)."""
@@ -79,7 +80,8 @@ class StatusCollector:
                 except Exception:  # noqa: BLE001 - the page goes on; the next second tries again
                     log.exception("status figures failed")
 
-        threading.Thread(target=run, name="status-sampler", daemon=True).start()
+        self._sampler = threading.Thread(target=run, name="status-sampler", daemon=True)
+        self._sampler.start()
 
     def _watermarks(self) -> dict[str, dict[int, int]]:
         if self._consumer is None:
@@ -216,6 +218,8 @@ class StatusCollector:
     def close(self) -> None:
         if self._sampling is not None:
             self._sampling.set()
+        if self._sampler is not None:
+            self._sampler.join(30)  # a computation in flight still uses the consumer (broker calls time out in 5 s)
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
