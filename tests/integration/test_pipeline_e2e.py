@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -36,14 +37,18 @@ def _env(settings: Settings, api_port: int) -> dict[str, str]:
 
 
 class Run:
-    def __init__(self, proc: subprocess.Popen[str], lines: list[str], api: str, var: Path) -> None:
-        self.proc, self.lines, self.api, self.var = proc, lines, api, var
+    def __init__(self, proc: subprocess.Popen[str], lines: list[str], api: str, var: Path,
+                 metrics: dict[str, int]) -> None:
+        self.proc, self.lines, self.api, self.var, self.metrics = proc, lines, api, var, metrics
 
 
 @pytest.fixture
 def pipeline(settings: Settings) -> Iterator[Run]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "run"], env=_env(settings, port), text=True,
+    metrics = {"validator": free_port(), "db": free_port(), "audit": free_port(), "log": free_port()}
+    env = {**_env(settings, port), "ARBITER_VALIDATOR_METRICS_PORT": str(metrics["validator"]),
+           "ARBITER_PROJECTION_METRICS_PORTS": json.dumps({k: v for k, v in metrics.items() if k != "validator"})}
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "run"], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     lines: list[str] = []
     assert proc.stdout is not None
@@ -52,7 +57,7 @@ def pipeline(settings: Settings) -> Iterator[Run]:
         lines.append(line.rstrip("\n"))
         if line.startswith("Serving") or time.monotonic() > deadline:
             break
-    run = Run(proc, lines, f"http://127.0.0.1:{port}", settings.path(settings.var_dir))
+    run = Run(proc, lines, f"http://127.0.0.1:{port}", settings.path(settings.var_dir), metrics)
     try:
         assert any(line.startswith("Serving") for line in lines), "\n".join(lines[-60:])
         yield run
@@ -120,6 +125,14 @@ def test_scenario_status_page_and_clean_stop(pipeline: Run, settings: Settings, 
     assert load.returncode == 0, summary
     assert "accepted" in summary and "decision latency p50" in summary, summary
     assert figures[0] != figures[-1], "the status page's figures did not change while load ran"
+    # Every component `arbiter run` starts serves its /metrics on the port its setting names.
+    scraped = {name: httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+               for name, port in pipeline.metrics.items()}
+    assert re.search(r"^arbiter_shard_records_total\{partition=\"\d+\"\} [1-9]", scraped["validator"], re.M), \
+        scraped["validator"][-3000:]
+    for kind in ("db", "audit", "log"):
+        assert re.search(rf'^arbiter_projection_records_total\{{projection="{kind}"\}} [1-9]', scraped[kind], re.M), \
+            scraped[kind][-3000:]
 
     via_api = subprocess.run([sys.executable, "-m", "app.cli", "load", "--via", "api", "--api", pipeline.api,
                               "--rate", "40", "--duration", "3", "--objects", "10"],
