@@ -101,6 +101,14 @@ class Settings(BaseSettings):
     projection_batch_size: int = Field(default=2000, ge=1, le=100_000)
     projection_sync_writes: bool = Field(default=True, description="fsync the read model/audit WAL per batch.")
 
+    # --- metrics (issue 16): Prometheus text format on a port of each process's own; 0 = not served ---
+    metrics_host: str = Field(default="127.0.0.1", description="Address the validator's and projections' /metrics "
+                              "bind to (loopback; 0.0.0.0 for a scraper on another host or container).")
+    validator_metrics_port: int = Field(default=9108, ge=0, le=65535, description="`arbiter validator`'s /metrics.")
+    projection_metrics_ports: dict[str, int] = Field(
+        default_factory=lambda: {"db": 9109, "audit": 9110, "log": 9111},
+        description='/metrics of `arbiter project <kind>`, per kind (JSON: \'{"db": 9109}\'); absent or 0 = not served.')
+
     # --- API -------------------------------------------------------------------------------------
     api_host: str = "127.0.0.1"
     api_port: int = 8000

@@ -60,6 +60,10 @@ class Projection:
         """Apply one batch; with ``stores_offsets``, atomically with the offsets after the batch."""
         raise NotImplementedError
 
+    def figures(self) -> dict[str, int]:
+        """Return the projection's own counters for its metrics (e.g. the DB projection's gaps); none by default."""
+        return {}
+
     def reseek(self) -> dict[TP, int] | None:
         """Return offsets to jump to when the projection's store changed under it (a rebuild swap), else None."""
         return None
@@ -83,17 +87,21 @@ class RunnerConfig:
     assign_all: bool = True
     batch_size: int = 2000
     poll_timeout_s: float = 0.5
-    lag_interval_s: float = 15.0
+    lag_interval_s: float = 15.0  # how often the lag is logged
+    lag_measure_s: float = 1.0    # how often it is measured for the metrics (cached watermarks: no request)
     stop_when_caught_up: bool = False
 
 
 @dataclass
 class RunStats:
-    """Counters of one run; ``lag`` is the last measured lag per partition."""
+    """Counters of one run; ``lag`` is the last measured lag per partition (replaced whole, never mutated, so a
+    metrics thread can read it)."""
 
     records: int = 0
     batches: int = 0
     undecodable: int = 0
+    batch_seconds: float = 0.0       # total time in ``apply`` and the commit after it
+    last_batch_seconds: float = 0.0
     lag: dict[TP, int] = field(default_factory=dict)
 
 
@@ -171,12 +179,19 @@ class Runner:
             else:
                 consumer.subscribe(list(self.config.topics), on_assign=self._on_assign, on_revoke=self._on_revoke)
             next_lag = time.monotonic() + self.config.lag_interval_s
+            next_measure = time.monotonic()
             while not self._stop:
                 msgs = consumer.consume(self.config.batch_size, self.config.poll_timeout_s)
                 items = self._items(msgs)
                 if items:
+                    t0 = time.monotonic()
                     self.projection.apply(items)
                     self._after_batch(consumer, items)
+                    self.stats.last_batch_seconds = took = time.monotonic() - t0
+                    self.stats.batch_seconds += took
+                if time.monotonic() >= next_measure:
+                    self.stats.lag = self.lag(consumer, ask_broker=False)
+                    next_measure = time.monotonic() + self.config.lag_measure_s
                 reseek = self.projection.reseek()
                 if reseek is not None:
                     self._seek(consumer, reseek)
@@ -241,8 +256,9 @@ class Runner:
                 consumer.seek(tp)
         log.info("%s projection: store changed, resumed at its offsets", self.projection.name)
 
-    def lag(self, consumer: Any) -> dict[TP, int]:
-        """Return high watermark minus next offset to read, per assigned partition."""
+    def lag(self, consumer: Any, *, ask_broker: bool = True) -> dict[TP, int]:
+        """Return high watermark minus next offset to read, per assigned partition (without ``ask_broker``, only
+        partitions whose watermark a fetch has already brought: the loop measures often and must not wait)."""
         out: dict[TP, int] = {}
         positions = {(tp.topic, tp.partition): tp.offset
                      for tp in consumer.position([TopicPartition(t, p) for t, p in self._assigned])}
@@ -251,6 +267,8 @@ class Runner:
             # long-poll on the broker connection (fetch.wait.max.ms per partition).
             low, high = consumer.get_watermark_offsets(TopicPartition(t, p), cached=True)
             if high < 0:
+                if not ask_broker:
+                    continue
                 low, high = consumer.get_watermark_offsets(TopicPartition(t, p), timeout=5, cached=False)
             # The client's position also steps over transaction markers, which no record of ours covers.
             pos = max(self._next.get((t, p), low), positions.get((t, p), -1), low)

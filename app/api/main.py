@@ -57,6 +57,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
         owned = read_model is None
         app.state.read_model = read_model if read_model is not None else open_read_model(settings)
         app.state.ctx = ApiContext(settings, app.state.producer, app.state.outcomes, metrics)
+        app.state.status.start_sampling()  # the status page's charts: a point a second whether or not anyone looks
         try:
             yield
         finally:

@@ -42,10 +42,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     logp.set_defaults(handler=_log)
 
 
-def _run(cfg: RunnerConfig, projection: Projection) -> int:
+def _run(s: Settings, cfg: RunnerConfig, projection: Projection) -> int:
+    from app.metrics_http import serve_metrics
+    from app.projection_metrics import ProjectionCollector
+
     runner = Runner(cfg, projection)
     runner.install_signal_handlers()
-    stats = runner.run()
+    metrics = serve_metrics(f"{projection.name} projection", s.metrics_host,
+                            s.projection_metrics_ports.get(projection.name, 0), [ProjectionCollector(runner)])
+    try:
+        stats = runner.run()
+    finally:
+        if metrics is not None:
+            metrics.close()
     log.info("%s projection stopped: %d records in %d batches, %d undecodable", projection.name, stats.records,
              stats.batches, stats.undecodable)
     return 0
@@ -65,7 +74,7 @@ def _db(args: argparse.Namespace) -> int:
     cfg = runner_config(s, "db", (s.topic_events,), assign_all=True, until_caught_up=args.until_caught_up)
     projection = DbProjection(open_writer(s))
     log.info("db projection: read model on %s", s.read_model)
-    code = _run(cfg, projection)
+    code = _run(s, cfg, projection)
     c = projection.counts
     log.info("db projection: applied %d, duplicates %d, gaps %d, invalid %d", c.applied, c.stale, c.gaps, c.invalid)
     return code
@@ -77,7 +86,7 @@ def _audit(args: argparse.Namespace) -> int:
     s = get_settings()
     cfg = runner_config(s, "audit", (s.topic_events, s.topic_rejections), assign_all=True,
                         until_caught_up=args.until_caught_up)
-    return _run(cfg, AuditProjection(audit_root(s), sync=s.projection_sync_writes))
+    return _run(s, cfg, AuditProjection(audit_root(s), sync=s.projection_sync_writes))
 
 
 def _log(args: argparse.Namespace) -> int:
@@ -87,4 +96,4 @@ def _log(args: argparse.Namespace) -> int:
     cfg = runner_config(s, "log", (s.topic_events, s.topic_rejections), assign_all=False,
                         until_caught_up=args.until_caught_up)
     path = s.path(s.log_file) if s.log_file else None
-    return _run(cfg, LogProjection(path, max_bytes=s.log_file_max_bytes, backups=s.log_file_backups))
+    return _run(s, cfg, LogProjection(path, max_bytes=s.log_file_max_bytes, backups=s.log_file_backups))

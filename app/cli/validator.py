@@ -15,18 +15,24 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from app.metrics_http import serve_metrics
     from app.spark_session import spark_session
     from app.topics import ensure_topics
     from app.validator.job import drain, run
+    from app.validator.metrics import ValidatorCollector
 
     settings = get_settings()
     ensure_topics(settings)
     spark = spark_session(settings, app_name="arbiter-validator")
+    metrics = serve_metrics("validator", settings.metrics_host, settings.validator_metrics_port,
+                            [ValidatorCollector(settings)])
     try:
         if args.available_now:
             drain(spark, settings, timeout=args.timeout)
         else:
             run(spark, settings)
     finally:
+        if metrics is not None:
+            metrics.close()
         spark.stop()
     return 0

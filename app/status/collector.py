@@ -4,6 +4,7 @@ and the health of the components ``arbiter run`` supervises."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections import Counter
@@ -13,9 +14,16 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from app.restart import components_path, read_components
 from app.settings import Settings
+from app.status.history import MAX_LAG_SERIES, History, percentile
 from app.status.hotkeys import HotKeys
 from app.validator.murmur2 import partition_for
+from app.validator.progress import spark_state
+from app.validator.rocks.stats import rocks_state
 from commands import Event, Rejection
+
+log = logging.getLogger(__name__)
+LATENCY_MAX_S = 3600.0     # decisions older than this when seen are not latencies (a restart reading old outcomes)
+LATENCY_SAMPLES = 100_000  # most latency samples kept between two computations (one a second)
 
 
 def validator_progress_path(settings: Settings):  # noqa: ANN201
@@ -36,6 +44,11 @@ class StatusCollector:
         self._last: tuple[float, dict[str, int]] | None = None
         self._rates: dict[str, float] = {}
         self._cached: tuple[float, dict[str, Any]] | None = None
+        self._compute = threading.Lock()  # one computation at a time (the sampler thread and page requests)
+        self._latencies: list[float] = []  # seconds from issued_at to seen here, since the last computation
+        self.history = History()
+        self._sampling: threading.Event | None = None
+        self._sampler: threading.Thread | None = None
 
     def observe(self, outcome: Event | Rejection, partition: int | None = None) -> None:
         """Count one decision read from the events or rejections topic (partition: the object's, by murmur2)."""
@@ -43,11 +56,32 @@ class StatusCollector:
         if partition is None:
             partition = partition_for(key.encode(), self.settings.partitions)
         self.hot.add(partition, key)
+        at = outcome.occurred_at  # the command's issued_at (None for a record that never was a command)
+        latency = time.time() - at.timestamp() if at is not None else None
         with self._lock:
             if isinstance(outcome, Event):
                 self.accepted += 1
             else:
                 self.reasons[str(outcome.reason)] += 1
+            # An old decision read again (a restart, a replay) is not a latency; nor is a skewed clock's.
+            if latency is not None and 0 <= latency < LATENCY_MAX_S and len(self._latencies) < LATENCY_SAMPLES:
+                self._latencies.append(latency)
+
+    def start_sampling(self, interval: float = 1.0) -> None:
+        """Compute the figures every ``interval`` seconds in a thread, so the charts' history has no holes."""
+        if self._sampling is not None:
+            return
+        stop = self._sampling = threading.Event()
+
+        def run() -> None:
+            while not stop.wait(interval):
+                try:
+                    self.snapshot()
+                except Exception:  # noqa: BLE001 - the page goes on; the next second tries again
+                    log.exception("status figures failed")
+
+        self._sampler = threading.Thread(target=run, name="status-sampler", daemon=True)
+        self._sampler.start()
 
     def _watermarks(self) -> dict[str, dict[int, int]]:
         if self._consumer is None:
@@ -66,9 +100,7 @@ class StatusCollector:
         try:
             progress = json.loads(validator_progress_path(self.settings).read_text())
         except (FileNotFoundError, json.JSONDecodeError):
-            return {}
-        ops = progress.get("stateOperators") or []
-        custom = [o.get("customMetrics") or {} for o in ops]
+            progress = {}
         end: dict[str, int] = {}
         for src in progress.get("sources") or []:
             offsets = src.get("endOffset")
@@ -80,20 +112,47 @@ class StatusCollector:
             if isinstance(offsets, dict):
                 for p, off in (offsets.get(self.settings.topic_commands) or {}).items():
                     end[str(p)] = int(off)
-        return {
+        figures = {
             "batch_id": progress.get("batchId"),
             "timestamp": progress.get("timestamp"),
-            "input_rows": progress.get("numInputRows", 0),
-            "rows_per_s": round(float(progress.get("processedRowsPerSecond") or 0.0), 1),
+            "input_rows": progress.get("numInputRows"),
+            "rows_per_s": round(float(progress["processedRowsPerSecond"]), 1)
+            if progress.get("processedRowsPerSecond") is not None else None,
             "batch_duration_ms": (progress.get("durationMs") or {}).get("triggerExecution"),
-            "state_rows": sum(int(o.get("numRowsTotal", 0)) for o in ops),
-            "state_memory_bytes": sum(int(o.get("memoryUsedBytes", 0)) for o in ops),
-            "ttl_evictions": sum(int(c.get("numValuesRemovedDueToTTLExpiry", 0)) for c in custom),
+            "state": self._state(progress),
             "end_offsets": end,
+        }
+        return figures if progress or figures["state"] else {}
+
+    def _state(self, progress: dict[str, Any]) -> dict[str, Any] | None:
+        """Return the validator's state figures: Spark's state operators (reference backend), else the rocksdb shard
+        servers' files, else None (unknown: the page shows "–", never a zero nobody measured)."""
+        spark = spark_state(progress)
+        if spark is not None:
+            return {"source": "spark state operators", "rows": spark["state_rows"],
+                    "memory_bytes": spark["state_memory_bytes"], "ttl_evictions_last_batch": spark["ttl_evictions"]}
+        rocks = rocks_state(self.settings)
+        if rocks is None:
+            return None
+        live = rocks["servers_live"] > 0
+        return {
+            "source": "rocksdb shard servers", "rows": rocks["rows_estimate"], "sst_bytes": rocks["live_sst_bytes"],
+            # The block cache and the memtables live in the server processes: unknown once none of them runs.
+            "memory_bytes": rocks["block_cache_usage_bytes"] if live else None,
+            "memory_limit_bytes": rocks["block_cache_limit_bytes"] if live else None,
+            "memtable_bytes": rocks["memtable_bytes"] if live else None,
+            "write_buffer_limit_bytes": rocks["write_buffer_limit_bytes"] if live else None,
+            "servers_live": rocks["servers_live"], "shards": rocks["shards"], "updated_at_ms": rocks["updated_at_ms"],
+            **{k: rocks[k] for k in ("batches", "records", "replays", "restores", "restore_ms", "restore_bytes",
+                                     "changelog_bytes", "snapshots", "snapshot_ms", "snapshot_bytes", "ttl_evictions")},
         }
 
     def snapshot(self) -> dict[str, Any]:
         """The page's figures; recomputed at most every ``min_interval`` seconds."""
+        with self._compute:
+            return self._snapshot()
+
+    def _snapshot(self) -> dict[str, Any]:
         now = time.monotonic()
         with self._lock:
             if self._cached is not None and now - self._cached[0] < self.min_interval:
@@ -115,6 +174,9 @@ class StatusCollector:
         ends = validator.get("end_offsets", {})
         lag = {str(p): hi - ends.get(str(p), 0) for p, hi in (marks.get(s.topic_commands) or {}).items()}
         with self._lock:
+            latencies, self._latencies = self._latencies, []
+        self._record(validator, lag, latencies)
+        with self._lock:
             data = {
                 "broker": broker,
                 "commands_in_per_s": round(self._rates.get(s.topic_commands, 0.0), 1),
@@ -126,6 +188,7 @@ class StatusCollector:
                 "rejections_by_reason": dict(sorted(self.reasons.items())),
                 "lag_by_partition": lag,
                 "validator": {k: v for k, v in validator.items() if k != "end_offsets"},
+                "history": self.history.columns(),
                 "hot_keys": {str(p): [{"object_id": k, "count": c, "error": e} for k, c, e in top]
                              for p, top in self.hot.top(5).items()},
                 # Written by `arbiter run` (app/supervisor.py); empty when the API runs on its own.
@@ -134,7 +197,29 @@ class StatusCollector:
             self._cached = (now, data)
         return data
 
+    def _record(self, validator: dict[str, Any], lag: dict[str, int], latencies: list[float]) -> None:
+        """Add this second's point to the charts' history."""
+        s, state = self.settings, validator.get("state") or {}
+        p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
+        point: dict[str, Any] = {
+            "t": round(time.time(), 3),
+            "commands_in": round(self._rates.get(s.topic_commands, 0.0), 1) if self._rates else None,
+            "events_out": round(self._rates.get(s.topic_events, 0.0), 1) if self._rates else None,
+            "rejections_out": round(self._rates.get(s.topic_rejections, 0.0), 1) if self._rates else None,
+            "latency_p50_ms": round(p50 * 1000, 1) if p50 is not None else None,
+            "latency_p99_ms": round(p99 * 1000, 1) if p99 is not None else None,
+            "state_rows": state.get("rows"), "state_memory_bytes": state.get("memory_bytes"),
+            "lag_total": sum(lag.values()) if lag else None,
+        }
+        if len(lag) <= MAX_LAG_SERIES:
+            point.update({f"lag_{p}": n for p, n in sorted(lag.items(), key=lambda x: int(x[0]))})
+        self.history.add(point)
+
     def close(self) -> None:
+        if self._sampling is not None:
+            self._sampling.set()
+        if self._sampler is not None:
+            self._sampler.join(30)  # a computation in flight still uses the consumer (broker calls time out in 5 s)
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None

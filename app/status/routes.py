@@ -1,4 +1,4 @@
-"""``GET /`` (the status page), ``/status.js`` and ``/status.json`` (its figures, operators only).
+"""``GET /`` (the status page), ``/status.js``, ``/vendor/*`` (uPlot) and ``/status.json`` (its figures, operators only).
 
 The page and its script are open; the figures need an operator's bearer token (``ARBITER_OPERATORS``): the
 script takes it from the page's address (``/#token=<token>``) and keeps it in ``sessionStorage``. However many
@@ -14,6 +14,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.deps import OperatorDep
 from app.api.memo import Memo
@@ -31,6 +32,18 @@ def status_page() -> FileResponse:
 @router.get("/status.js", include_in_schema=False)
 def status_script() -> FileResponse:
     return FileResponse(STATIC / "status.js", media_type="text/javascript")
+
+
+# The charting library, vendored (uPlot 1.6.32, MIT: vendor/uPlot.LICENSE): the page needs no network.
+VENDORED = {"uPlot.iife.min.js": "text/javascript", "uPlot.min.css": "text/css"}
+
+
+@router.get("/vendor/{name}", include_in_schema=False)
+def vendored(name: str) -> FileResponse:
+    media = VENDORED.get(name)
+    if media is None:
+        raise StarletteHTTPException(404, f"no vendored file {name}")
+    return FileResponse(STATIC / "vendor" / name, media_type=media, headers={"Cache-Control": "max-age=86400"})
 
 
 def status_memo(snapshot: Callable[[], dict[str, Any]]) -> Memo[bytes]:

@@ -12,7 +12,7 @@ import logging
 from app.errors import ArbiterError
 from app.settings import Settings, checkpoint_uri
 from app.validator.layout import check_layout
-from app.validator.progress import QueryWatch, progress_path, write_progress
+from app.validator.progress import QueryWatch, add_state, add_state_source, progress_path, write_progress
 from app.validator.sink import SINK_COLUMNS, SINK_DDL, sink_options
 from app.validator.source import kafka_source
 
@@ -69,6 +69,9 @@ def build_query(spark, settings: Settings, *, available_now: bool = False):  # n
     if settings.state_backend == "rocksdb":
         check_layout(spark, uri, {"state_backend": "rocksdb", "partitions": settings.partitions})
         from app.validator import rocks
+        from app.validator.rocks.stats import rocks_state
+
+        add_state_source(progress_path(settings), lambda: rocks_state(settings))
 
         return rocks.build_query(spark, settings, available_now=available_now)
     conf = streaming_conf(settings)
@@ -109,7 +112,7 @@ def drain(spark, settings: Settings, timeout: float = 300) -> None:  # noqa: ANN
     # The watch polls once a second; publish the final progress before returning so the status file is current.
     last = query.lastProgress
     if last is not None:
-        write_progress(progress_path(settings), json.loads(last.json))
+        write_progress(progress_path(settings), add_state(progress_path(settings), json.loads(last.json)))
 
 
 def run(spark, settings: Settings) -> None:  # noqa: ANN001

@@ -15,6 +15,17 @@ from app.settings import Settings
 log = logging.getLogger("arbiter.validator")
 PROGRESS_FILE = "validator-progress.json"
 POLL_S = 1.0  # how often the driver reads the newest progress
+STATE_KEY = "rocksdbState"  # the rocksdb backend's summed shard figures, added to the progress file
+
+StateSource = Callable[[], dict[str, int] | None]
+# Per progress file, where the watch publishing to it takes the state figures Spark's progress lacks (the rocksdb
+# backend's shard servers). Keyed by path because app.validator.rocks.job builds its QueryWatch without settings.
+_state_sources: dict[Path, StateSource] = {}
+
+
+def add_state_source(path: Path, source: StateSource) -> None:
+    """Have the watch that publishes to ``path`` add ``source()``'s figures to each progress it publishes."""
+    _state_sources[path] = source
 
 
 def progress_path(settings: Settings) -> Path:
@@ -22,17 +33,48 @@ def progress_path(settings: Settings) -> Path:
     return settings.path(settings.var_dir) / "status" / PROGRESS_FILE
 
 
-def summary(progress: dict[str, Any]) -> str:
-    """Return one line for a progress dict: batch, rows, rows/s, duration, state rows and memory, TTL evictions."""
+def add_state(path: Path | None, progress: dict[str, Any]) -> dict[str, Any]:
+    """Add the figures of the state source registered for ``path`` (if any, and if it has some) to ``progress``."""
+    source = _state_sources.get(path) if path is not None else None
+    state = source() if source is not None else None
+    if state is not None:
+        progress[STATE_KEY] = state
+    return progress
+
+
+def spark_state(progress: dict[str, Any]) -> dict[str, int] | None:
+    """Return the reference backend's state figures from Spark's state operators, or None when there are none."""
     ops = progress.get("stateOperators") or []
-    state_rows = sum(int(o.get("numRowsTotal", 0)) for o in ops)
-    state_mem = sum(int(o.get("memoryUsedBytes", 0)) for o in ops)
-    evicted = sum(int((o.get("customMetrics") or {}).get("numValuesRemovedDueToTTLExpiry", 0)) for o in ops)
+    if not ops:
+        return None
+    return {"state_rows": sum(int(o.get("numRowsTotal", 0)) for o in ops),
+            "state_memory_bytes": sum(int(o.get("memoryUsedBytes", 0)) for o in ops),
+            "ttl_evictions": sum(int((o.get("customMetrics") or {}).get("numValuesRemovedDueToTTLExpiry", 0))
+                                 for o in ops)}
+
+
+def state_line(progress: dict[str, Any]) -> str:
+    """Return the state part of the progress line: Spark's operators, else the shard servers', else ``unknown``."""
+    spark = spark_state(progress)
+    if spark is not None:
+        return (f"state_rows={spark['state_rows']} state_memory_bytes={spark['state_memory_bytes']} "
+                f"ttl_evictions={spark['ttl_evictions']}")
+    rocks = progress.get(STATE_KEY)
+    if not rocks:
+        return "state=unknown"  # never a zero that only means "not measured"
+    memory = (f"{rocks['block_cache_usage_bytes']}/{rocks['block_cache_limit_bytes']}" if rocks["servers_live"]
+              else "unknown")
+    return (f"state_rows={rocks['rows_estimate']} state_sst_bytes={rocks['live_sst_bytes']} "
+            f"state_memory_bytes={memory} ttl_evictions_total={rocks['ttl_evictions']}")
+
+
+def summary(progress: dict[str, Any]) -> str:
+    """Return one line for a progress dict: batch, rows, rows/s, duration, then the state figures."""
     rows = int(progress.get("numInputRows", 0))
     rate = float(progress.get("processedRowsPerSecond", 0.0) or 0.0)
     duration = int((progress.get("durationMs") or {}).get("triggerExecution", 0))
     return (f"batch={progress.get('batchId')} input_rows={rows} rows_per_s={rate:.0f} duration_ms={duration} "
-            f"state_rows={state_rows} state_memory_bytes={state_mem} ttl_evictions={evicted}")
+            f"{state_line(progress)}")
 
 
 def write_progress(path: Path, progress: dict[str, Any]) -> None:
@@ -76,6 +118,7 @@ class QueryWatch:
             return
         skipped = batch - self._last - 1 if self._last >= 0 else 0
         self._last = batch
+        add_state(self.path, progress)
         log.info("%s %s%s", progress.get("name"), summary(progress),
                  f" (+{skipped} batches since the previous line)" if skipped > 0 else "")
         if self.path is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from commands import Event
 from projections.db.apply import Status, apply_event
@@ -40,6 +40,9 @@ class DbProjection(Projection):
         self.follow_swaps = follow_swaps
         self.store = store
         self.counts = DbCounts()
+
+    def figures(self) -> dict[str, int]:
+        return asdict(self.counts)
 
     def start_offsets(self, partitions: Sequence[TP]) -> dict[TP, int]:
         stored = self.store.offsets()

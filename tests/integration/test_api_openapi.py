@@ -11,8 +11,6 @@ Every generated request, valid or not, and the same request with a body made not
 from __future__ import annotations
 
 import json
-import threading
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -21,14 +19,12 @@ from typing import Any
 import httpx
 import pytest
 import schemathesis
-import uvicorn
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import ignored_auth, missing_required_header, positive_data_acceptance
 
 from app.api.main import create_app
-from app.kafka_broker import free_port
 from app.settings import Settings
 from app.validator.job import drain
 from app.validator.topic_io import read_all
@@ -37,7 +33,7 @@ from commands.json_text import DEFAULT_MAX_DEPTH
 from projections.db import DbProjection, ReadModelStore
 from projections.db.store import current_generation
 from projections.runner import Runner, RunnerConfig
-from tests.integration.test_api_support import auth, module_settings_for
+from tests.integration.test_api_support import auth, module_settings_for, served
 from tests.integration.validator_oracle import send_commands
 
 pytestmark = pytest.mark.integration
@@ -96,20 +92,8 @@ def api_url(spark, base_settings: Settings,  # noqa: ANN001
     below counts on."""
     s = module_settings_for(base_settings, tmp_path_factory, "api-openapi", max_body_bytes=64 * 1024, wait_max_s=0.2)
     _fill_read_model(spark, s)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(s), host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}", s
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    with served(create_app(s)) as url:
+        yield url, s
 
 
 def test_the_real_read_model_answers_in_every_role(api_url: tuple[str, Settings]) -> None:

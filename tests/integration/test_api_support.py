@@ -42,6 +42,28 @@ def module_settings_for(base: Settings, tmp: pytest.TempPathFactory, name: str, 
 
 
 @contextmanager
+def served(app: Any) -> Iterator[str]:  # noqa: ANN401 - an ASGI app
+    """Serve ``app`` under uvicorn (lifespan on) on a free loopback port in a thread; yield its URL; stop it."""
+    import uvicorn
+
+    from app.kafka_broker import free_port
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+
+
+@contextmanager
 def live_pipeline(spark: Any, settings: Settings) -> Iterator[None]:  # noqa: ANN401 - a SparkSession
     """Run the real validator (``settings.state_backend``'s streaming query on ``spark``) and the real DB projection
     (on a thread, into the configured read model, ``settings.read_model``, where ``create_app`` opens its reader)

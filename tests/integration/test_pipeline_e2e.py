@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -18,6 +19,7 @@ import pytest
 
 from app.kafka_broker import free_port
 from app.settings import Settings
+from tests.integration.browser import chromium, console_errors
 
 pytestmark = pytest.mark.integration
 
@@ -37,14 +39,18 @@ def _env(settings: Settings, api_port: int) -> dict[str, str]:
 
 
 class Run:
-    def __init__(self, proc: subprocess.Popen[str], lines: list[str], api: str, var: Path) -> None:
-        self.proc, self.lines, self.api, self.var = proc, lines, api, var
+    def __init__(self, proc: subprocess.Popen[str], lines: list[str], api: str, var: Path,
+                 metrics: dict[str, int]) -> None:
+        self.proc, self.lines, self.api, self.var, self.metrics = proc, lines, api, var, metrics
 
 
 @pytest.fixture
 def pipeline(settings: Settings) -> Iterator[Run]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "run"], env=_env(settings, port), text=True,
+    metrics = {"validator": free_port(), "db": free_port(), "audit": free_port(), "log": free_port()}
+    env = {**_env(settings, port), "ARBITER_VALIDATOR_METRICS_PORT": str(metrics["validator"]),
+           "ARBITER_PROJECTION_METRICS_PORTS": json.dumps({k: v for k, v in metrics.items() if k != "validator"})}
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "run"], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     lines: list[str] = []
     assert proc.stdout is not None
@@ -53,7 +59,7 @@ def pipeline(settings: Settings) -> Iterator[Run]:
         lines.append(line.rstrip("\n"))
         if line.startswith("Serving") or time.monotonic() > deadline:
             break
-    run = Run(proc, lines, f"http://127.0.0.1:{port}", settings.path(settings.var_dir))
+    run = Run(proc, lines, f"http://127.0.0.1:{port}", settings.path(settings.var_dir), metrics)
     try:
         assert any(line.startswith("Serving") for line in lines), "\n".join(lines[-60:])
         yield run
@@ -127,6 +133,14 @@ def test_scenario_status_page_and_clean_stop(pipeline: Run, settings: Settings, 
     assert load.returncode == 0, summary
     assert "accepted" in summary and "decision latency p50" in summary, summary
     assert figures[0] != figures[-1], "the status page's figures did not change while load ran"
+    # Every component `arbiter run` starts serves its /metrics on the port its setting names.
+    scraped = {name: httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+               for name, port in pipeline.metrics.items()}
+    assert re.search(r"^arbiter_shard_records_total\{partition=\"\d+\"\} [1-9]", scraped["validator"], re.M), \
+        scraped["validator"][-3000:]
+    for kind in ("db", "audit", "log"):
+        assert re.search(rf'^arbiter_projection_records_total\{{projection="{kind}"\}} [1-9]', scraped[kind], re.M), \
+            scraped[kind][-3000:]
 
     via_api = subprocess.run([sys.executable, "-m", "app.cli", "load", "--via", "api", "--api", pipeline.api,
                               "--rate", "40", "--duration", "3", "--objects", "10"],
@@ -145,8 +159,6 @@ def test_scenario_status_page_and_clean_stop(pipeline: Run, settings: Settings, 
 
 def _watch_status_page(api: str, shots: Path, settings: Settings) -> list[tuple[str, ...]]:
     """Open the status page in headless Chromium; return the figures seen over time; fail on console errors."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
 
     from app.api.auth import issue_token
@@ -155,27 +167,17 @@ def _watch_status_page(api: str, shots: Path, settings: Settings) -> list[tuple[
     assert httpx.get(f"{api}/status.json", timeout=5).status_code == 401  # the status data is for operators
     assert httpx.get(f"{api}/status.json", timeout=5,
                      headers={"Authorization": f"Bearer {operator}"}).status_code == 200
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = "/usr/bin/chromium"
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 f"--user-data-dir={shots / 'profile'}", "--window-size=1200,1400"):
-        opts.add_argument(flag)
-    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=opts, service=Service("/usr/bin/chromedriver"))
     seen: list[tuple[str, ...]] = []
-    try:
+    with chromium(shots / "profile") as driver:
         driver.get(f"{api}/#token={operator}")
-        ids = ("total_commands", "total_events", "commands_in_per_s", "v_batch_id")
+        ids = ("total_commands", "total_events", "commands_in_per_s", "v_batch_id", "s_rows")
         for i in range(6):
             time.sleep(2.0)
             driver.save_screenshot(str(shots / f"status-{i}.png"))
             seen.append(tuple(driver.find_element(By.ID, k).text for k in ids))
-        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
-        assert not errors, errors
+        assert not console_errors(driver), console_errors(driver)
         assert driver.find_element(By.ID, "hot").text.strip(), "no hot keys shown"
-    finally:
-        driver.quit()
+    assert seen[-1][-1] not in ("–", "0"), f"the rocksdb backend's state rows are not shown: {seen[-1]}"
     return seen
 
 

@@ -84,6 +84,7 @@ def validator_env(settings: Settings) -> dict[str, str]:
         "ARBITER_STATE_BACKEND": settings.state_backend, "ARBITER_SPARK_MASTER": "local[2]",
         "ARBITER_MAX_OFFSETS_PER_TRIGGER": str(settings.max_offsets_per_trigger),
         "ARBITER_TRIGGER_INTERVAL": "0 seconds", "ARBITER_SNAPSHOT_EVERY": str(settings.snapshot_every),
+        "ARBITER_VALIDATOR_METRICS_PORT": "0",  # a test binds no fixed port
         "PYSPARK_PYTHON": sys.executable,
     })
     return env

@@ -18,12 +18,78 @@ function renderComponents(list) {
   if (!body.children.length) body.appendChild(row(["none reported (the API was not started by arbiter run)"]));
 }
 
+// Bytes in binary units; "–" when unknown (never a zero nobody measured).
+const bytes = (n) => {
+  if (n === undefined || n === null) return null;
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"]; let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return (i ? n.toFixed(1) : String(n)) + " " + units[i];
+};
+const used = (a, b) => (a === undefined || a === null ? null : bytes(a) + (b ? " / " + bytes(b) : ""));
+
+// The validator's state: Spark's state operators (reference backend) or the rocksdb shard servers' files.
+function renderState(st) {
+  st = st || {};
+  set("s_source", st.source ? "(" + st.source + ")" : "(no figures yet)");
+  set("s_rows", st.rows);
+  set("s_memory", used(st.memory_bytes, st.memory_limit_bytes));
+  set("s_memtable", used(st.memtable_bytes, st.write_buffer_limit_bytes));
+  set("s_sst_bytes", bytes(st.sst_bytes));
+  set("s_restores", st.restores === undefined ? null : st.restores + ", " + (st.restore_ms / 1000).toFixed(1) + " s, " + bytes(st.restore_bytes));
+  set("s_snapshots", st.snapshots === undefined ? null : st.snapshots + ", " + (st.snapshot_ms / 1000).toFixed(1) + " s, " + bytes(st.snapshot_bytes));
+  set("s_changelog_bytes", bytes(st.changelog_bytes));
+  const lastBatch = st.ttl_evictions_last_batch !== undefined;
+  set("s_ttl_evictions", lastBatch ? st.ttl_evictions_last_batch : st.ttl_evictions);
+  set("s_ttl_label", lastBatch ? "TTL evictions (last batch)" : "TTL evictions (since the servers started)");
+  set("s_servers", st.servers_live === undefined ? null : st.servers_live + " (" + st.shards + ")");
+}
+
+// Charts of the last 15 minutes (uPlot, served from /vendor): the API keeps a point a second in s.history.
+const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+  "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"];
+const CHARTS = [
+  ["chart_flow", "per second: commands in, events and rejections out",
+    [["commands_in", "commands in"], ["events_out", "events out"], ["rejections_out", "rejections out"]]],
+  ["chart_latency", "decision latency (ms, issued → seen by the API)", [["latency_p50_ms", "p50"], ["latency_p99_ms", "p99"]]],
+  ["chart_lag", "lag per partition (commands not yet validated)", null],
+  ["chart_state_rows", "validator state rows", [["state_rows", "rows"]]],
+  ["chart_state_memory", "validator state memory", [["state_memory_bytes", "memory"]], bytes],
+];
+const charts = {};
+window.arbiterCharts = charts; // read by the status page's browser test
+
+function lagSeries(h) {
+  const parts = Object.keys(h).filter((k) => /^lag_\d+$/.test(k)).sort((a, b) => +a.slice(4) - +b.slice(4));
+  return parts.length ? parts.map((k) => [k, "partition " + k.slice(4)]) : [["lag_total", "total"]];
+}
+
+function renderCharts(h) {
+  if (!h || !h.t || typeof uPlot === "undefined") return;
+  CHARTS.forEach(([id, title, fixed, unit]) => {
+    const series = fixed || lagSeries(h);
+    const data = [h.t, ...series.map(([k]) => h[k] || h.t.map(() => null))];
+    const sig = series.map(([k]) => k).join(",");
+    let c = charts[id];
+    if (c && c.sig !== sig) { c.plot.destroy(); c = null; }
+    if (c) { c.plot.setData(data); return; }
+    const el = document.getElementById(id);
+    const opts = {
+      title, width: Math.max(300, el.clientWidth || 480), height: 180,
+      series: [{}, ...series.map(([, label], i) => ({ label, stroke: COLORS[i % COLORS.length], width: 1.5 }))],
+      axes: [{}, unit ? { size: 80, values: (u, splits) => splits.map(unit) } : { size: 70 }],
+    };
+    charts[id] = { sig, plot: new uPlot(opts, data, el) };
+  });
+}
+
 function render(s) {
   renderComponents(s.components);
+  renderCharts(s.history);
   ["commands_in_per_s", "events_out_per_s", "rejections_out_per_s"].forEach((k) => set(k, s[k]));
   set("total_commands", s.totals.commands); set("total_events", s.totals.events); set("total_rejections", s.totals.rejections);
   const v = s.validator || {};
-  ["batch_id", "batch_duration_ms", "input_rows", "state_rows", "state_memory_bytes", "ttl_evictions"].forEach((k) => set("v_" + k, v[k]));
+  ["batch_id", "batch_duration_ms", "input_rows"].forEach((k) => set("v_" + k, v[k]));
+  renderState(v.state);
   const reasons = document.getElementById("reasons"); reasons.replaceChildren();
   Object.entries(s.rejections_by_reason).forEach(([r, n]) => reasons.appendChild(row([r], [n, true])));
   if (!reasons.children.length) reasons.appendChild(row(["none yet"]));
