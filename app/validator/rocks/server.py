@@ -126,6 +126,7 @@ class ShardServer:
     _totals: dict[tuple[str, int], Counter[str]] = field(default_factory=dict)  # counters of closed shard handles
     _stats_written: float = 0.0
     _stats_path: Path | None = None
+    _stats_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add_client(self, pid: int) -> None:
         with self._state:
@@ -295,6 +296,8 @@ class ShardServer:
         now = time.monotonic()
         if self._stats_path is None or (not force and now - self._stats_written < 1.0):
             return
+        if not self._stats_lock.acquire(blocking=force):
+            return  # another thread is writing them right now
         self._stats_written = now
         try:
             self._stats_path.parent.mkdir(parents=True, exist_ok=True)
@@ -303,11 +306,15 @@ class ShardServer:
             os.replace(tmp, self._stats_path)
         except OSError as e:
             log.warning("cannot write shard stats to %s: %s", self._stats_path, e)
+        finally:
+            self._stats_lock.release()
 
     # --- lifetime -----------------------------------------------------------------------------
     def _watch(self) -> None:
         while not self._closing:
             time.sleep(1.0)
+            if self._last_request > self._stats_written:  # the last batch before a quiet spell is written out too
+                self._write_stats()
             with self._state:
                 for pid, started in list(self.clients.items()):
                     if not alive(pid, started):
