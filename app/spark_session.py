@@ -26,8 +26,9 @@ def spark_session(settings: Settings, app_name: str = "arbiter", extra_conf: dic
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     jars = ",".join(str(j) for j in spark_connector_jars(settings))
-    # C1 only: the JVM stops compiling Spark's planner and task code again at the highest tier for minutes on end
-    # (docs/benchmarks.md, fifth pass); executors of a cluster get the same flag below.
+    # C1 only (the default): with C2 the JVM kept 0.1-0.3 core of compiler threads busy for minutes re-compiling
+    # Spark's planner and task code at the top tier, and measured no faster (docs/benchmarks.md, fifth pass).
+    # Executors of a cluster get the same flag below.
     jit = " -XX:TieredStopAtLevel=1" if settings.spark_jit == "c1" else ""
     builder = (
         SparkSession.builder.appName(app_name)
