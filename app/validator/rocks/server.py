@@ -16,8 +16,9 @@ restores it as ``open_shard`` always has.
 
 Lifetime: started by the first task that needs it (``client``), it serves until every executor JVM that sent it a
 request is gone, or it has had no request for ``shard_server_idle_s``, or it gets SIGTERM/SIGINT; then it
-stops accepting, finishes the requests under way, closes its shards and exits. It runs in the task's
-process group, so killing the validator's process group kills it too.
+stops accepting, finishes the requests under way, closes its shards and exits. It inherits the Python
+worker's process group (PySpark's daemon leads its own) and the validator's session; a validator killed
+outright loses its JVM, and the server notices that within a second.
 """
 
 from __future__ import annotations
