@@ -12,6 +12,11 @@ import os
 
 from app.settings import get_settings
 
+# Longer than clients keep an idle connection (httpx and most pools: 5 s, uvicorn's own default too): with equal
+# timeouts the server closed a connection just as a client sent on it, and the request failed as "connection
+# closed" (16 of 10,000 at 500 req/s in bench.pipeline, docs/benchmarks.md fifth pass).
+KEEP_ALIVE_S = 65
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("api", help="serve the Command API (default 127.0.0.1:8000)")
@@ -49,7 +54,8 @@ def _api(args: argparse.Namespace) -> int:
     if workers > 1:
         # the workers import app.api.asgi, which reads the environment: give them the address they serve on
         os.environ["ARBITER_API_HOST"], os.environ["ARBITER_API_PORT"] = host, str(port)
-        uvicorn.run("app.api.asgi:app", host=host, port=port, workers=workers, log_level="warning")
+        uvicorn.run("app.api.asgi:app", host=host, port=port, workers=workers, log_level="warning",
+                    timeout_keep_alive=KEEP_ALIVE_S)
     else:
-        uvicorn.run(create_app(s), host=host, port=port, log_level="warning")
+        uvicorn.run(create_app(s), host=host, port=port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S)
     return 0
