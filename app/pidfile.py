@@ -33,3 +33,19 @@ def alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def process_start(pid: int) -> str | None:
+    """Return ``pid``'s start time as the kernel gives it (Linux ``/proc``), None if unknown or the pid is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat[stat.rindex(b")") + 2:].split()[19].decode()
+
+
+def still_running(pid: int, started: str | None) -> bool:
+    """Whether ``pid`` is still the process that had start time ``started`` (just alive where /proc is missing):
+    a pid reused by another process is not mistaken for the one we watched."""
+    return alive(pid) and (started is None or process_start(pid) == started)

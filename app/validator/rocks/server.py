@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.errors import ArbiterError
+from app.pidfile import process_start, still_running
 from app.settings import Settings
 from app.validator.pyworker import freeze_imports_once
 from app.validator.rocks.checkpoint import ShardStore
@@ -58,27 +59,6 @@ from app.validator.rocks.wire import (
 )
 
 log = logging.getLogger("arbiter.validator.shards")
-
-
-def process_start(pid: int) -> str | None:
-    """Return ``pid``'s start time as the kernel gives it (Linux ``/proc``), None if unknown or the pid is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    return stat[stat.rindex(b")") + 2:].split()[19].decode()
-
-
-def alive(pid: int, started: str | None) -> bool:
-    """Whether ``pid`` is still the process that had start time ``started`` (just alive where /proc is missing)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return started is None or process_start(pid) == started
 
 
 @dataclass
@@ -318,7 +298,7 @@ class ShardServer:
                 self._write_stats()
             with self._state:
                 for pid, started in list(self.clients.items()):
-                    if not alive(pid, started):
+                    if not still_running(pid, started):
                         del self.clients[pid]
                 idle = time.monotonic() - self._last_request
                 if self._in_flight == 0 and (not self.clients or idle > self.idle_s):
