@@ -201,3 +201,39 @@ def test_the_server_writes_its_shards_figures_for_the_operations_view(tmp_path: 
         assert figures["opens"] == 1 and "restores" not in figures
     finally:
         stop_servers(s, ck)
+
+
+def test_malformed_frames_get_an_error_reply_and_the_server_serves_on(tmp_path: Path) -> None:
+    """Garbage on the socket (bad magic, a truncated header, rows that are not Arrow) is answered with a failed
+    reply naming the problem; nothing is written to the shard, and a good request afterwards is decided."""
+    import socket
+
+    from app.validator.rocks.wire import MAGIC_REQUEST, decode_reply, recv_frame, send_frame
+
+    s = settings_at(tmp_path, "garbage")
+    ck = str(tmp_path / "ck")
+    client = ShardClient(s, ck)
+    part = records_of(0, 3)
+    try:
+        client.run_all(0, NOW, [(0, rows(part[:1]))])  # starts the server
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(str(socket_path(s, ck, 0)))
+        bad_rows = encode_request_with_rows(client, 1, b"not an arrow stream")
+        for frame, expected in [(b"HELLO", "SHARD_REQUEST_FAILED"), (MAGIC_REQUEST + b"\x00\x01", "SHARD_SERVER_INTERNAL"),
+                                (bad_rows, "SHARD_SERVER_INTERNAL")]:
+            send_frame(sock, frame)
+            body = recv_frame(sock)
+            assert body is not None
+            reply = decode_reply(body)
+            assert not reply.ok and reply.text.startswith(expected), reply.text
+        sock.close()
+        (good,) = client.run_all(1, NOW, [(0, rows(part[1:]))])  # batch 1 was not applied by the garbage
+        assert good.ok and not good.replayed and len(outputs(good.rows)) == 2
+    finally:
+        stop_servers(s, ck)
+
+
+def encode_request_with_rows(client: ShardClient, batch: int, data: bytes) -> bytes:
+    from app.validator.rocks.wire import Request, encode_request
+
+    return encode_request(Request(batch, NOW, 0, client.executor, client.settings_wire, client.checkpoint, data))
