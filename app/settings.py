@@ -80,7 +80,8 @@ class Settings(BaseSettings):
     snapshots_kept: int = Field(default=2, ge=1, description="Snapshots kept per shard at the checkpoint location.")
     shard_tasks: int | None = Field(
         default=None, ge=1, description="Spark tasks per micro-batch the shards are spread over (whole partitions each, "
-        "no shuffle); unset = Spark's default parallelism (the cores). Fewer tasks, less per-task overhead.")
+        "no shuffle); unset = the cores in local mode (fewer tasks, less per-task overhead), one per partition on a "
+        "cluster (each keeps its executor, so shards stay put).")
     shard_lock_timeout_s: float = Field(default=60.0, gt=0, description="How long a task waits for its shard's lock.")
     checkpoint_fsync: bool = Field(
         default=True, description="fsync each shard changelog written to a local checkpoint directory before its "

@@ -1,19 +1,21 @@
 """``python -m bench.validator.rocks_cluster_kill``: the rocksdb backend on a standalone cluster loses nothing when a worker dies.
 
 Starts on 127.0.0.1 (free ports): a KRaft broker (unless ARBITER_KAFKA_BOOTSTRAP is set), a Spark master and
-two workers of one core each; preloads commands; runs ``python -m app.validator`` with
-``ARBITER_STATE_BACKEND=rocksdb`` (small batches, back to back); as soon as outcomes appear, SIGKILLs the
-second worker's whole process group (worker, executor JVM, Python workers); waits until every command has an
-outcome; then checks the topics hold exactly what ``commands.decide`` predicts (identical duplicates allowed,
-none divergent, none missing). Everything it started is stopped by PID.
+two workers of one core each, each with its own local rocks dir as two hosts would have
+(``bench.validator.cluster``); preloads commands; runs ``python -m app.validator`` with
+``ARBITER_STATE_BACKEND=rocksdb`` (small batches, back to back); once a fifth of the outcomes are out and both
+workers hold shards, SIGKILLs the second worker's whole process group (worker, executor JVM, Python workers);
+waits until every command has an
+outcome; reports which of the dead worker's shards the survivor took over and what restoring each from the
+checkpoint location cost (the shard servers' ``opens_log``); then checks the topics hold exactly what
+``commands.decide`` predicts (identical duplicates allowed, none divergent, none missing). Everything it
+started is stopped by PID.
 ``tests/integration/test_rocks_cluster.py`` runs it (~1 min).
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,20 +26,17 @@ from pathlib import Path
 from app.kafka_broker import LocalBroker, free_port
 from app.settings import Settings
 from app.topics import describe, ensure_topics
-from app.validator.fold import limits_for
-from app.validator.murmur2 import partition_for
 from app.validator.topic_io import produce, read_all
+from bench.validator.cluster import ShardOpen, cluster_env, moves, shard_opens, start, start_cluster, stop
+from bench.validator.rocks_cluster_placement import expected, job_env
 from bench.validator.workload import commands as workload
-from commands import Event, decide
 from schemas import codec
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-from validator_cluster_proof import SPARK_HOME, start, stop, wait_for  # noqa: E402
 
 
 @dataclass(frozen=True, slots=True)
 class ClusterKill:
-    """What one run saw: outcomes on the topics when the worker died, and the final comparison with ``decide``."""
+    """What one run saw: outcomes on the topics when the worker died, the shards the survivor took over (and
+    what restoring each cost), and the final comparison with ``decide``."""
 
     commands: int
     written_at_kill: int
@@ -46,6 +45,8 @@ class ClusterKill:
     divergent: int
     missing: int
     seconds: float
+    victim_shards: frozenset[int] = frozenset()
+    taken_over: tuple[ShardOpen, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -57,43 +58,22 @@ def run(bootstrap: str | None, work: Path, say: Callable[[str], None] = print, *
 
     Raises ``RuntimeError`` (with the job's log tail) if the job ends or times out before every outcome is written.
     """
-    env = {**os.environ, "SPARK_HOME": str(SPARK_HOME), "SPARK_LOG_DIR": str(work / "logs"),
-           "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
-    for key in [k for k in env if k.startswith("ARBITER_")]:
-        del env[key]  # the job's settings are exactly the ones below, not the caller's
-    procs: list[subprocess.Popen] = []
-    broker, job = None, None
+    broker, job, cluster = None, None, None
     t0 = time.monotonic()
     try:
         if not bootstrap:
             broker = LocalBroker(work / "kafka", port=free_port(), controller_port=free_port(), heap="512m")
             broker.start(Settings())
             bootstrap = broker.bootstrap
-        mport = free_port()
-        master_url = f"spark://127.0.0.1:{mport}"
-        spark_class = str(SPARK_HOME / "bin" / "spark-class")
-        procs.append(start([spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port",
-                            str(mport), "--webui-port", str(free_port())], work / "master.log", env))
-        wait_for(work / "master.log", "I have been elected leader")
-        for w in (1, 2):
-            wenv = {**env, "SPARK_WORKER_DIR": str(work / f"worker{w}")}
-            procs.append(start([spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--port",
-                                str(free_port()), "--webui-port", str(free_port()), "--cores", "1", "--memory", "1g",
-                                master_url], work / f"worker{w}.log", wenv))
-            wait_for(work / f"worker{w}.log", "Successfully registered with master")
-        say(f"master {master_url} and two workers up after {time.monotonic() - t0:.0f} s")
+        cluster = start_cluster(work, 2)
+        say(f"master {cluster.master_url} and two workers (own rocks dirs) up after {time.monotonic() - t0:.0f} s")
 
         s = Settings(kafka_bootstrap=bootstrap, var_dir=work / "var", partitions=4, topic_commands=f"{tag}-commands",
-                     topic_events=f"{tag}-events", topic_rejections=f"{tag}-rejections", spark_master=master_url)
+                     topic_events=f"{tag}-events", topic_rejections=f"{tag}-rejections")
         ensure_topics(s)
         cmds = list(workload(300, 3000))
         produce(s, [(c.object_id.encode(), codec.encode_command(c)) for c in cmds])
-        run_env = {**env, "ARBITER_KAFKA_BOOTSTRAP": bootstrap, "ARBITER_VAR_DIR": str(s.var_dir),
-                   "ARBITER_PARTITIONS": "4", "ARBITER_TOPIC_COMMANDS": s.topic_commands,
-                   "ARBITER_TOPIC_EVENTS": s.topic_events, "ARBITER_TOPIC_REJECTIONS": s.topic_rejections,
-                   "ARBITER_SPARK_MASTER": master_url, "ARBITER_STATE_BACKEND": "rocksdb",
-                   "ARBITER_MAX_OFFSETS_PER_TRIGGER": "200", "ARBITER_TRIGGER_INTERVAL": "0 seconds",
-                   "ARBITER_SNAPSHOT_EVERY": "3",
+        run_env = {**job_env(cluster_env(work), s, cluster.master_url, 2, 200), "ARBITER_SNAPSHOT_EVERY": "3",
                    "ARBITER_SPARK_CONF": '{"spark.executor.memory": "768m", "spark.cores.max": "2", '
                                          '"spark.task.maxFailures": "8"}'}
         job = start([sys.executable, "-m", "app.validator"], work / "job.log", run_env)
@@ -104,23 +84,20 @@ def run(bootstrap: str | None, work: Path, say: Callable[[str], None] = print, *
         def failed(why: str) -> RuntimeError:
             return RuntimeError(f"{why}; job log tail:\n{(work / 'job.log').read_text()[-3000:]}")
 
+        def held(root: Path) -> frozenset[int]:  # shards with a local database on that worker's disk
+            return frozenset(int(d.name.removeprefix("shard-")) for d in root.glob("*/shard-*") if d.is_dir())
+
         deadline = time.monotonic() + 300
-        while outcomes() == 0:
+        while outcomes() < len(cmds) // 5 or not all(held(root) for root in cluster.rocks_dirs):
             if job.poll() is not None or time.monotonic() > deadline:
-                raise failed("the job ended or timed out before its first outcome")
-            time.sleep(0.2)
+                raise failed("the job ended or timed out before a fifth of the outcomes, on both workers")
+            time.sleep(0.1)
         before = outcomes()
-        victim = procs[2]
-        os.killpg(victim.pid, signal.SIGKILL)  # worker 2, its executor and that executor's Python workers
-        victim.wait(30)
-        say(f"killed worker 2 (pgid {victim.pid}) with {before} of {len(cmds)} outcomes written")
-        limits, states, want = limits_for(s), {}, set()
-        for c in cmds:
-            d = decide(states.get(c.object_id), c, limits)
-            states[c.object_id] = d.state
-            topic = s.topic_events if isinstance(d.outcome, Event) else s.topic_rejections
-            want.add((topic, c.object_id.encode(), codec.encode_outcome(d.outcome),
-                      partition_for(c.object_id.encode(), 4)))
+        victim_shards = held(cluster.rocks_dirs[1])
+        pgid = cluster.kill_worker(2)  # worker 2, its executor and that executor's Python workers
+        say(f"killed worker 2 (pgid {pgid}) holding shards {sorted(victim_shards)} with {before} of {len(cmds)} "
+            "outcomes written")
+        want = expected(s, cmds)
         deadline = time.monotonic() + 600
         while True:
             got = [(r.topic, r.key, r.value, r.partition) for t in (s.topic_events, s.topic_rejections)
@@ -132,13 +109,17 @@ def run(bootstrap: str | None, work: Path, say: Callable[[str], None] = print, *
             time.sleep(3)
         seconds = time.monotonic() - t0
         say(f"outcomes complete {seconds:.0f} s after start")
+        taken = tuple(o for o in moves(shard_opens(s.path(s.var_dir))) if o.partition in victim_shards)
+        for o in taken:
+            say(f"shard {o.partition} taken over at batch {o.batch} by {o.server}: {o.source}, {o.ms} ms, "
+                f"{o.bytes:,} bytes fetched")
         return ClusterKill(len(cmds), before, len(got), len(got) - len(set(got)), len(set(got) - want),
-                           len(want - set(got)), seconds)
+                           len(want - set(got)), seconds, victim_shards, taken)
     finally:
         if job is not None:
             stop(job)
-        for p in reversed(procs):
-            stop(p)
+        if cluster is not None:
+            cluster.stop()
         if broker is not None:
             broker.stop()
         say(f"stopped everything started (total {time.monotonic() - t0:.0f} s); logs in {work}")
@@ -151,6 +132,7 @@ def main() -> int:
     except RuntimeError as e:
         print(e)
         return 1
+    print(f"the survivor took over {len(r.taken_over)} of the dead worker's shards {sorted(r.victim_shards)}")
     print(f"outcomes: {r.records} records ({r.duplicates} identical duplicates), {r.divergent} divergent, "
           f"{r.missing} missing: {'OK' if r.ok else 'FAILED'}")
     return 0 if r.ok else 1

@@ -27,7 +27,7 @@ from app.validator.pyworker import freeze_imports_once
 from app.validator.rocks.checkpoint import filesystem_of
 from app.validator.rocks.client import ShardClient
 from app.validator.rocks.lock import FileLock, acquire_job_lock, job_lock_path
-from app.validator.rocks.shard import ShardOrderError, rocks_root
+from app.validator.rocks.shard import ShardOrderError, host_settings, rocks_root
 from app.validator.rocks.wire import column_values, int_values, read_ipc, settings_bytes, table_ipc
 from app.validator.sink import SINK_DDL, sink_options
 from app.validator.source import kafka_source
@@ -148,9 +148,21 @@ class ShardTasks:
         if first is None or not len(first):
             return
         now_ms = batch_time_ms(self.checkpoint, int(raw))
-        yield from shard_step(self.settings, self.checkpoint, int(raw), now_ms, itertools.chain([first], batches),
-                              self.settings_wire)
+        settings, wire = _on_this_host(self.settings, self.settings_wire)
+        yield from shard_step(settings, self.checkpoint, int(raw), now_ms, itertools.chain([first], batches), wire)
         freeze_imports_once()
+
+
+_host_settings: dict[bytes, tuple[Settings, bytes]] = {}
+
+
+def _on_this_host(settings: Settings, wire: bytes) -> tuple[Settings, bytes]:
+    """Return the settings (and their wire form) a task uses on this host: ``host_settings``, once per process."""
+    cached = _host_settings.get(wire)
+    if cached is None:
+        local = host_settings(settings)
+        cached = _host_settings[wire] = (local, wire if local is settings else settings_bytes(local))
+    return cached
 
 
 _locks: dict[str, FileLock] = {}  # job locks of the queries this process started, by query id
@@ -172,6 +184,23 @@ def _release(qid: str) -> None:
         lock.release()
 
 
+def shard_tasks(settings: Settings, master: str, parallelism: int) -> int:
+    """Return how many tasks a micro-batch's shards are spread over: ``shard_tasks``, else by where Spark runs.
+
+    Local mode: one per core (``coalesce``: fewer tasks, less per-task overhead; every task on this host
+    reaches the same shard servers, so where a task runs does not matter). On a cluster: one task per
+    partition, no coalesce, because then each task keeps the preferred location Spark's Kafka source gives
+    its partition: one executor, chosen from the sorted list of live executors by the partition's hash, the
+    same every batch while the executors stay the same. A coalesced task carries only a host preference
+    (Spark's ``DefaultPartitionCoalescer`` groups by host), and its grouping changes from batch to batch:
+    the shards moved between executors every few batches, each move a restore from the checkpoint location
+    (``python -m bench.validator.rocks_cluster_placement``; docs/benchmarks.md).
+    """
+    if settings.shard_tasks:
+        return settings.shard_tasks
+    return parallelism if master.startswith("local") else settings.partitions
+
+
 def build_query(spark: Any, settings: Settings, *, available_now: bool = False) -> Any:  # noqa: ANN401
     """Start the rocksdb-backed validator query; raise ``CheckpointInUse`` if another job owns the checkpoint."""
     from app.validator.job import query_name
@@ -184,7 +213,7 @@ def build_query(spark: Any, settings: Settings, *, available_now: bool = False) 
         name = query_name(settings)
         source = kafka_source(spark, settings, available_now=available_now).select(
             "key", "value", "topic", "partition", "offset")
-        tasks = settings.shard_tasks or spark.sparkContext.defaultParallelism
+        tasks = shard_tasks(settings, str(spark.sparkContext.master), spark.sparkContext.defaultParallelism)
         if tasks < settings.partitions:
             source = source.coalesce(tasks)  # whole partitions per task, each in offset order: no shuffle
         writer = source.mapInArrow(ShardTasks(settings, uri), SINK_DDL).writeStream.format("kafka") \

@@ -34,7 +34,7 @@ import socket
 import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,6 +108,7 @@ class ShardServer:
     _stats_written: float = 0.0
     _stats_path: Path | None = None
     _stats_lock: threading.Lock = field(default_factory=threading.Lock)
+    _opens: deque[dict[str, object]] = field(default_factory=lambda: deque(maxlen=OPENS_KEPT))
 
     def add_client(self, pid: int) -> None:
         with self._state:
@@ -237,9 +238,12 @@ class ShardServer:
             raise
         totals = self._totals.setdefault(key, Counter())
         totals["opens"] += 1
+        ms = round((time.monotonic() - t0) * 1000)
         if shard.restored_from in ("changelogs", "snapshot"):
             totals["restores"] += 1
-            totals["restore_ms"] += round((time.monotonic() - t0) * 1000)
+            totals["restore_ms"] += ms
+        self._opens.append({"partition": request.partition, "batch": request.batch_id, "from": shard.restored_from,
+                            "ms": ms, "bytes": shard.counters["restore_bytes"], "at_ms": int(time.time() * 1000)})
         st = os.stat(path)
         held = self.held[key] = HeldShard(shard, lock, path, (st.st_dev, st.st_ino))
         return held
@@ -270,7 +274,7 @@ class ShardServer:
                 figures["last_batch"] = held.shard.last_batch()
             shards[str(key[1])] = figures
         return {"pid": os.getpid(), "socket": str(self.path), "updated_at_ms": int(time.time() * 1000),
-                "block_cache_usage_bytes": cache, "shards": shards}
+                "block_cache_usage_bytes": cache, "shards": shards, "opens_log": list(self._opens)}
 
     def _write_stats(self, *, force: bool = False) -> None:
         """Write ``stats()`` to ``<var_dir>/status/shards/<socket>.json`` at most once a second (atomically)."""
@@ -310,6 +314,9 @@ class ShardServer:
 _ROCKS_PROPERTIES = (("rows_estimate", "rocksdb.estimate-num-keys"), ("live_sst_bytes", "rocksdb.live-sst-files-size"),
                      ("memtable_bytes", "rocksdb.cur-size-all-mem-tables"),
                      ("block_cache_usage_bytes", "rocksdb.block-cache-usage"))
+
+
+OPENS_KEPT = 256  # the last shard opens in the stats file: where each shard came from, at which batch, at what cost
 
 
 class ShardServerInternal(ArbiterError):

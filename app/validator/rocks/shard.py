@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import os
 import shutil
 import struct
 import tempfile
@@ -116,6 +117,22 @@ def decode_outputs(data: bytes) -> list[OutputRecord]:
 def shard_dir(settings: Settings, checkpoint: str, partition: int) -> Path:
     """Return the local directory of ``partition``'s database for ``checkpoint``."""
     return rocks_root(settings, checkpoint) / f"shard-{partition:04d}"
+
+
+HOST_ROCKS_DIR = "ARBITER_ROCKS_DIR"  # read from the executor host's own environment by ``host_settings``
+
+
+def host_settings(settings: Settings) -> Settings:
+    """Return ``settings`` with ``rocks_dir`` set from this host's environment when ``ARBITER_ROCKS_DIR`` is set here.
+
+    On a cluster the driver's settings travel to the executors, but a local disk is a fact of each host, as
+    Spark's own ``SPARK_LOCAL_DIRS`` is: a worker started with ``ARBITER_ROCKS_DIR`` keeps its shards there,
+    whatever the driver's value. In local mode the executor is the driver's process and reads the same value.
+    """
+    local = os.environ.get(HOST_ROCKS_DIR)
+    if not local or Path(local) == settings.rocks_dir:
+        return settings
+    return settings.model_copy(update={"rocks_dir": Path(local)})
 
 
 def rocks_root(settings: Settings, checkpoint: str) -> Path:
