@@ -117,7 +117,7 @@ def _start(spark: Any, settings: Settings, uri: str, *, available_now: bool) -> 
     return query
 
 
-def _raise_if_fenced(query: Any) -> None:  # noqa: ANN401
+def raise_if_fenced(query: Any) -> None:  # noqa: ANN401
     reason = lost_lease(query)
     if reason is not None:
         raise LeaseLost(f"validator {query_name_of(query)} stopped: it lost the checkpoint's lease ({reason}); "
@@ -140,7 +140,7 @@ def drain(spark, settings: Settings, timeout: float = 300) -> None:  # noqa: ANN
     finally:
         if query.isActive:
             query.stop()
-    _raise_if_fenced(query)
+    raise_if_fenced(query)
     # The watch polls once a second; publish the final progress before returning so the status file is current.
     last = query.lastProgress
     if last is not None:
@@ -151,4 +151,4 @@ def run(spark, settings: Settings) -> None:  # noqa: ANN001
     """Run the validator until it is stopped or fails; raise ``LeaseLost`` if it was stopped for a lost lease."""
     query = build_query(spark, settings)
     query.awaitTermination()
-    _raise_if_fenced(query)
+    raise_if_fenced(query)

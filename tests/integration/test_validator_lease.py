@@ -204,3 +204,33 @@ def test_a_second_driver_with_its_own_local_directory_is_refused_by_the_lease_an
     finally:
         os.killpg(a.pid, signal.SIGKILL)
         a.wait(30)
+
+
+def test_a_running_query_whose_lease_is_taken_stops_and_run_reports_lease_lost(
+        spark, lease_settings: Settings) -> None:  # noqa: ANN001
+    from app.validator import owner
+    from app.validator.job import build_query, raise_if_fenced
+    from app.validator.lease import LeaseLost
+    from app.validator.owner import lease_config
+
+    s = lease_settings.model_copy(update={"state_backend": "rocksdb", "lease_session_timeout_ms": 2000,
+                                          "lease_max_poll_interval_ms": 3000})
+    send_commands(s, _commands(0, 100))
+    query = build_query(spark, s)
+    try:
+        held = owner._owners[str(query.id)].lease
+        assert held is not None and held.held
+        config = lease_config(s, held.config.checkpoint)
+        other = LeaseConfig(**{**config.__dict__, "instance_id": "another-host", "client_id": "client-other"})
+        with held._poll_lock:  # this driver stalls (as a partitioned host would): the coordinator expires it
+            taker, _ = _acquire_within(other, 15)
+        deadline = time.monotonic() + 30
+        while query.isActive:
+            assert time.monotonic() < deadline, "the fenced query kept running"
+            time.sleep(0.1)
+        with pytest.raises(LeaseLost, match="lost the checkpoint's lease"):
+            raise_if_fenced(query)
+        taker.release()
+    finally:
+        if query.isActive:
+            query.stop()
