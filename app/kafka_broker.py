@@ -101,6 +101,9 @@ class LocalBroker:
             "share.coordinator.state.topic.replication.factor=1",
             "share.coordinator.state.topic.min.isr=1",
             "group.initial.rebalance.delay.ms=0",
+            # Lets a client ask for a session as short as 1 s (the default floor is 6 s): the validator lease's
+            # takeover after a crashed holder is one session timeout, which the lease tests keep at 2 s.
+            "group.min.session.timeout.ms=1000",
             "auto.create.topics.enable=false",
             "log.flush.interval.messages=9223372036854775807",
             "",

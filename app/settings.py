@@ -70,6 +70,18 @@ class Settings(BaseSettings):
         default=None, description="Spark shuffle partitions of the stateful step; default = partitions. Fixed by the first run.")
     dedup_ttl_ms: int = Field(default=24 * 3600 * 1000, ge=1, description="How long a command id is remembered for dedup.")
     tombstone_ttl_ms: int = Field(default=30 * 24 * 3600 * 1000, ge=1, description="How long a deleted object's state is kept.")
+    # --- one writer across hosts (app/validator/lease.py) ----------------------------------------
+    validator_lease: bool = Field(
+        default=True, description="Take the checkpoint's lease (a Kafka consumer group) before starting the query, so "
+        "a second driver on any host is refused; off, only the same-host job lock guards the checkpoint.")
+    topic_validator_leases: str = Field(default="arbiter-validator-leases", description="One-partition lease topic.")
+    lease_session_timeout_ms: int = Field(
+        default=10_000, ge=1000, description="A lease holder that sends no heartbeat for this long (crash, network "
+        "partition) loses the lease; another driver gets it this long after the holder's last heartbeat.")
+    lease_max_poll_interval_ms: int = Field(default=30_000, ge=1000, description="A holder whose lease thread does "
+                                            "not poll for this long is fenced too.")
+    lease_acquire_timeout_s: float | None = Field(
+        default=None, gt=0, description="How long a starting driver waits for the lease; unset = twice the session.")
 
     # --- rocksdb state backend (app/validator/rocks) -------------------------------------------
     rocks_dir: Path = Field(

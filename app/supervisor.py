@@ -164,7 +164,9 @@ class Supervisor:
         health._failures = 1 if up >= self.backoff.reset_after else health._failures + 1
         health.pid, health.last_exit_code, health.last_failure_at = None, code, utc_iso(time.time())
         tail = _tail(self.log_of(svc.name))
-        last_line = f"; last log line: {tail[-1][:200]}" if tail else ""
+        # The CLI's "arbiter: error [CODE]" line (e.g. CHECKPOINT_LEASED) may be followed by shutdown chatter.
+        coded = [line for line in tail if "arbiter: error [" in line]
+        last_line = f"; {coded[-1][:300]}" if coded else f"; last log line: {tail[-1][:200]}" if tail else ""
         if self.max_restarts is not None and health.restarts >= self.max_restarts:
             health.state = "failed"
             health.last_failure = f"{describe_exit(code)}, gave up after {health.restarts} restarts{last_line}"

@@ -70,6 +70,11 @@ def ensure_topics(settings: Settings, names: list[str] | None = None, partitions
     return [t.topic for t in new if t.topic in created]
 
 
+def ensure_lease_topic(settings: Settings) -> None:
+    """Create the validator lease topic (one partition, never written: its owner in a group is the lease)."""
+    ensure_topics(settings, [settings.topic_validator_leases], partitions=1)
+
+
 def align_max_message_bytes(client: AdminClient, settings: Settings, names: list[str]) -> None:
     """Set ``max.message.bytes`` of existing topics ``names`` to ``settings.max_message_bytes`` where it differs.
 

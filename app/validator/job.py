@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import json
 import logging
+from typing import Any
 
 from app.errors import ArbiterError
 from app.settings import Settings, checkpoint_uri
 from app.validator.layout import check_layout
+from app.validator.lease import LeaseLost
+from app.validator.owner import attach, lost_lease, take
 from app.validator.progress import QueryWatch, add_state, add_state_source, progress_path, write_progress
 from app.validator.sink import SINK_COLUMNS, SINK_DDL, sink_options
 from app.validator.source import kafka_source
@@ -64,8 +67,23 @@ def _quiet_state_server(spark) -> None:  # noqa: ANN001
 
 
 def build_query(spark, settings: Settings, *, available_now: bool = False):  # noqa: ANN001, ANN201
-    """Start the validator query for ``settings.state_backend`` and return its StreamingQuery."""
+    """Take the checkpoint (job lock, lease), start the query for ``settings.state_backend`` and return it.
+
+    Raises ``CheckpointLeased`` (a driver anywhere holds the lease) or ``CheckpointInUse`` (one on this host
+    holds the lock) before touching any state; the query's watch releases both when it ends.
+    """
     uri = checkpoint_uri(settings)
+    owner = take(spark, settings, uri)
+    try:
+        query = _start(spark, settings, uri, available_now=available_now)
+    except BaseException:
+        owner.release()
+        raise
+    QueryWatch(query, progress_path(settings), on_end=attach(owner, query))
+    return query
+
+
+def _start(spark: Any, settings: Settings, uri: str, *, available_now: bool) -> Any:  # noqa: ANN401
     if settings.state_backend == "rocksdb":
         check_layout(spark, uri, {"state_backend": "rocksdb", "partitions": settings.partitions})
         from app.validator import rocks
@@ -95,9 +113,22 @@ def build_query(spark, settings: Settings, *, available_now: bool = False):  # n
         writer = writer.option(k, v)
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=settings.trigger_interval)
     query = writer.start()
-    QueryWatch(query, progress_path(settings))
     log.info("validator started: backend=spark query=%s checkpoint=%s", name, uri)
     return query
+
+
+def raise_if_fenced(query: Any) -> None:  # noqa: ANN401
+    reason = lost_lease(query)
+    if reason is not None:
+        raise LeaseLost(f"validator {query_name_of(query)} stopped: it lost the checkpoint's lease ({reason}); "
+                        "another driver may own the checkpoint now. Check which one runs before restarting this one")
+
+
+def query_name_of(query: Any) -> str:  # noqa: ANN401
+    try:
+        return str(query.name)
+    except Exception:  # noqa: BLE001 - the session may be stopped
+        return "query"
 
 
 def drain(spark, settings: Settings, timeout: float = 300) -> None:  # noqa: ANN001
@@ -109,6 +140,7 @@ def drain(spark, settings: Settings, timeout: float = 300) -> None:  # noqa: ANN
     finally:
         if query.isActive:
             query.stop()
+    raise_if_fenced(query)
     # The watch polls once a second; publish the final progress before returning so the status file is current.
     last = query.lastProgress
     if last is not None:
@@ -116,5 +148,7 @@ def drain(spark, settings: Settings, timeout: float = 300) -> None:  # noqa: ANN
 
 
 def run(spark, settings: Settings) -> None:  # noqa: ANN001
-    """Run the validator until it is stopped or fails."""
-    build_query(spark, settings).awaitTermination()
+    """Run the validator until it is stopped or fails; raise ``LeaseLost`` if it was stopped for a lost lease."""
+    query = build_query(spark, settings)
+    query.awaitTermination()
+    raise_if_fenced(query)

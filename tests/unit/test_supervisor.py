@@ -110,6 +110,15 @@ def test_exiting_child_is_restarted_with_growing_backoff(h: Harness, tmp_path: P
     assert "run 1 up" in log and "run 4 up" in log and "--- arbiter run: restart #3 of flaky" in log  # appended
 
 
+def test_failure_names_the_error_code_the_child_printed_before_its_last_line(h: Harness, tmp_path: Path) -> None:
+    svc = child(tmp_path, "leased", [(0.2, 2)])
+    svc.argv[2] = CHILD.replace("time.sleep(up)", "time.sleep(up); print('arbiter: error [CHECKPOINT_LEASED]: held by "
+                                "arbiter-validator@b:pid7', flush=True); print('INFO shutting down', flush=True)")
+    h.sup.start(svc)
+    st = h.pump(lambda s: s["leased"]["state"] == "restarting")["leased"]
+    assert st["last_failure"] == "exit code 2; arbiter: error [CHECKPOINT_LEASED]: held by arbiter-validator@b:pid7"
+
+
 def test_failure_names_the_signal_restart_and_log_tail(h: Harness, tmp_path: Path) -> None:
     svc = child(tmp_path, "killed", [(0.2, None)])
     svc.argv[2] = CHILD.replace("time.sleep(up)", "time.sleep(up); import os, signal; os.kill(os.getpid(), signal.SIGKILL)")

@@ -13,10 +13,8 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -26,7 +24,6 @@ from app.settings import Settings, checkpoint_uri
 from app.validator.pyworker import freeze_imports_once
 from app.validator.rocks.checkpoint import filesystem_of
 from app.validator.rocks.client import ShardClient
-from app.validator.rocks.lock import FileLock, acquire_job_lock, job_lock_path
 from app.validator.rocks.shard import ShardOrderError, host_settings, rocks_root
 from app.validator.rocks.wire import column_values, int_values, read_ipc, settings_bytes, table_ipc
 from app.validator.sink import SINK_DDL, sink_options
@@ -165,25 +162,6 @@ def _on_this_host(settings: Settings, wire: bytes) -> tuple[Settings, bytes]:
     return cached
 
 
-_locks: dict[str, FileLock] = {}  # job locks of the queries this process started, by query id
-_locks_guard = threading.Lock()
-
-
-def _reclaim(spark: Any, path: Path) -> None:  # noqa: ANN401
-    """Release this process's lock on ``path`` if its query has ended but its watch has not noticed yet."""
-    with _locks_guard:
-        for qid, lock in list(_locks.items()):
-            if lock.path == path and spark.streams.get(qid) is None:
-                _locks.pop(qid).release()
-
-
-def _release(qid: str) -> None:
-    with _locks_guard:
-        lock = _locks.pop(qid, None)
-    if lock is not None:
-        lock.release()
-
-
 def shard_tasks(settings: Settings, master: str, parallelism: int) -> int:
     """Return how many tasks a micro-batch's shards are spread over: ``shard_tasks``, else by where Spark runs.
 
@@ -202,33 +180,21 @@ def shard_tasks(settings: Settings, master: str, parallelism: int) -> int:
 
 
 def build_query(spark: Any, settings: Settings, *, available_now: bool = False) -> Any:  # noqa: ANN401
-    """Start the rocksdb-backed validator query; raise ``CheckpointInUse`` if another job owns the checkpoint."""
+    """Start the rocksdb-backed validator query (the caller holds the checkpoint: ``app.validator.owner``)."""
     from app.validator.job import query_name
-    from app.validator.progress import QueryWatch, progress_path
 
     uri = checkpoint_uri(settings)
-    _reclaim(spark, job_lock_path(uri, rocks_root(settings, uri)))
-    lock = acquire_job_lock(uri, rocks_root(settings, uri))
-    try:
-        name = query_name(settings)
-        source = kafka_source(spark, settings, available_now=available_now).select(
-            "key", "value", "topic", "partition", "offset")
-        tasks = shard_tasks(settings, str(spark.sparkContext.master), spark.sparkContext.defaultParallelism)
-        if tasks < settings.partitions:
-            source = source.coalesce(tasks)  # whole partitions per task, each in offset order: no shuffle
-        writer = source.mapInArrow(ShardTasks(settings, uri), SINK_DDL).writeStream.format("kafka") \
-            .options(**sink_options(settings)).queryName(name).option("checkpointLocation", uri)
-        writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
-            processingTime=settings.trigger_interval)
-        query = writer.start()
-        qid = str(query.id)
-        with _locks_guard:
-            _locks[qid] = lock
-        # Releases the job lock when the query ends (stopped or failed); a new build_query reclaims it sooner.
-        QueryWatch(query, progress_path(settings), on_end=lambda: _release(qid))
-    except BaseException:
-        lock.release()
-        raise
+    name = query_name(settings)
+    source = kafka_source(spark, settings, available_now=available_now).select(
+        "key", "value", "topic", "partition", "offset")
+    tasks = shard_tasks(settings, str(spark.sparkContext.master), spark.sparkContext.defaultParallelism)
+    if tasks < settings.partitions:
+        source = source.coalesce(tasks)  # whole partitions per task, each in offset order: no shuffle
+    writer = source.mapInArrow(ShardTasks(settings, uri), SINK_DDL).writeStream.format("kafka") \
+        .options(**sink_options(settings)).queryName(name).option("checkpointLocation", uri)
+    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(
+        processingTime=settings.trigger_interval)
+    query = writer.start()
     log.info("validator started: backend=rocksdb query=%s checkpoint=%s shards=%s", name, uri,
              rocks_root(settings, uri))
     return query

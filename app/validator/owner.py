@@ -1,0 +1,128 @@
+"""One writer per checkpoint: the same-host job lock and the cross-host lease, held while the validator query runs.
+
+Order on start: the lease's check (refuses a live holder with another instance id, without joining), the
+same-host ``flock`` (two drivers of one instance id would fence each other, so only one may get past it),
+then the lease itself. Both are released when the query ends; a lost lease stops the query.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from app.settings import Settings
+from app.validator.lease import LeaseConfig, LeaseLost, ValidatorLease, client_id, instance_id, local_host
+from app.validator.rocks.lock import FileLock, acquire_job_lock, job_lock_path
+from app.validator.rocks.shard import rocks_root
+
+log = logging.getLogger("arbiter.validator")
+
+
+def lease_config(settings: Settings, checkpoint: str) -> LeaseConfig:
+    """Return this driver's lease on ``checkpoint``: its instance is (host, local state directory, checkpoint)."""
+    host = local_host()
+    session = settings.lease_session_timeout_ms
+    return LeaseConfig(
+        bootstrap=settings.kafka_bootstrap, topic=settings.topic_validator_leases, checkpoint=checkpoint,
+        instance_id=instance_id(host, rocks_root(settings, checkpoint), checkpoint),
+        client_id=client_id(host, os.getpid()), session_timeout_ms=session,
+        max_poll_interval_ms=settings.lease_max_poll_interval_ms,
+        acquire_timeout_s=settings.lease_acquire_timeout_s or 2 * session / 1000,
+        kafka_config={k: v for k, v in settings.kafka_config.items() if k.startswith(("security.", "sasl.", "ssl."))})
+
+
+class Ownership:
+    """The job lock and (unless disabled) the lease one query holds; ``release`` gives both up."""
+
+    def __init__(self, checkpoint: str, lock: FileLock, lease: ValidatorLease | None) -> None:
+        self.checkpoint, self.lock, self.lease = checkpoint, lock, lease
+        self.query: Any = None
+        self._guard = threading.Lock()
+
+    @property
+    def lost(self) -> str | None:
+        """Why the lease was lost while the query ran, or None."""
+        return self.lease.lost_reason if self.lease is not None else None
+
+    def fenced(self, reason: str) -> None:
+        """Stop the query: another driver may own the checkpoint now, so this one must not write another batch."""
+        log.error("validator fenced [%s]: %s; stopping the query on %s", LeaseLost.code, reason, self.checkpoint)
+        with self._guard:
+            query = self.query
+        if query is not None:
+            with _owners_guard:
+                _fenced[str(query.id)] = reason
+            try:
+                query.stop()
+            except Exception as e:  # noqa: BLE001 - the session may be gone; the lease is released either way
+                log.warning("stopping the fenced query: %s", e)
+
+    def release(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
+        self.lock.release()
+
+
+_owners: dict[str, Ownership] = {}  # by query id: what the queries this process started hold
+_fenced: dict[str, str] = {}  # by query id: why a query was stopped for its lost lease
+_owners_guard = threading.Lock()
+
+
+def _reclaim(spark: Any, path: Path) -> None:  # noqa: ANN401
+    """Release what this process holds on ``path`` for a query that has ended but whose watch has not noticed yet."""
+    with _owners_guard:
+        ended = [qid for qid, o in _owners.items() if o.lock.path == path and spark.streams.get(qid) is None]
+        owners = [_owners.pop(qid) for qid in ended]
+    for o in owners:
+        o.release()
+
+
+def take(spark: Any, settings: Settings, checkpoint: str) -> Ownership:  # noqa: ANN401
+    """Take the job lock and the lease on ``checkpoint``; raise ``CheckpointLeased`` or ``CheckpointInUse``."""
+    root = rocks_root(settings, checkpoint)
+    _reclaim(spark, job_lock_path(checkpoint, root))
+    lease: ValidatorLease | None = None
+    if settings.validator_lease:
+        from app.topics import ensure_lease_topic
+
+        ensure_lease_topic(settings)
+        lease = ValidatorLease(lease_config(settings, checkpoint))
+        lease.check()  # before the flock: a driver elsewhere is named as the lease holder, not as a lock file
+    lock = acquire_job_lock(checkpoint, root)
+    owner = Ownership(checkpoint, lock, lease)
+    if lease is not None:
+        lease.on_lost = owner.fenced
+        try:
+            lease.acquire()
+        except BaseException:
+            lock.release()
+            raise
+    return owner
+
+
+def attach(owner: Ownership, query: Any) -> Callable[[], None]:  # noqa: ANN401
+    """Tie ``owner`` to the started ``query``; return the ``on_end`` that releases it (for the query's watch)."""
+    qid = str(query.id)
+    with owner._guard:
+        owner.query = query
+    with _owners_guard:
+        _owners[qid] = owner
+    if owner.lost is not None:  # lost between acquire and start
+        owner.fenced(owner.lost)
+
+    def on_end() -> None:
+        with _owners_guard:
+            _owners.pop(qid, None)
+        owner.release()
+
+    return on_end
+
+
+def lost_lease(query: Any) -> str | None:  # noqa: ANN401
+    """Why ``query`` was stopped for a lost lease, or None."""
+    with _owners_guard:
+        return _fenced.get(str(query.id))
