@@ -14,7 +14,7 @@ from app.errors import ArbiterError
 from app.settings import Settings, checkpoint_uri
 from app.validator.layout import check_layout
 from app.validator.lease import LeaseLost
-from app.validator.owner import attach, lost_lease, take
+from app.validator.owner import attach, lost_lease, release_after, take
 from app.validator.progress import QueryWatch, add_state, add_state_source, progress_path, write_progress
 from app.validator.sink import SINK_COLUMNS, SINK_DDL, sink_options
 from app.validator.source import kafka_source
@@ -138,8 +138,7 @@ def drain(spark, settings: Settings, timeout: float = 300) -> None:  # noqa: ANN
         if not query.awaitTermination(timeout):
             raise DrainTimeout(f"validator did not drain {settings.topic_commands} within {timeout:.0f} s")
     finally:
-        if query.isActive:
-            query.stop()
+        release_after(query)
     raise_if_fenced(query)
     # The watch polls once a second; publish the final progress before returning so the status file is current.
     last = query.lastProgress
@@ -150,5 +149,8 @@ def drain(spark, settings: Settings, timeout: float = 300) -> None:  # noqa: ANN
 def run(spark, settings: Settings) -> None:  # noqa: ANN001
     """Run the validator until it is stopped or fails; raise ``LeaseLost`` if it was stopped for a lost lease."""
     query = build_query(spark, settings)
-    query.awaitTermination()
+    try:
+        query.awaitTermination()
+    finally:
+        release_after(query)  # a clean stop (Ctrl-C, SIGTERM to this process) hands the lease over at once
     raise_if_fenced(query)

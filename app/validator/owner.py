@@ -38,8 +38,9 @@ def lease_config(settings: Settings, checkpoint: str) -> LeaseConfig:
 class Ownership:
     """The job lock and (unless disabled) the lease one query holds; ``release`` gives both up."""
 
-    def __init__(self, checkpoint: str, lock: FileLock, lease: ValidatorLease | None) -> None:
+    def __init__(self, checkpoint: str, lock: FileLock, lease: ValidatorLease | None, spark: Any = None) -> None:  # noqa: ANN401
         self.checkpoint, self.lock, self.lease = checkpoint, lock, lease
+        self.spark = spark  # the session whose JVM hands the lease over on release (``leave_group``)
         self.query: Any = None
         self._guard = threading.Lock()
 
@@ -62,9 +63,45 @@ class Ownership:
                 log.warning("stopping the fenced query: %s", e)
 
     def release(self) -> None:
-        if self.lease is not None:
-            self.lease.release()
+        """Give up the lease and the job lock. A lease still held is handed over at once: this driver's static
+        member is removed from the group (``leave_group``, while the session's JVM is up) instead of expiring a
+        session later, so a driver on another host can start right after a clean stop."""
+        lease, spark = self.lease, self.spark
+        if lease is not None:
+            held = lease.held
+            lease.release()
+            if held and spark is not None:
+                try:
+                    leave_group(spark, lease.config)
+                except Exception as e:  # noqa: BLE001 - the member then expires with its session, as after a crash
+                    log.warning("could not remove this driver from lease group %s (%s); another driver gets the "
+                                "lease %g s after this one stopped", lease.config.group, e,
+                                lease.config.session_timeout_ms / 1000)
         self.lock.release()
+
+
+def leave_group(spark: Any, config: LeaseConfig) -> None:  # noqa: ANN401
+    """Remove this driver's static member from its lease group with Kafka's Java admin client in Spark's JVM.
+
+    librdkafka's static members do not leave their group on close (that is what lets a restart after
+    ``kill -9`` take the lease back at once), and confluent-kafka does not offer Kafka's remove-members call;
+    the ``kafka-clients`` jar the Spark Kafka connector brings does (``Admin.removeMembersFromConsumerGroup``).
+    """
+    jvm = spark._jvm
+    admin_pkg = jvm.org.apache.kafka.clients.admin
+    props = jvm.java.util.Properties()
+    props.put("bootstrap.servers", config.bootstrap)
+    for k, v in config.kafka_config.items():
+        props.put(k, str(v))
+    admin = admin_pkg.Admin.create(props)
+    try:
+        members = jvm.java.util.Collections.singleton(admin_pkg.MemberToRemove(config.instance_id))
+        admin.removeMembersFromConsumerGroup(config.group, admin_pkg.RemoveMembersFromConsumerGroupOptions(members)) \
+            .all().get(10, jvm.java.util.concurrent.TimeUnit.SECONDS)
+    finally:
+        admin.close()
+    log.info("left lease group %s (member %s): another driver may take the checkpoint now", config.group,
+             config.instance_id)
 
 
 _owners: dict[str, Ownership] = {}  # by query id: what the queries this process started hold
@@ -93,7 +130,7 @@ def take(spark: Any, settings: Settings, checkpoint: str) -> Ownership:  # noqa:
         lease = ValidatorLease(lease_config(settings, checkpoint))
         lease.check()  # before the flock: a driver elsewhere is named as the lease holder, not as a lock file
     lock = acquire_job_lock(checkpoint, root)
-    owner = Ownership(checkpoint, lock, lease)
+    owner = Ownership(checkpoint, lock, lease, spark)
     if lease is not None:
         lease.on_lost = owner.fenced
         try:
@@ -120,6 +157,24 @@ def attach(owner: Ownership, query: Any) -> Callable[[], None]:  # noqa: ANN401
         owner.release()
 
     return on_end
+
+
+def release_after(query: Any) -> None:  # noqa: ANN401
+    """Stop ``query`` if it still runs, then give up what it holds, handing the lease over at once (``release``).
+
+    For the driver's own clean exit (``run``/``drain`` return or are interrupted): the query's watch would
+    release too, but a second later and perhaps after the session (and the JVM the hand-over uses) has stopped.
+    """
+    try:
+        if query.isActive:
+            query.stop()
+    except Exception as e:  # noqa: BLE001 - an interrupted py4j call may leave the query to spark.stop()
+        log.warning("stopping the validator query before giving up its lease: %s", e)
+        return  # still running, or unknown: not safe to hand the lease over before it has stopped
+    with _owners_guard:
+        owner = _owners.pop(str(query.id), None)
+    if owner is not None:
+        owner.release()
 
 
 def lost_lease(query: Any) -> str | None:  # noqa: ANN401
