@@ -167,6 +167,15 @@ def _start(s: Settings, log: Path, checkpoint: Path, extra: dict[str, str] | Non
                                 stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
 
 
+def _wait_for_outputs(s: Settings, driver: subprocess.Popen[bytes], log: Path) -> None:
+    """Wait until the driver has written its first outcome; fail with its log if it exits or takes over 60 s."""
+    deadline = time.monotonic() + 60
+    while output_count(s) == 0:
+        assert driver.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, "the driver wrote nothing in 60 s"
+        time.sleep(0.2)
+
+
 def test_a_second_driver_with_its_own_local_directory_is_refused_by_the_lease_and_the_first_decides_everything(
         lease_settings: Settings, tmp_path: Path) -> None:
     s = lease_settings.model_copy(update={"state_backend": "rocksdb", "max_offsets_per_trigger": 200})
@@ -178,11 +187,7 @@ def test_a_second_driver_with_its_own_local_directory_is_refused_by_the_lease_an
     a_log, b_log = tmp_path / "a.log", tmp_path / "b.log"
     a = _start(a_settings, a_log, shared)
     try:
-        deadline = time.monotonic() + 60
-        while output_count(s) == 0:
-            assert a.poll() is None, a_log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "driver A wrote nothing in 60 s"
-            time.sleep(0.2)
+        _wait_for_outputs(s, a, a_log)
         b = _start(b_settings, b_log, shared)
         try:
             code = b.wait(60)
@@ -248,11 +253,7 @@ def test_a_driver_stopped_cleanly_leaves_the_lease_group_so_another_host_need_no
     a_log = tmp_path / "a.log"
     a = _start(s, a_log, checkpoint, {"ARBITER_LEASE_SESSION_TIMEOUT_MS": "60000"})
     try:
-        deadline = time.monotonic() + 60
-        while output_count(s) == 0:
-            assert a.poll() is None, a_log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "driver A wrote nothing in 60 s"
-            time.sleep(0.2)
+        _wait_for_outputs(s, a, a_log)
         a.send_signal(signal.SIGINT)  # Ctrl-C: to the driver's Python process (PySpark's JVM ignores SIGINT)
         a.wait(60)
     finally:
