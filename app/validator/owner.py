@@ -43,6 +43,8 @@ class Ownership:
         self.spark = spark  # the session whose JVM hands the lease over on release (``leave_group``)
         self.query: Any = None
         self._guard = threading.Lock()
+        self._release_lock = threading.Lock()  # one release at a time; a second caller waits for the first
+        self._released = False
 
     @property
     def lost(self) -> str | None:
@@ -65,7 +67,18 @@ class Ownership:
     def release(self) -> None:
         """Give up the lease and the job lock. A lease still held is handed over at once: this driver's static
         member is removed from the group (``leave_group``, while the session's JVM is up) instead of expiring a
-        session later, so a driver on another host can start right after a clean stop."""
+        session later, so a driver on another host can start right after a clean stop.
+
+        Idempotent, and a second caller (the query's watch, ``release_after``, ``_reclaim`` of a new query on
+        the same checkpoint) returns only once the first has finished: the job lock is let go last, after the
+        member removal, so a new query of this process never joins as this instance while it is being removed.
+        """
+        with self._release_lock:
+            if not self._released:
+                self._release()
+                self._released = True
+
+    def _release(self) -> None:
         lease, spark = self.lease, self.spark
         if lease is not None:
             held = lease.held
@@ -112,10 +125,10 @@ _owners_guard = threading.Lock()
 def _reclaim(spark: Any, path: Path) -> None:  # noqa: ANN401
     """Release what this process holds on ``path`` for a query that has ended but whose watch has not noticed yet."""
     with _owners_guard:
-        ended = [qid for qid, o in _owners.items() if o.lock.path == path and spark.streams.get(qid) is None]
-        owners = [_owners.pop(qid) for qid in ended]
-    for o in owners:
-        o.release()
+        ended = [(qid, o) for qid, o in _owners.items() if o.lock.path == path and spark.streams.get(qid) is None]
+    for qid, o in ended:
+        o.release()  # waits if the query's watch is releasing it right now
+        _forget(qid)
 
 
 def take(spark: Any, settings: Settings, checkpoint: str) -> Ownership:  # noqa: ANN401
@@ -152,9 +165,8 @@ def attach(owner: Ownership, query: Any) -> Callable[[], None]:  # noqa: ANN401
         owner.fenced(owner.lost)
 
     def on_end() -> None:
-        with _owners_guard:
-            _owners.pop(qid, None)
         owner.release()
+        _forget(qid)
 
     return on_end
 
@@ -172,9 +184,16 @@ def release_after(query: Any) -> None:  # noqa: ANN401
         log.warning("stopping the validator query before giving up its lease: %s", e)
         return  # still running, or unknown: not safe to hand the lease over before it has stopped
     with _owners_guard:
-        owner = _owners.pop(str(query.id), None)
+        owner = _owners.get(str(query.id))
     if owner is not None:
         owner.release()
+        _forget(str(query.id))
+
+
+def _forget(qid: str) -> None:
+    """Drop a released owner from the registry (after its release: ``_reclaim`` finds it until then)."""
+    with _owners_guard:
+        _owners.pop(qid, None)
 
 
 def lost_lease(query: Any) -> str | None:  # noqa: ANN401
