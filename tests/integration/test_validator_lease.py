@@ -243,8 +243,9 @@ def test_a_running_query_whose_lease_is_taken_stops_and_run_reports_lease_lost(
             query.stop()
 
 
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 def test_a_driver_stopped_cleanly_leaves_the_lease_group_so_another_host_need_not_wait_for_its_session(
-        lease_settings: Settings, tmp_path: Path) -> None:
+        lease_settings: Settings, tmp_path: Path, stop: signal.Signals) -> None:
     # A 60 s session: had the stopped driver's static member stayed, it would still own the lease afterwards.
     s = lease_settings.model_copy(update={"state_backend": "rocksdb", "max_offsets_per_trigger": 200,
                                           "var_dir": tmp_path / "host-a"})
@@ -254,7 +255,7 @@ def test_a_driver_stopped_cleanly_leaves_the_lease_group_so_another_host_need_no
     a = _start(s, a_log, checkpoint, {"ARBITER_LEASE_SESSION_TIMEOUT_MS": "60000"})
     try:
         _wait_for_outputs(s, a, a_log)
-        a.send_signal(signal.SIGINT)  # Ctrl-C: to the driver's Python process (PySpark's JVM ignores SIGINT)
+        a.send_signal(stop)  # to the driver's Python process only (PySpark's JVM ignores SIGINT, gets no SIGTERM)
         a.wait(60)
     finally:
         if a.poll() is None:
