@@ -42,6 +42,12 @@ class CheckpointLeased(ArbiterError):
     code = "CHECKPOINT_LEASED"
 
 
+class LeaseJoinFailed(ArbiterError):
+    """The broker refused this driver's join of the lease group (e.g. a session timeout outside its bounds)."""
+
+    code = "LEASE_JOIN_FAILED"
+
+
 class LeaseLost(ArbiterError):
     """The running validator lost its lease (fenced by the group coordinator) and stopped writing."""
 
@@ -105,6 +111,7 @@ class ValidatorLease:
         self.config = config
         self.on_lost = on_lost
         self.lost_reason: str | None = None
+        self.join_error: KafkaError | None = None  # the last error the group join reported, if any
         self._consumer: Consumer | None = None
         self._assigned = threading.Event()
         self._releasing = False
@@ -172,9 +179,20 @@ class ValidatorLease:
                                  on_lost=self._on_lost)
         self._thread = threading.Thread(target=self._poll, name=f"lease-{self.config.group}", daemon=True)
         self._thread.start()
-        if not self._assigned.wait(self.config.acquire_timeout_s) or self.lost_reason is not None:
+        deadline = t0 + self.config.acquire_timeout_s
+        while not self._assigned.wait(0.05) and time.monotonic() < deadline:
+            if self.join_error is not None and not self.join_error.retriable():
+                break  # e.g. INVALID_SESSION_TIMEOUT: waiting longer cannot help
+        if not self._assigned.is_set() or self.lost_reason is not None:
             holder = self._holder_or_none()
+            error = self.join_error
             self.release()
+            if holder is None and error is not None:
+                raise LeaseJoinFailed(
+                    f"the broker refused this driver's join of lease group {self.config.group}: {error.name()} "
+                    f"({error.str()}); check ARBITER_LEASE_SESSION_TIMEOUT_MS ({self.config.session_timeout_ms}) "
+                    "against the broker's group.min.session.timeout.ms and group.max.session.timeout.ms, and the "
+                    "client's rights on the group and the lease topic")
             raise CheckpointLeased(self._refusal(holder, f"kept for {self.config.acquire_timeout_s:g} s"))
         log.info("lease on %s acquired in %.2f s: group %s, member %s (%s)", self.config.checkpoint,
                  time.monotonic() - t0, self.config.group, self.config.instance_id, self.config.client_id)
@@ -207,7 +225,10 @@ class ValidatorLease:
                 if consumer is None or self._stop.is_set():
                     return
                 try:
-                    consumer.poll(POLL_S)
+                    msg = consumer.poll(POLL_S)
+                    if msg is not None and msg.error() is not None:  # the group join's errors arrive as messages
+                        self.join_error = msg.error()
+                        log.debug("lease consumer of %s: %s", self.config.group, msg.error())
                 except (KafkaException, RuntimeError) as e:
                     self._lose(f"polling the lease consumer failed: {e}")
                     return

@@ -17,7 +17,7 @@ import pytest
 
 from app.settings import Settings
 from app.topics import ensure_lease_topic
-from app.validator.lease import CheckpointLeased, LeaseConfig, ValidatorLease
+from app.validator.lease import CheckpointLeased, LeaseConfig, LeaseJoinFailed, ValidatorLease
 from commands import Command, CreateObject, UpdateObject
 from tests.integration.validator_oracle import (
     ROOT,
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.integration
 
 HOLDER = """
 import json, sys, time
-from app.validator.lease import CheckpointLeased, LeaseConfig, ValidatorLease
+from app.validator.lease import CheckpointLeased, LeaseConfig, LeaseJoinFailed, ValidatorLease
 deadline = time.monotonic() + 30
 while True:  # a previous holder's member may keep the lease until its session expires
     try:
@@ -271,3 +271,19 @@ def test_a_driver_stopped_cleanly_leaves_the_lease_group_so_another_host_need_no
         assert b.held
     finally:
         b.release()
+
+
+def test_a_session_timeout_at_the_brokers_minimum_is_accepted_and_one_below_is_refused_with_the_brokers_reason(
+        lease_settings: Settings) -> None:
+    # The local broker allows sessions down to 1,000 ms (group.min.session.timeout.ms in app/kafka_broker.py).
+    at = ValidatorLease(_config(lease_settings, f"s3://bucket/{uuid.uuid4().hex}", "at", session_ms=1000))
+    at.acquire()
+    try:
+        assert at.held
+    finally:
+        at.release()
+    below = ValidatorLease(_config(lease_settings, f"s3://bucket/{uuid.uuid4().hex}", "below", session_ms=999,
+                                   acquire_s=60))
+    with pytest.raises(LeaseJoinFailed, match="INVALID_SESSION_TIMEOUT") as refused:
+        below.acquire()  # not "leased by another driver": nobody holds it, the broker refused the join
+    assert refused.value.code == "LEASE_JOIN_FAILED" and not below.held
