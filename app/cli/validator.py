@@ -17,9 +17,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _run(args: argparse.Namespace) -> int:
     import signal
 
-    # SIGTERM to this process stops the validator like Ctrl-C: the query stops, then its lease is handed over at
-    # once (``app.validator.owner.release_after``). A whole process group's SIGTERM also stops Spark's JVM, and
-    # the lease then expires with its session instead.
+    # SIGTERM to this process stops the validator like Ctrl-C: during start-up it raises here; once the query
+    # runs, ``run``/``drain`` take both signals, stop the query, then hand its lease over at once
+    # (``app.validator.job._stop_on_signal``). A whole process group's SIGTERM also stops Spark's JVM, and the
+    # lease then expires with its session instead.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     from app.metrics_http import serve_metrics
     from app.spark_session import spark_session

@@ -8,6 +8,11 @@ from __future__ import annotations
 
 import json
 import logging
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from app.errors import ArbiterError
@@ -131,14 +136,59 @@ def query_name_of(query: Any) -> str:  # noqa: ANN401
         return "query"
 
 
+@contextmanager
+def _stop_on_signal() -> Iterator[threading.Event]:
+    """While the driver waits on its query, SIGINT and SIGTERM set the yielded event instead of raising.
+
+    A ``KeyboardInterrupt`` raised inside a py4j call (``awaitTermination`` blocks in one) leaves that thread's
+    py4j connection with an unread answer: the next call, the ``query.stop()`` before the lease is handed
+    over, then fails with "Answer from Java side is empty". A handler that only sets a flag lets the call
+    finish (PEP 475 resumes the read). A second signal raises as before, for a driver that will not stop.
+    """
+    stop = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def handler(_signum: int, _frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _await(query: Any, timeout: float | None, stop: threading.Event) -> bool:  # noqa: ANN401
+    """Wait until ``query`` ends (True), ``timeout`` seconds pass or ``stop`` is set (False), in short py4j calls."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while not stop.is_set():
+        left = AWAIT_STEP_S if deadline is None else min(AWAIT_STEP_S, deadline - time.monotonic())
+        if left <= 0:
+            return False
+        if query.awaitTermination(left):
+            return True
+    return False
+
+
+AWAIT_STEP_S = 0.5
+
+
 def drain(spark, settings: Settings, timeout: float = 300) -> None:  # noqa: ANN001
     """Process every command available now (trigger availableNow), then stop; raise DrainTimeout if it takes longer."""
     query = build_query(spark, settings, available_now=True)
-    try:
-        if not query.awaitTermination(timeout):
-            raise DrainTimeout(f"validator did not drain {settings.topic_commands} within {timeout:.0f} s")
-    finally:
-        release_after(query)
+    with _stop_on_signal() as stop:
+        try:
+            if not _await(query, timeout, stop) and not stop.is_set():
+                raise DrainTimeout(f"validator did not drain {settings.topic_commands} within {timeout:.0f} s")
+        finally:
+            release_after(query)
+    if stop.is_set():
+        raise KeyboardInterrupt
     raise_if_fenced(query)
     # The watch polls once a second; publish the final progress before returning so the status file is current.
     last = query.lastProgress
@@ -149,8 +199,11 @@ def drain(spark, settings: Settings, timeout: float = 300) -> None:  # noqa: ANN
 def run(spark, settings: Settings) -> None:  # noqa: ANN001
     """Run the validator until it is stopped or fails; raise ``LeaseLost`` if it was stopped for a lost lease."""
     query = build_query(spark, settings)
-    try:
-        query.awaitTermination()
-    finally:
-        release_after(query)  # a clean stop (Ctrl-C, SIGTERM to this process) hands the lease over at once
+    with _stop_on_signal() as stop:
+        try:
+            _await(query, None, stop)
+        finally:
+            release_after(query)  # a clean stop (Ctrl-C, SIGTERM to this process) hands the lease over at once
+    if stop.is_set():
+        raise KeyboardInterrupt
     raise_if_fenced(query)
