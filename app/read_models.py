@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.postgres_server import LocalPostgres
+from app.local.postgres_server import LocalPostgres
 from app.settings import Settings
 from projections.db.port import ReadModelReader, ReadModelWriter, RebuildTarget
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from app.jars import spark_connector_jars
+from app.local.jars import spark_connector_jars
 from app.settings import Settings, checkpoint_uri
 
 CHECKPOINT_FILE_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"

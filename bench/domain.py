@@ -12,7 +12,7 @@ import timeit
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from app import native  # first: it decides whether `commands` and `schemas` load compiled (app/native.py)
+from app.native import loader as native  # first: it decides whether `commands` and `schemas` load compiled (app/native/loader.py)
 from commands import Command, CreateObject, ObjectState, UpdateObject, decide
 from schemas import codec
 

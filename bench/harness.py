@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from app.kafka_broker import LocalBroker, free_port
+from app.local.kafka_broker import LocalBroker, free_port
 from app.settings import Settings
 
 

@@ -103,7 +103,7 @@ def _init_recent(command_id: str, outcome: str, version: int, at_micros: int, pr
     return RecentCommand(command_id, outcome, version, _EPOCH + timedelta(0, 0, at_micros), principal, fingerprint)
 
 
-# Compiled by mypyc (app/native.py), RecentCommand is a native class that object.__new__ refuses to build;
+# Compiled by mypyc (app/native/loader.py), RecentCommand is a native class that object.__new__ refuses to build;
 # there its constructor is the fast way. Chosen once here, by trying.
 try:
     _new(RecentCommand)

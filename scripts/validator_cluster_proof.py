@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pyspark  # noqa: TID251 - only to find the distribution (SPARK_HOME)
 
-from app.kafka_broker import LocalBroker, free_port
+from app.local.kafka_broker import LocalBroker, free_port
 from app.settings import Settings
 from app.topics import ensure_topics
 from app.validator.fold import limits_for

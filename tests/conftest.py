@@ -17,8 +17,8 @@ from hypothesis import HealthCheck
 from hypothesis import settings as hsettings
 from pydantic import SecretStr
 
-from app.kafka_broker import LocalBroker, free_port
-from app.postgres_server import LocalPostgres
+from app.local.kafka_broker import LocalBroker, free_port
+from app.local.postgres_server import LocalPostgres
 from app.settings import Settings
 from app.topics import ensure_topics
 

@@ -19,9 +19,9 @@ from app.api.outcomes import OutcomeCache, OutcomeConsumer
 from app.api.producer import CommandProducer
 from app.api.read_model import open_read_model
 from app.api.routes import commands, objects, ops
+from app.api.routes import status as status_routes
 from app.api.secret_policy import require_usable_secret
 from app.settings import Settings
-from app.status import routes as status_routes
 from app.status.collector import StatusCollector
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""The ``arbiter`` command line: one subcommand module per area, registered in SUBCOMMANDS."""
+"""The ``arbiter`` command line: one subcommand module per area, registered in SUBCOMMANDS; it may import every room."""
 
 from __future__ import annotations
 

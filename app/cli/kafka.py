@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from app.jars import fetch
-from app.kafka_broker import LocalBroker
+from app.local.jars import fetch
+from app.local.kafka_broker import LocalBroker
 from app.settings import get_settings
 from app.topics import describe, ensure_topics
 

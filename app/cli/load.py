@@ -1,7 +1,7 @@
 """``arbiter load``: drive a mixed workload through the API or straight onto the commands topic, then summarise.
 
 Both modes are open-loop: command i is due at start + i/rate whatever became of the earlier ones, and latency is
-timed from that due time. Through the API each request is its own task (``app.openloop``), so a slow answer never
+timed from that due time. Through the API each request is its own task (``app.load.openloop``), so a slow answer never
 delays the next send and the summary reports the rate sent and the rate completed apart.
 """
 
@@ -18,7 +18,8 @@ from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 
 from app.api.auth import issue_token
 from app.errors import BrokerUnavailable, SetupError
-from app.load import (
+from app.load.openloop import Answer, Sample, Summary, drive, summarize
+from app.load.workload import (
     Http1Pool,
     Tally,
     Workload,
@@ -31,7 +32,6 @@ from app.load import (
     send_http,
     summary,
 )
-from app.openloop import Answer, Sample, Summary, drive, summarize
 from app.settings import Settings, get_settings
 from schemas import codec
 from schemas.wire import DecodeError

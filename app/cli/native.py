@@ -1,11 +1,12 @@
-"""``arbiter native build|status``: the optional mypyc build of the domain and codec (see app.native)."""
+"""``arbiter native build|status``: the optional mypyc build of the domain and codec (see app.native.loader)."""
 
 from __future__ import annotations
 
 import argparse
 import os
 
-from app import native
+from app.native import loader as native
+from app.native.build import build
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,11 +24,11 @@ def _build(args: argparse.Namespace) -> int:
     """Compile if needed; exit 1 (after one warning line) when it cannot, so scripts may carry on."""
     path = native.build_dir()
     if os.path.isdir(path) and not args.force:
-        native.build()  # only prunes other digests' builds
+        build()  # only prunes other digests' builds
         if not args.quiet:
             print(f"native: up to date ({os.path.relpath(path, native.ROOT)})")
         return 0
-    return 0 if native.build(force=args.force) else 1
+    return 0 if build(force=args.force) else 1
 
 
 def _status(_: argparse.Namespace) -> int:

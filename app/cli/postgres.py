@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from app.postgres_server import DATABASE, USER, LocalPostgres
+from app.local.postgres_server import DATABASE, USER, LocalPostgres
 from app.settings import get_settings
 
 

@@ -43,8 +43,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _run(s: Settings, cfg: RunnerConfig, projection: Projection) -> int:
-    from app.metrics_http import serve_metrics
-    from app.projection_metrics import ProjectionCollector
+    from app.metrics.projections import ProjectionCollector
+    from app.metrics.server import serve_metrics
 
     runner = Runner(cfg, projection)
     runner.install_signal_handlers()

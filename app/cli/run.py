@@ -16,12 +16,12 @@ import httpx
 
 from app.api.auth import issue_token
 from app.api.secret_policy import is_loopback
-from app.kafka_broker import LocalBroker
-from app.postgres_server import LocalPostgres
-from app.restart import components_path
-from app.scenario import Scenario, table
+from app.local.kafka_broker import LocalBroker
+from app.local.postgres_server import LocalPostgres
+from app.run.restart import components_path
+from app.run.scenario import Scenario, table
+from app.run.supervisor import Service, Supervisor, arbiter_argv
 from app.settings import Settings, get_settings
-from app.supervisor import Service, Supervisor, arbiter_argv
 from app.topics import ensure_topics
 
 

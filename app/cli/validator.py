@@ -22,7 +22,7 @@ def _run(args: argparse.Namespace) -> int:
     # (``app.validator.job._stop_on_signal``). A whole process group's SIGTERM also stops Spark's JVM, and the
     # lease then expires with its session instead.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    from app.metrics_http import serve_metrics
+    from app.metrics.server import serve_metrics
     from app.spark_session import spark_session
     from app.topics import ensure_topics
     from app.validator.job import drain, run

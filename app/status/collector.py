@@ -12,13 +12,12 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from app.restart import components_path, read_components
+from app.run.restart import components_path, read_components
 from app.settings import Settings
 from app.status.history import MAX_LAG_SERIES, History, percentile
 from app.status.hotkeys import HotKeys
+from app.validator.backends import BACKENDS
 from app.validator.murmur2 import partition_for
-from app.validator.progress import spark_state
-from app.validator.rocks.stats import rocks_state
 from commands import Event, Rejection
 
 log = logging.getLogger(__name__)
@@ -125,27 +124,14 @@ class StatusCollector:
         return figures if progress or figures["state"] else {}
 
     def _state(self, progress: dict[str, Any]) -> dict[str, Any] | None:
-        """Return the validator's state figures: Spark's state operators (reference backend), else the rocksdb shard
-        servers' files, else None (unknown: the page shows "–", never a zero nobody measured)."""
-        spark = spark_state(progress)
-        if spark is not None:
-            return {"source": "spark state operators", "rows": spark["state_rows"],
-                    "memory_bytes": spark["state_memory_bytes"], "ttl_evictions_last_batch": spark["ttl_evictions"]}
-        rocks = rocks_state(self.settings)
-        if rocks is None:
-            return None
-        live = rocks["servers_live"] > 0
-        return {
-            "source": "rocksdb shard servers", "rows": rocks["rows_estimate"], "sst_bytes": rocks["live_sst_bytes"],
-            # The block cache and the memtables live in the server processes: unknown once none of them runs.
-            "memory_bytes": rocks["block_cache_usage_bytes"] if live else None,
-            "memory_limit_bytes": rocks["block_cache_limit_bytes"] if live else None,
-            "memtable_bytes": rocks["memtable_bytes"] if live else None,
-            "write_buffer_limit_bytes": rocks["write_buffer_limit_bytes"] if live else None,
-            "servers_live": rocks["servers_live"], "shards": rocks["shards"], "updated_at_ms": rocks["updated_at_ms"],
-            **{k: rocks[k] for k in ("batches", "records", "replays", "restores", "restore_ms", "restore_bytes",
-                                     "changelog_bytes", "snapshots", "snapshot_ms", "snapshot_bytes", "ttl_evictions")},
-        }
+        """Return the validator's state figures: the first backend that has any (Spark's state operators in the
+        progress, else the rocksdb shard servers' files), else None (unknown: the page shows "–", never a zero
+        nobody measured)."""
+        for backend in BACKENDS.values():
+            state = backend.state(self.settings, progress)
+            if state is not None:
+                return state
+        return None
 
     def snapshot(self) -> dict[str, Any]:
         """The page's figures; recomputed at most every ``min_interval`` seconds."""
@@ -191,7 +177,7 @@ class StatusCollector:
                 "history": self.history.columns(),
                 "hot_keys": {str(p): [{"object_id": k, "count": c, "error": e} for k, c, e in top]
                              for p, top in self.hot.top(5).items()},
-                # Written by `arbiter run` (app/supervisor.py); empty when the API runs on its own.
+                # Written by `arbiter run` (app/run/supervisor.py); empty when the API runs on its own.
                 "components": read_components(components_path(s)),
             }
             self._cached = (now, data)

@@ -1,7 +1,7 @@
-"""Build and run the validator query: Kafka commands -> decide per object -> Kafka events and rejections.
+"""Run the validator's driver: take the checkpoint, start the chosen backend's query, wait, stop and hand over.
 
-``build_query`` dispatches on ``settings.state_backend``: "spark" is the reference backend here
-(``transformWithState``), "rocksdb" lives in ``app.validator.rocks``.
+``build_query`` starts ``backend_for(settings)`` (``app.validator.backends``): "spark" is the reference backend
+(``app.validator.spark``, ``transformWithState``), "rocksdb" the shard servers (``app.validator.rocks``).
 """
 
 from __future__ import annotations
@@ -17,58 +17,18 @@ from typing import Any
 
 from app.errors import ArbiterError
 from app.settings import Settings, checkpoint_uri
-from app.validator.layout import check_layout
+from app.validator.backends import backend_for
 from app.validator.lease import LeaseLost
 from app.validator.owner import attach, lost_lease, release_after, take
-from app.validator.progress import QueryWatch, add_state, add_state_source, progress_path, write_progress
-from app.validator.sink import SINK_COLUMNS, SINK_DDL, sink_options
-from app.validator.source import kafka_source
+from app.validator.progress import QueryWatch, add_state, progress_path, write_progress
 
 log = logging.getLogger("arbiter.validator")
-
-ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
 class DrainTimeout(ArbiterError):
     """``drain`` did not process every available command in time."""
 
     code = "DRAIN_TIMEOUT"
-
-
-def query_name(settings: Settings) -> str:
-    """Return the validator query's name (unique per commands topic, so tests can run side by side)."""
-    return f"arbiter-validator-{settings.topic_commands}"
-
-
-def shuffle_partitions(settings: Settings) -> int:
-    """Return the shuffle partitions of the stateful step: the setting, else the topic's partition count."""
-    return settings.shuffle_partitions or settings.partitions
-
-
-def streaming_conf(settings: Settings) -> dict[str, str]:
-    """Return the session options the reference backend needs from its very first run."""
-    return {
-        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
-        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-        "spark.sql.streaming.stateStore.encodingFormat": "avro",
-        # With processing-time mode, availableNow would otherwise run empty batches forever.
-        "spark.sql.streaming.noDataMicroBatches.enabled": "false",
-        "spark.sql.shuffle.partitions": str(shuffle_partitions(settings)),
-    }
-
-
-# Logs a WARN for every get() of an absent value (each new object, twice): 100k lines per 50k commands.
-STATE_SERVER_LOGGER = "org.apache.spark.sql.execution.python.streaming.TransformWithStateInPySparkStateServer"
-
-
-def _quiet_state_server(spark) -> None:  # noqa: ANN001
-    """Raise the state server's log level to ERROR in this JVM (local mode: driver and executors).
-
-    On a cluster, set it in the executors' log4j2 configuration (see README "Running on a cluster").
-    """
-    jvm = spark._jvm
-    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(STATE_SERVER_LOGGER,
-                                                                   jvm.org.apache.logging.log4j.Level.ERROR)
 
 
 def build_query(spark, settings: Settings, *, available_now: bool = False):  # noqa: ANN001, ANN201
@@ -80,45 +40,11 @@ def build_query(spark, settings: Settings, *, available_now: bool = False):  # n
     uri = checkpoint_uri(settings)
     owner = take(spark, settings, uri)
     try:
-        query = _start(spark, settings, uri, available_now=available_now)
+        query = backend_for(settings).start(spark, settings, uri, available_now=available_now)
     except BaseException:
         owner.release()
         raise
     QueryWatch(query, progress_path(settings), on_end=attach(owner, query))
-    return query
-
-
-def _start(spark: Any, settings: Settings, uri: str, *, available_now: bool) -> Any:  # noqa: ANN401
-    if settings.state_backend == "rocksdb":
-        check_layout(spark, uri, {"state_backend": "rocksdb", "partitions": settings.partitions})
-        from app.validator import rocks
-        from app.validator.rocks.stats import rocks_state
-
-        add_state_source(progress_path(settings), lambda: rocks_state(settings))
-
-        return rocks.build_query(spark, settings, available_now=available_now)
-    conf = streaming_conf(settings)
-    check_layout(spark, uri, {"state_backend": "spark", "partitions": settings.partitions,
-                              "shuffle_partitions": shuffle_partitions(settings),
-                              "state_store_provider": ROCKSDB_PROVIDER})
-    for k, v in conf.items():
-        spark.conf.set(k, v)
-    _quiet_state_server(spark)
-    from app.validator.processor import ValidatorProcessor
-
-    src = kafka_source(spark, settings, available_now=available_now).selectExpr(
-        "coalesce(key, X'') AS gkey", "key", "value", "topic", "partition", "offset")
-    outcomes = src.groupBy("gkey").transformWithState(
-        statefulProcessor=ValidatorProcessor(settings), outputStructType=SINK_DDL, outputMode="Append",
-        timeMode="ProcessingTime")
-    name = query_name(settings)
-    writer = outcomes.select(*SINK_COLUMNS).writeStream.format("kafka").queryName(name) \
-        .option("checkpointLocation", uri).outputMode("append")
-    for k, v in sink_options(settings).items():
-        writer = writer.option(k, v)
-    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=settings.trigger_interval)
-    query = writer.start()
-    log.info("validator started: backend=spark query=%s checkpoint=%s", name, uri)
     return query
 
 

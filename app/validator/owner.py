@@ -16,8 +16,7 @@ from typing import Any
 
 from app.settings import Settings
 from app.validator.lease import LeaseConfig, LeaseLost, ValidatorLease, client_id, instance_id, local_host
-from app.validator.rocks.lock import FileLock, acquire_job_lock, job_lock_path
-from app.validator.rocks.shard import rocks_root
+from app.validator.lock import FileLock, acquire_job_lock, job_lock_path, rocks_root
 
 log = logging.getLogger("arbiter.validator")
 

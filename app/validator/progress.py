@@ -19,7 +19,7 @@ STATE_KEY = "rocksdbState"  # the rocksdb backend's summed shard figures, added 
 
 StateSource = Callable[[], dict[str, int] | None]
 # Per progress file, where the watch publishing to it takes the state figures Spark's progress lacks (the rocksdb
-# backend's shard servers). Keyed by path because app.validator.rocks.job builds its QueryWatch without settings.
+# backend's shard servers). Keyed by path because app.validator.rocks.query builds its QueryWatch without settings.
 _state_sources: dict[Path, StateSource] = {}
 
 

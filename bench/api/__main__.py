@@ -26,7 +26,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from app.api.auth import issue_token
 from app.api.producer import producer_config
-from app.kafka_broker import LocalBroker, free_port
+from app.local.kafka_broker import LocalBroker, free_port
 from app.settings import Settings
 from app.topics import ensure_topics
 from bench.api.load import LoadResult, request_bytes, run_load

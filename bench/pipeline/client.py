@@ -15,8 +15,8 @@ import signal
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
-from app.load import Http1Pool, api_headers, send_http
-from app.openloop import Answer, Sample, drive
+from app.load.openloop import Answer, Sample, drive
+from app.load.workload import Http1Pool, api_headers, send_http
 
 #: What travels back over the pipe per request: index, scheduled, sent, done, kind, ok, outcome, key.
 Row = tuple[int, float, float, float, str, bool, str | None, str | None]

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
-from app.load import schedule_count
-from app.openloop import QUANTILES, Sample, Summary, percentile, summarize
+from app.load.openloop import QUANTILES, Sample, Summary, percentile, summarize
+from app.load.workload import schedule_count
 from bench.pipeline.client import ClientResult, ClientSpec, client_main, samples_of
 from bench.pipeline.cpu import Snapshot, snapshot, used
 from bench.pipeline.decisions import DecisionWatcher

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.kafka_broker import free_port
+from app.local.kafka_broker import free_port
 from app.settings import Settings
 
 #: Settings naming directories or files outside ARBITER_VAR_DIR: inherited, they would be shared with a user's stack.

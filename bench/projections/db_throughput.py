@@ -20,8 +20,8 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from pydantic import SecretStr
 
-from app.kafka_broker import LocalBroker, free_port
-from app.postgres_server import LocalPostgres
+from app.local.kafka_broker import LocalBroker, free_port
+from app.local.postgres_server import LocalPostgres
 from app.read_models import open_writer
 from app.settings import Settings
 from app.topics import ensure_topics

@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.kafka_broker import free_port
+from app.local.kafka_broker import free_port
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 from validator_cluster_proof import SPARK_HOME, start, stop, wait_for  # noqa: E402

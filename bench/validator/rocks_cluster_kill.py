@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.kafka_broker import LocalBroker, free_port
+from app.local.kafka_broker import LocalBroker, free_port
 from app.settings import Settings
 from app.topics import describe, ensure_topics
 from app.validator.topic_io import produce, read_all

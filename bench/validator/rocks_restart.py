@@ -27,8 +27,8 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from app.settings import Settings, checkpoint_uri
 from app.topics import ensure_topics
+from app.validator.lock import FileLock
 from app.validator.rocks.checkpoint import ShardStore
-from app.validator.rocks.lock import FileLock
 from app.validator.rocks.shard import STATE, open_shard, rocks_root, shard_dir
 from app.validator.topic_io import produce
 from bench.harness import bootstrap_for

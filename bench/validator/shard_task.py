@@ -31,7 +31,7 @@ import pyarrow as pa
 from app.settings import Settings
 from app.validator.fold import InputRecord
 from app.validator.murmur2 import partition_for
-from app.validator.rocks.job import shard_step
+from app.validator.rocks.query import shard_step
 from bench.validator.workload import commands
 from commands import UpdateObject
 from schemas import codec
@@ -94,7 +94,8 @@ def baseline(records: list[InputRecord]) -> float:
 def other_shard_step(tree: Path) -> Callable[..., Iterator[pa.RecordBatch]]:
     """Return ``shard_step`` as another checkout (``tree``) of the validator's own modules defines it.
 
-    Only ``murmur2``, ``decode``, ``fold``, ``rocks/shard`` and ``rocks/job`` come from ``tree``, wired to each
+    Only ``murmur2``, ``decode``, ``fold``, ``rocks/shard`` and ``rocks/query`` (``rocks/job`` before
+    the move of issue 23) come from ``tree``, wired to each
     other; the domain, the codec and the rest are this checkout's. For a same-process before/after comparison.
     """
     def load(name: str, rel: str) -> ModuleType:
@@ -111,7 +112,7 @@ def other_shard_step(tree: Path) -> Callable[..., Iterator[pa.RecordBatch]]:
     fold.to_command, fold.InputRecord = decode.to_command, InputRecord
     shard = load("shard", "rocks/shard.py")
     shard.fold, shard.limits_for, shard.InputRecord = fold.fold, fold.limits_for, InputRecord
-    job = load("job", "rocks/job.py")
+    job = load("job", "rocks/query.py" if (tree / "app/validator/rocks/query.py").exists() else "rocks/job.py")
     job.run_task, job.InputRecord = shard.run_task, InputRecord
     step: Callable[..., Iterator[pa.RecordBatch]] = job.shard_step
     return step

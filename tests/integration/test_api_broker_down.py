@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.kafka_broker import LocalBroker, free_port
+from app.local.kafka_broker import LocalBroker, free_port
 from app.settings import Settings
 from app.topics import ensure_topics
 from commands import Event, ObjectState, decide

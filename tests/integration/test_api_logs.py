@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from app.kafka_broker import free_port
+from app.local.kafka_broker import free_port
 from app.settings import Settings
 from tests.integration.test_api_support import token
 

@@ -46,7 +46,7 @@ def served(app: Any) -> Iterator[str]:  # noqa: ANN401 - an ASGI app
     """Serve ``app`` under uvicorn (lifespan on) on a free loopback port in a thread; yield its URL; stop it."""
     import uvicorn
 
-    from app.kafka_broker import free_port
+    from app.local.kafka_broker import free_port
 
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))

@@ -13,9 +13,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.cli.project import runner_config
-from app.kafka_broker import free_port
-from app.metrics_http import serve_metrics
-from app.projection_metrics import ProjectionCollector
+from app.local.kafka_broker import free_port
+from app.metrics.projections import ProjectionCollector
+from app.metrics.server import serve_metrics
 from app.read_models import open_writer
 from app.settings import Settings
 from app.validator.job import build_query

@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.kafka_broker import free_port
+from app.local.kafka_broker import free_port
 from app.settings import Settings
 from tests.integration.browser import chromium, console_errors
 
@@ -203,7 +203,7 @@ def test_the_scenario_on_the_postgresql_read_model(settings: Settings) -> None:
         db_log = (settings.path(settings.var_dir) / "logs" / "project-db.log").read_text()
         assert "read model on postgresql" in db_log
     finally:
-        from app.postgres_server import LocalPostgres
+        from app.local.postgres_server import LocalPostgres
 
         LocalPostgres(top / "pg").stop()  # only if a failure above left it running
         shutil.rmtree(top, ignore_errors=True)

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from pydantic import SecretStr
 
-from app.postgres_server import LocalPostgres
+from app.local.postgres_server import LocalPostgres
 from app.read_models import open_reader, open_writer, rebuild_target
 from app.settings import Settings
 from commands import Event, EventType
@@ -144,7 +144,7 @@ def test_copy_rows_round_trip_whatever_their_characters(pg: Settings) -> None:
 
 
 def test_a_database_that_cannot_be_reached_is_503_and_not_healthy(settings: Settings) -> None:
-    from app.kafka_broker import free_port
+    from app.local.kafka_broker import free_port
     from tests.integration.test_api_support import api_client, auth, is_problem
 
     down = settings.model_copy(update={

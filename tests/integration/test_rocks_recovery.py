@@ -13,8 +13,8 @@ import pytest
 
 from app.settings import Settings, checkpoint_uri
 from app.validator.job import build_query, drain
+from app.validator.lock import CheckpointInUse
 from app.validator.rocks.checkpoint import ShardStore
-from app.validator.rocks.lock import CheckpointInUse
 from app.validator.rocks.shard import rocks_root
 from commands import Command, CreateObject, DeleteObject, UpdateObject
 from tests.integration.validator_oracle import (

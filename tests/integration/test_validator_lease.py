@@ -275,7 +275,7 @@ def test_a_driver_stopped_cleanly_leaves_the_lease_group_so_another_host_need_no
 
 def test_a_session_timeout_at_the_brokers_minimum_is_accepted_and_one_below_is_refused_with_the_brokers_reason(
         lease_settings: Settings) -> None:
-    # The local broker allows sessions down to 1,000 ms (group.min.session.timeout.ms in app/kafka_broker.py).
+    # The local broker allows sessions down to 1,000 ms (group.min.session.timeout.ms in app/local/kafka_broker.py).
     at = ValidatorLease(_config(lease_settings, f"s3://bucket/{uuid.uuid4().hex}", "at", session_ms=1000))
     at.acquire()
     try:

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.metrics_core import Metric
 
 from app.api.metrics import ApiMetrics
-from app.projection_metrics import PROJECTION_COUNTERS, ProjectionCollector
+from app.metrics.projections import PROJECTION_COUNTERS, ProjectionCollector
 from app.settings import Settings
 from app.validator.metrics import ValidatorCollector
 from app.validator.progress import progress_path, write_progress

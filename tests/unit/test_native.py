@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from app import native
-from app.native_build import missing_toolchain
-from app.native_check import run
+from app.native import loader as native
+from app.native.build import build, missing_toolchain
+from app.native.check import run
 from commands import EventType, ReasonCode
 
 pytestmark = pytest.mark.unit
@@ -27,7 +27,7 @@ root, case = sys.argv[1:]
 if case == "commands-first":
     import commands
 import app  # with a root to probe, ARBITER_NATIVE=off keeps this one from taking the real build
-from app import native
+from app.native import loader as native
 if root and case != "off":
     del os.environ["ARBITER_NATIVE"]
 if case == "typo":
@@ -53,7 +53,7 @@ def corpus_in_subprocess(native_env: str | None) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "ARBITER_NATIVE"}
     if native_env is not None:
         env["ARBITER_NATIVE"] = native_env
-    code = "import json, app; from app.native_check import report; print(json.dumps(report()))"
+    code = "import json, app; from app.native.check import report; print(json.dumps(report()))"
     done = subprocess.run([sys.executable, "-c", code], cwd=native.ROOT, env=env, capture_output=True, text=True,
                           check=True, timeout=300)
     result: dict[str, Any] = json.loads(done.stdout)
@@ -66,7 +66,7 @@ def built() -> str:
     problem = missing_toolchain()
     if problem is not None:
         pytest.skip(f"cannot compile here: {problem}")
-    assert native.build(), "the toolchain is there but the mypyc build failed (see the warning above)"
+    assert build(), "the toolchain is there but the mypyc build failed (see the warning above)"
     return native.build_dir()
 
 

@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from app.load import Http1Pool, _read_response, answer_from, send_http
-from app.openloop import Answer, Sample, drive, percentile, summarize
+from app.load.openloop import Answer, Sample, drive, percentile, summarize
+from app.load.workload import Http1Pool, _read_response, answer_from, send_http
 
 pytestmark = pytest.mark.unit
 T = TypeVar("T")
@@ -189,7 +189,7 @@ def test_rate_must_be_positive() -> None:
         asyncio.run(drive(send, rate=0, indexes=range(1)))
 
 
-# --- the HTTP/1.1 transport and answer classification the open-loop API clients use (app/load.py) -----------------
+# --- the HTTP/1.1 transport and answer classification the open-loop API clients use (app/load/workload.py) -----------------
 
 def test_answers_are_classified_as_decisions_queued_or_errors() -> None:
     assert answer_from(201, b"{}", "k") == Answer("201", ok=True, outcome="accepted", key="k")

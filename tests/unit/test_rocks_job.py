@@ -11,7 +11,7 @@ import pytest
 from app.settings import Settings
 from app.validator.fold import InputRecord
 from app.validator.murmur2 import partition_for
-from app.validator.rocks.job import NotInStreamingQuery, ShardTasks, shard_step
+from app.validator.rocks.query import NotInStreamingQuery, ShardTasks, shard_step
 from app.validator.rocks.shard import ShardOrderError, run_task
 from app.validator.rocks.wire import int_values as _ints
 from commands import CreateObject
@@ -89,7 +89,7 @@ def test_int_columns_read_from_the_arrow_buffer_equal_to_pylist(kind: pa.DataTyp
 
 
 def test_the_batch_time_is_read_from_sparks_offset_log(tmp_path: Path) -> None:
-    from app.validator.rocks.job import BatchTimeUnknown, batch_time_ms
+    from app.validator.rocks.query import BatchTimeUnknown, batch_time_ms
 
     offsets = tmp_path / "ckpt" / "offsets"
     offsets.mkdir(parents=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from app.validator.rocks.lock import CheckpointInUse, FileLock, ShardBusy, acquire_job_lock, job_lock_path
+from app.validator.lock import CheckpointInUse, FileLock, ShardBusy, acquire_job_lock, job_lock_path
 from app.validator.rocks.memory import shard_options
 
 pytestmark = pytest.mark.unit
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.unit
 HOLD = """
 import sys, time
 from pathlib import Path
-from app.validator.rocks.lock import FileLock
+from app.validator.lock import FileLock
 FileLock(Path(sys.argv[1])).acquire(5)
 print("held", flush=True)
 time.sleep(60)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from app.settings import Settings
-from app.validator.rocks.job import shard_tasks
+from app.validator.rocks.query import shard_tasks
 from app.validator.rocks.shard import host_settings, rocks_root
 from bench.validator.cluster import ShardOpen, moves
 

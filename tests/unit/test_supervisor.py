@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from app.errors import SetupError
-from app.restart import Backoff, read_components, write_status
-from app.supervisor import Service, Supervisor
+from app.run.restart import Backoff, read_components, write_status
+from app.run.supervisor import Service, Supervisor
 
 pytestmark = pytest.mark.unit
 

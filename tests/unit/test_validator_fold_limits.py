@@ -1,6 +1,6 @@
 """The shared fold never emits a record that cannot fit: an oversized outcome becomes a TOO_LARGE rejection.
 
-Both state backends run this fold (``processor.py`` and ``rocks/shard.py``); the rocksdb shard is run here too.
+Both state backends run this fold (``spark/processor.py`` and ``rocks/shard.py``); the rocksdb shard is run here too.
 """
 
 from __future__ import annotations

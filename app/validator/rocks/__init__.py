@@ -1,5 +1,9 @@
-"""The fast state backend: one rocksdict database per command-topic partition, inside the Spark job."""
+"""The fast state backend: one rocksdict database per command-topic partition, held open by shard servers.
 
-from app.validator.rocks.job import build_query
-
-__all__ = ["build_query"]
+Holds: ``query`` (the streaming plan: Kafka source, ``mapInArrow`` shard step, Kafka sink), ``client`` and
+``wire`` (a task's requests to a shard server over a Unix socket), ``server`` (the long-lived shard server),
+``shard`` (one shard's decide loop), ``checkpoint`` (changelogs and snapshots at the checkpoint location),
+``memory`` (block cache and memtable budgets), ``stats`` and ``metrics`` (the servers' figures), ``backend``
+(the ``StateBackend`` the driver uses). May import the shared parts of ``app.validator`` and the wiring at the
+top of ``app``; never ``app.validator.spark``.
+"""

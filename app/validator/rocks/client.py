@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from app.settings import Settings
-from app.validator.rocks.lock import FileLock
+from app.validator.lock import FileLock
 from app.validator.rocks.shard import rocks_root
 from app.validator.rocks.wire import (
     Reply,

@@ -39,11 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.errors import ArbiterError
-from app.pidfile import process_start, still_running
+from app.run.pidfile import process_start, still_running
 from app.settings import Settings
+from app.validator.lock import FileLock
 from app.validator.pyworker import freeze_imports_once
 from app.validator.rocks.checkpoint import ShardStore
-from app.validator.rocks.lock import FileLock
 from app.validator.rocks.shard import Shard, open_shard, shard_dir
 from app.validator.rocks.wire import (
     Reply,

@@ -10,7 +10,6 @@ repaired by the re-run of the same batch id, which re-emits the stored records b
 from __future__ import annotations
 
 import gc
-import hashlib
 import json
 import os
 import shutil
@@ -28,8 +27,8 @@ import rocksdict
 from app.errors import ArbiterError
 from app.settings import Settings
 from app.validator.fold import InputRecord, OutputRecord, fold, limits_for
+from app.validator.lock import FileLock, rocks_root
 from app.validator.rocks.checkpoint import Changelog, CheckpointCorrupt, Entry, ShardStore, encode_changelog
-from app.validator.rocks.lock import FileLock
 from app.validator.rocks.memory import shard_options
 from commands import ObjectState
 from schemas import codec
@@ -133,13 +132,6 @@ def host_settings(settings: Settings) -> Settings:
     if not local or Path(local) == settings.rocks_dir:
         return settings
     return settings.model_copy(update={"rocks_dir": Path(local)})
-
-
-def rocks_root(settings: Settings, checkpoint: str) -> Path:
-    """Return the local root of this checkpoint's shards: ``rocks_dir`` (default ``<var_dir>/rocks``)/<hash>."""
-    base = settings.path(settings.rocks_dir) if str(settings.rocks_dir) not in ("", ".") else settings.path(
-        settings.var_dir) / "rocks"
-    return base / hashlib.sha256(checkpoint.encode()).hexdigest()[:16]
 
 
 def check_order(records: Sequence[InputRecord]) -> None:

@@ -1,6 +1,6 @@
 """A deterministic corpus through the codec and ``decide``, reduced to one digest of every byte written.
 
-``app.native`` runs it under a fresh mypyc build and under the pure sources and installs the build only if
+``app.native.build`` runs it under a fresh mypyc build and under the pure sources and installs the build only if
 the digests are equal; ``tests/unit/test_native.py`` does the same. The corpus is what the validator sees:
 creates, updates, deletes, editor grants and revokes, resends (DUPLICATE while remembered, decided afresh
 once expired), wrong versions and principals, bad and oversized payloads, escaped lone surrogates, full

@@ -1,6 +1,6 @@
 """Compile ``commands/`` and ``schemas/`` with mypyc into ``.cache/native/<digest>/``, check it, install it atomically.
 
-Kept apart from ``app.native`` so that module, imported by every process, stays cheap to import.
+Kept apart from ``app.native.loader`` so that module, imported by every process, stays cheap to import.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import time
 from importlib.util import find_spec
 from typing import Any
 
-from app.native import COMPILED, INTERPRETED, NATIVE_DIR, PACKAGES, ROOT, SUFFIX, sources_digest
+from app.native.loader import COMPILED, INTERPRETED, NATIVE_DIR, PACKAGES, ROOT, SUFFIX, sources_digest
 
 BUILD_LOG = os.path.join(NATIVE_DIR, "build.log")  # kept only when a build failed
 _STALE_TEMP_SECONDS = 3600  # an unfinished build dir older than this is from a crashed build
@@ -26,9 +26,9 @@ _STALE_TEMP_SECONDS = 3600  # an unfinished build dir older than this is from a 
 _CHECK = """
 import json, sys
 if sys.argv[1]:
-    from app.native import use_build
+    from app.native.loader import use_build
     use_build(sys.argv[1])
-from app.native_check import report
+from app.native.check import report
 print(json.dumps(report()))
 """
 
@@ -166,3 +166,11 @@ def _prune(keep: str) -> None:
             continue  # possibly a build running now
         shutil.rmtree(path, ignore_errors=True)
 
+
+def build(force: bool = False) -> bool:
+    """Compile the current sources unless already built; return whether the build is there now.
+
+    Any problem (no C compiler, no Python headers, mypyc failing, outputs differing from the pure
+    sources') prints one warning line and returns False: the pure-Python packages stay in use.
+    """
+    return compile_into_cache(sources_digest(), force=force)

@@ -20,7 +20,7 @@ from app.api.deps import OperatorDep
 from app.api.memo import Memo
 from app.api.problems import PROBLEM_RESPONSES
 
-STATIC = Path(__file__).parent / "static"
+STATIC = Path(__file__).parents[2] / "status" / "static"  # app/status/static
 router = APIRouter(tags=["status"])
 
 

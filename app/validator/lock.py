@@ -1,4 +1,4 @@
-"""Exclusive file locks: one process writes a shard, one job owns a checkpoint (``fcntl.flock``)."""
+"""Exclusive file locks: one process writes a shard, one job owns a checkpoint (``fcntl.flock``), under ``rocks_root``."""
 
 from __future__ import annotations
 
@@ -9,6 +9,14 @@ import time
 from pathlib import Path
 
 from app.errors import ArbiterError
+from app.settings import Settings
+
+
+def rocks_root(settings: Settings, checkpoint: str) -> Path:
+    """Return the local root of this checkpoint's shards: ``rocks_dir`` (default ``<var_dir>/rocks``)/<hash>."""
+    base = settings.path(settings.rocks_dir) if str(settings.rocks_dir) not in ("", ".") else settings.path(
+        settings.var_dir) / "rocks"
+    return base / hashlib.sha256(checkpoint.encode()).hexdigest()[:16]
 
 
 class ShardBusy(ArbiterError):

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.errors import SetupError
-from app.jars import kafka_classpath
-from app.pidfile import alive, running_pid
+from app.local.jars import kafka_classpath
+from app.run.pidfile import alive, running_pid
 from app.settings import Settings
 
 LOG4J2 = """\

@@ -1,7 +1,7 @@
 """Start Arbiter's processes as children, wait until each is healthy, restart those that exit, stop them all by PID.
 
 Start-up fails fast (``start`` raises ``SetupError``); after start-up a child that exits is restarted with exponential
-backoff (``app.restart.Backoff``) by ``check``, which never waits, so one crash-looping component cannot stop the
+backoff (``app.run.restart.Backoff``) by ``check``, which never waits, so one crash-looping component cannot stop the
 others from being watched — or the API from serving.
 """
 
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.errors import SetupError
-from app.restart import Backoff, Health, describe_exit, utc_iso, write_status
+from app.run.restart import Backoff, Health, describe_exit, utc_iso, write_status
 
 
 @dataclass

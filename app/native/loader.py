@@ -1,6 +1,6 @@
 """Optional mypyc build of the pure domain and codec: the same sources, compiled, 1.5-1.8x faster per command.
 
-``build()`` compiles a full copy of ``commands/`` and ``schemas/`` with mypyc into ``.cache/native/<digest>/``
+``app.native.build.build()`` compiles a full copy of ``commands/`` and ``schemas/`` with mypyc into ``.cache/native/<digest>/``
 beside the sources, the digest covering every byte of them plus the Python and mypy versions, and installs
 it only if a corpus run through it gives exactly the pure sources' bytes. ``activate()`` (run by
 ``app/__init__`` in every process, Spark's Python workers included) makes both packages import from that
@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # kept out of the import: this module runs in every process
     from collections.abc import Callable, Sequence
     from types import ModuleType
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository: app/native/..
 NATIVE_DIR = os.path.join(ROOT, ".cache", "native")
 PACKAGES = ("commands", "schemas")
 # What mypyc compiles, relative to ROOT (a directory: each .py in it), the rest being copied as plain Python.
@@ -37,7 +37,7 @@ SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]  # e.g. .cpython-311-x86_64-l
 _SKIP_DIRS = {"__pycache__"}
 
 _active = False
-_reason = "app.native.activate() has not run"
+_reason = "app.native.loader.activate() has not run"
 
 
 def _source_files(root: str) -> list[str]:
@@ -181,13 +181,3 @@ def status() -> str:
     reason = _reason if not _active else f"build finder installed but commands.decide is {where}"
     return f"pure Python ({reason})"
 
-
-def build(force: bool = False) -> bool:
-    """Compile the current sources unless already built; return whether the build is there now.
-
-    Any problem (no C compiler, no Python headers, mypyc failing, outputs differing from the pure
-    sources') prints one warning line and returns False: the pure-Python packages stay in use.
-    """
-    from app.native_build import compile_into_cache
-
-    return compile_into_cache(sources_digest(), force=force)

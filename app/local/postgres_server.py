@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.errors import SetupError
-from app.pidfile import alive, running_pid
+from app.run.pidfile import alive, running_pid
 from app.settings import Settings
 
 USER = "arbiter"        # the superuser initdb creates

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from app.errors import ArbiterError
 from app.settings import Settings, checkpoint_uri
+from app.validator.backend import query_name
 from app.validator.pyworker import freeze_imports_once
 from app.validator.rocks.checkpoint import filesystem_of
 from app.validator.rocks.client import ShardClient
@@ -180,9 +181,7 @@ def shard_tasks(settings: Settings, master: str, parallelism: int) -> int:
 
 
 def build_query(spark: Any, settings: Settings, *, available_now: bool = False) -> Any:  # noqa: ANN401
-    """Start the rocksdb-backed validator query (the caller holds the checkpoint: ``app.validator.owner``)."""
-    from app.validator.job import query_name
-
+    """Start the rocksdb-backed validator query (the caller holds the checkpoint and checked its layout)."""
     uri = checkpoint_uri(settings)
     name = query_name(settings)
     source = kafka_source(spark, settings, available_now=available_now).select(

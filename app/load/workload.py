@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
-from app.openloop import Answer
+from app.load.openloop import Answer
 from commands import (
     Command,
     CreateObject,
