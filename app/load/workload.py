@@ -249,9 +249,12 @@ class Http1Pool:
     with ~1,000 in flight, measured on this machine), so an open-loop client with many waiting requests would
     become the bottleneck; this one costs the same per request at any concurrency. Plain http only; at most
     ``max_connections`` requests at once, the rest wait for a connection (inside their measured latency).
+
+    ``reuse=False`` is a fleet of clients that each connect for one request (``Connection: close``): every request
+    pays the TCP handshake and the server's accept, as when many independent clients open connections on demand.
     """
 
-    def __init__(self, base_url: str, max_connections: int) -> None:
+    def __init__(self, base_url: str, max_connections: int, *, reuse: bool = True) -> None:
         url = urlsplit(base_url)
         if url.scheme != "http" or not url.hostname:
             raise ValueError(f"only http://host:port URLs are supported, got {base_url!r}")
@@ -259,18 +262,21 @@ class Http1Pool:
         self.netloc = url.netloc
         self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
         self._slots = asyncio.Semaphore(max_connections)
+        self.reuse = reuse
 
     async def request(self, method: str, path: str, headers: dict[str, str], body: bytes | None) -> tuple[int, bytes]:
         """Send one request and return (status, body)."""
         async with self._slots:
             reader, writer = await self._connection()
+            if not self.reuse:
+                headers = {**headers, "Connection": "close"}
             try:
                 writer.write(_request_bytes(method, path, self.netloc, headers, body or b""))
                 status, content, keep = await _read_response(reader, method)
             except BaseException:
                 writer.close()
                 raise
-            if keep:
+            if keep and self.reuse:
                 self._idle.append((reader, writer))
             else:
                 writer.close()

@@ -37,6 +37,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--prefer-wait", type=float, default=10.0, help="seconds asked for in Prefer: wait")
     ap.add_argument("--clients", type=int, default=1, help="client processes sharing each schedule")
     ap.add_argument("--connections", type=int, default=1000, help="most HTTP connections per client process")
+    ap.add_argument("--connect", default="reuse", choices=["reuse", "fresh"],
+                    help="reuse: keep-alive connections, opened on demand and reused; fresh: a new connection per "
+                         "request (Connection: close), as a fleet of clients that each connect on demand")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per request (default prefer-wait + 20; 30 for 202)")
     ap.add_argument("--update-share", type=float, default=0.5, help="share of updates (of the client's own objects)")
     ap.add_argument("--warmup", type=float, default=10.0, help="seconds of unmeasured load at the lowest rate first")
@@ -55,7 +58,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 def plan(args: argparse.Namespace, rate: float, duration: float, mode: str, tag: str) -> Plan:
     wait = args.prefer_wait if mode == "wait" else None
     timeout = args.timeout or ((wait or 10.0) + 20.0)
-    return Plan(rate, duration, wait, args.clients, args.connections, timeout, args.update_share, args.drain, tag)
+    return Plan(rate, duration, wait, args.clients, args.connections, timeout, args.update_share, args.drain, tag,
+                fresh_connections=args.connect == "fresh")
 
 
 def first_decision(stack: Stack, watcher: DecisionWatcher, token: str, timeout: float = 300.0) -> float:

@@ -39,6 +39,7 @@ class ClientSpec:
     connections: int
     update_share: float
     seed: int
+    fresh_connections: bool = False
 
 
 @dataclass(frozen=True)
@@ -86,8 +87,8 @@ def client_main(spec: ClientSpec, conn: Connection) -> None:
 
 async def _main(spec: ClientSpec, conn: Connection) -> None:
     work = OwnObjects(spec)
-    client = Http1Pool(spec.api_url, spec.connections)
-    await client.request("GET", "/healthz", {}, None)  # one connection up before the clock starts
+    client = Http1Pool(spec.api_url, spec.connections, reuse=not spec.fresh_connections)
+    await client.request("GET", "/healthz", {}, None)  # the API answers before the clock starts
 
     async def send(i: int) -> Answer:
         method, path, body, cid, created = work.request(i)

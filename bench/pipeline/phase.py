@@ -1,6 +1,6 @@
 """One measured run: N client processes drive one rate in one mode; CPU per component is read around the window.
 
-The window runs from the schedule's t0 (every client ready, connections open) to the moment the last client has
+The window runs from the schedule's t0 (every client ready; with reused connections one is open) to the moment the last client has
 its last answer. After it, the run waits (``drain``) until every command it sent has a decision on the topics,
 so the next run starts on an empty backlog, and counts those decisions.
 """
@@ -39,10 +39,12 @@ class Plan:
     drain_timeout: float
     tag: str
     seed: int = 1
+    fresh_connections: bool = False  # a new TCP connection per request (Connection: close), as a client fleet
 
     @property
     def mode(self) -> str:
-        return "202" if self.prefer_wait is None else f"wait={self.prefer_wait:g}"
+        base = "202" if self.prefer_wait is None else f"wait={self.prefer_wait:g}"
+        return base + (" fresh" if self.fresh_connections else "")
 
 
 @dataclass
@@ -72,7 +74,7 @@ def run_phase(stack: Stack, watcher: DecisionWatcher, plan: Plan, principals: li
         for k in range(plan.clients):
             spec = ClientSpec(stack.api_url, tokens[k], principals[k], f"{plan.tag}-c{k}", plan.rate, count, k,
                               plan.clients, plan.prefer_wait, plan.timeout, plan.connections, plan.update_share,
-                              plan.seed)
+                              plan.seed, plan.fresh_connections)
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=client_main, args=(spec, child), name=f"bench-client-{k}", daemon=True)
             proc.start()

@@ -259,3 +259,35 @@ def test_the_pool_reuses_connections_and_replaces_ones_the_server_closed() -> No
     kinds, connections = asyncio.run(go())
     assert kinds == ["202"] * 7
     assert connections == 3
+
+
+def test_a_fleet_pool_opens_a_connection_per_request_and_asks_the_server_to_close_it() -> None:
+    async def go() -> tuple[list[str], int, list[bytes]]:
+        connections, heads = 0, []
+
+        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal connections
+            connections += 1
+            head = await reader.readuntil(b"\r\n\r\n")
+            heads.append(head)
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+            # Keep-alive from the server's side: only the client's Connection: close ends it.
+            writer.write(b"HTTP/1.1 202 Accepted\r\nContent-Length: 2\r\n\r\n{}")
+            await writer.drain()
+            await reader.read()  # until the client closes
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        pool = Http1Pool(f"http://127.0.0.1:{port}", 4, reuse=False)
+        kinds = [(await send_http(pool, "POST", "/objects", {}, b"{}", 5.0)).kind for _ in range(3)]
+        await pool.close()
+        server.close()
+        await server.wait_closed()
+        return kinds, connections, heads
+
+    kinds, connections, heads = asyncio.run(go())
+    assert kinds == ["202"] * 3
+    assert connections == 3
+    assert all(b"\r\nConnection: close\r\n" in h for h in heads)
