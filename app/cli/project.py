@@ -96,4 +96,5 @@ def _log(args: argparse.Namespace) -> int:
     cfg = runner_config(s, "log", (s.topic_events, s.topic_rejections), assign_all=False,
                         until_caught_up=args.until_caught_up)
     path = s.path(s.log_file) if s.log_file else None
-    return _run(s, cfg, LogProjection(path, max_bytes=s.log_file_max_bytes, backups=s.log_file_backups))
+    return _run(s, cfg, LogProjection(path, max_bytes=s.log_file_max_bytes, backups=s.log_file_backups,
+                                     sync=s.projection_sync_writes))

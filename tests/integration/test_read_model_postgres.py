@@ -73,14 +73,16 @@ def _event(object_id: str, version: int, document: str, offset: int) -> Item:
     return Item(Record("events", 0, offset, object_id.encode(), b"", 0), ev)
 
 
-def test_a_document_jsonb_cannot_hold_is_a_reported_gap_not_a_crash(pg: Settings) -> None:
+def test_a_document_jsonb_cannot_hold_is_quarantined_and_reported_not_a_crash(pg: Settings) -> None:
     projection = DbProjection(open_writer(pg))
     projection.apply([_event("nul", 1, json.dumps({"t": "a\u0000b"}), 0),
                       _event("slash", 1, json.dumps({"t": "a\\u0000b"}), 1)])  # a backslash, then 'u0000': fine
     projection.close()
     assert projection.counts.invalid == 1 and projection.counts.applied == 1
     with open_reader(pg) as rm:
-        assert rm.get("nul") is None and rm.get("slash") is not None
+        nul = rm.get("nul")
+        assert nul is not None and (nul.version, nul.owner, nul.quarantined, nul.document) == (1, "alice", True, {})
+        assert rm.get("slash") is not None
         assert "U+0000" in json.loads(rm.gaps()["nul"])["detail"]
     writer = open_writer(pg)
     assert writer.offsets() == {("events", 0): 2}, "the batch (gap report included) committed with its offsets"
