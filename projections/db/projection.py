@@ -112,6 +112,13 @@ class DbProjection(Projection):
         while len(cache) > self.cache_size:
             cache.popitem(last=False)
 
+    def restart_at(self, tp: TP, lost_from: int | None, resume_at: int, reason: str) -> None:
+        """Store the operator's new position; objects whose events were lost become gaps (stale views) as their
+        next events arrive."""
+        log.warning("db projection: %s[%d] restarted at %d, offsets from %s never read: %s", tp[0], tp[1], resume_at,
+                    lost_from, reason)
+        self.store.write({}, {tp: resume_at}, {})
+
     def reseek(self) -> dict[TP, int] | None:
         if not self.follow_swaps:
             return None
