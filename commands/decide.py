@@ -2,7 +2,8 @@
 
 Checks run in this order; the first that fails decides the rejection:
 
-1. MALFORMED      empty ``command_id``, ``object_id`` or ``principal``, or one over ``Limits.max_id_bytes``.
+1. MALFORMED      empty ``command_id``, ``object_id`` or ``principal``, or one over ``Limits.max_id_bytes``;
+                  U+0000 in ``object_id`` or ``principal`` (``commands.json_text.id_problem``).
 2. visibility     (not for create) NOT_FOUND if the object is unknown, *or* if the principal may not read it
                   (``commands.access``): an outsider's rejection is byte-for-byte the one an unknown id gets
                   (version 0, same message), so a write never reveals that an object exists.
@@ -19,7 +20,8 @@ Checks run in this order; the first that fails decides the rejection:
                   ``max_readers``.
 8. payload        MALFORMED if the document or patch is not the RFC 8259 JSON text of an object within
                   ``Limits.max_json_depth`` (``commands.json_text``: no NaN/Infinity, no overflowing numbers, no
-                  lone surrogates), or the editor/reader is empty or over ``max_id_bytes``. Granting a current
+                  lone surrogates, no U+0000), or the editor/reader is empty, over ``max_id_bytes`` or holds
+                  U+0000. Granting a current
                   editor (reader) or the owner is ALREADY_EXISTS; revoking a non-editor (non-reader) NOT_FOUND.
 
 Cheap state checks come before size and JSON parsing, so a refused command is never parsed.
@@ -54,7 +56,7 @@ from commands.command import (
 from commands.errors import ReasonCode
 from commands.event import Event, EventType
 from commands.ids import command_rejection_id, event_id
-from commands.json_text import object_problem
+from commands.json_text import id_problem, object_problem
 from commands.rejection import Rejection, clip
 from commands.state import ACCEPTED, DEFAULT_LIMITS, Limits, ObjectState, RecentCommand, remember
 
@@ -150,6 +152,9 @@ def _check_payload(command: Command, limits: Limits) -> tuple[ReasonCode, str] |
             return ReasonCode.MALFORMED, "editor or reader must not be empty"
         if grantee is not None and utf8_size(grantee) > limits.max_id_bytes:
             return ReasonCode.MALFORMED, f"editor or reader is over {limits.max_id_bytes} bytes"
+        problem = id_problem("editor or reader", grantee) if grantee is not None else None
+        if problem is not None:
+            return ReasonCode.MALFORMED, problem
     return None
 
 
@@ -161,6 +166,10 @@ def _ids_problem(command: Command, limits: Limits) -> str | None:
                         ("principal", command.principal)):
         if len(value) > bound // 4 and utf8_size(value) > bound:
             return f"{name} is {utf8_size(value)} bytes, over the limit of {bound}"
+    for name, value in (("object_id", command.object_id), ("principal", command.principal)):
+        problem = id_problem(name, value)
+        if problem is not None:
+            return problem
     return None
 
 

@@ -1,10 +1,20 @@
-"""What JSON text Arbiter stores: RFC 8259 objects only, so every document it serves back is valid JSON.
+"""What a document may hold: the one rule, applied by the API (422), the validator (MALFORMED) and the read model.
 
-Python's ``json`` accepts more than RFC 8259: ``NaN``, ``Infinity`` and numbers that overflow a double (``1e400``
-becomes ``inf``), and escaped lone surrogates (``"\\ud800"``), none of which can be written back as JSON or UTF-8.
-Nesting is bounded too (``Limits.max_json_depth``), so no reader of a document needs deep recursion. The API
-refuses such bodies with 422 and ``commands.decide`` rejects them as ``MALFORMED`` when another producer puts
-them on the topic: one function, used by both.
+RFC 8259 objects only, so every document Arbiter serves back is valid JSON, and nothing a read-model backend
+cannot store. Python's ``json`` accepts more than RFC 8259: ``NaN``, ``Infinity`` and numbers that overflow a
+double (``1e400`` becomes ``inf``), and escaped lone surrogates (``"\\ud800"``), none of which can be written back
+as JSON or UTF-8. U+0000 (``"\\u0000"``, in a string or a key) is valid JSON but PostgreSQL's ``jsonb`` and ``text``
+cannot hold it, so it is refused too, as it is in ids (``id_problem``). Nesting is bounded
+(``Limits.max_json_depth``), so no reader of a document needs deep recursion.
+
+What every backend holds alike and is therefore accepted: any finite double and any integer Python parses (jsonb's
+``numeric`` holds them exactly; it may spell them differently, ``1e16`` as ``10000000000000000``, ``-0.0`` as
+``0.0``), any key order (JSON objects are unordered) and duplicate keys (every parser here keeps the last one, and
+the read model stores the parsed object, so duplicates never reach a backend).
+
+The API refuses such bodies with 422, ``commands.decide`` rejects them as ``MALFORMED`` when another producer puts
+them on the topic, and ``projections.db.apply`` quarantines the document of an event that breaks the rule (one
+written before it, or by another producer): one set of functions, used by all three.
 """
 
 from __future__ import annotations
@@ -52,16 +62,45 @@ def depth_of(value: Any) -> int:  # noqa: ANN401 - any parsed JSON value
     return depth
 
 
+NUL_PROBLEM = "JSON string or key holds U+0000, which PostgreSQL cannot store"
+
+
+def holds_nul(value: Any) -> bool:  # noqa: ANN401 - any parsed JSON value
+    """Return True if a string or an object key anywhere in ``value`` holds U+0000."""
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, str):
+            if "\x00" in v:
+                return True
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                if "\x00" in k:
+                    return True
+                todo.append(item)
+        elif isinstance(v, list):
+            todo.extend(v)
+    return False
+
+
+def id_problem(name: str, value: str) -> str | None:
+    """Return why ``value`` cannot be an id or a principal downstream (it holds U+0000), or None."""
+    return f"{name} holds U+0000, which PostgreSQL cannot store" if "\x00" in value else None
+
+
 def value_problem(value: Any, max_depth: int = DEFAULT_MAX_DEPTH) -> str | None:  # noqa: ANN401
-    """Return why a parsed JSON value cannot be stored as RFC 8259 JSON text, or None if it can."""
+    """Return why a parsed JSON value cannot be stored as RFC 8259 JSON text in every backend, or None if it can."""
     if depth_of(value) > max_depth:
         return f"JSON nesting deeper than {max_depth} levels"
     try:
-        json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+        text.encode("utf-8")
     except UnicodeEncodeError:
         return "JSON string holds a lone surrogate (not valid Unicode)"
     except ValueError as e:
         return f"JSON holds a non-finite number ({e})"
+    if "\\u0000" in text and holds_nul(value):  # json.dumps writes U+0000 as that escape, and only it
+        return NUL_PROBLEM
     return None
 
 
@@ -80,11 +119,13 @@ def object_problem(text: str, max_depth: int = DEFAULT_MAX_DEPTH) -> str | None:
         return "not valid JSON text"
     if not isinstance(value, dict):
         return "not the JSON text of an object"
-    if "\\u" in text:  # an escaped lone surrogate parses but can never be stored or sent as UTF-8
+    if "\\u" in text:  # only an escape can put a lone surrogate or U+0000 into valid JSON text
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
             return "JSON string holds a lone surrogate (not valid Unicode)"
+        if "\\u0000" in text and holds_nul(value):
+            return NUL_PROBLEM
     return None
 
 

@@ -1,7 +1,10 @@
 """The log projection: one JSON line per decision, to stdout or a size-rotated file; offsets committed to Kafka after.
 
-At-least-once: lines are written before the batch's offsets are committed, so a crash may repeat the last batch's
-lines (each carries topic, partition and offset, so a reader can drop repeats) but never loses one.
+At-least-once: a batch's lines are written, flushed and (with ``sync``) fsynced before ``apply`` returns, and the
+runner commits the batch's offsets only after that, so a crash may repeat the last batch's lines (each carries
+topic, partition and offset, so a reader can drop repeats) but never loses one. A write that fails (a full disk, an
+I/O error) raises out of ``apply``, so that batch is not committed: ``logging``'s handlers would print the error
+and go on, which is why the file handler here re-raises instead.
 """
 
 from __future__ import annotations
@@ -9,6 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import logging.handlers
+import os
+import stat
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -35,25 +40,78 @@ def decision_line(item: Item, now: datetime) -> dict[str, Any]:
     return line
 
 
+def _sync_file(stream: TextIO) -> None:
+    """fsync ``stream``'s file if it is a regular file (a pipe or a terminal cannot be synced)."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.StringIO and the like: nothing on disk
+        return
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+        os.fsync(fd)
+
+
+def _sync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _FileHandler(logging.handlers.RotatingFileHandler):
+    """A rotating file whose write errors raise, whose rotated-out file is fsynced first (with ``sync``)."""
+
+    def __init__(self, path: Path, *, max_bytes: int, backups: int, sync: bool) -> None:
+        super().__init__(path, maxBytes=max_bytes, backupCount=backups, encoding="utf-8")
+        self.setFormatter(logging.Formatter("%(message)s"))
+        self.sync = sync
+        self.rotated = False
+
+    def handleError(self, record: logging.LogRecord) -> None:  # noqa: N802 - logging's name
+        """Raise the error ``emit`` caught: logging's default prints it and carries on, losing the line."""
+        error = sys.exc_info()[1]
+        raise error if error is not None else OSError(f"writing {self.baseFilename} failed")
+
+    def doRollover(self) -> None:  # noqa: N802 - logging's name
+        if self.sync and self.stream is not None:
+            self.stream.flush()
+            _sync_file(self.stream)
+        super().doRollover()
+        self.rotated = True
+
+    def sync_batch(self) -> None:
+        """Make every line written so far durable: the file's data, and after a rotation the directory's names."""
+        if self.stream is None:
+            return
+        self.stream.flush()
+        if self.sync:
+            _sync_file(self.stream)
+            if self.rotated:
+                _sync_dir(Path(self.baseFilename).parent)
+        self.rotated = False
+
+
 class LogProjection(Projection):
-    """Write decision lines to ``stream`` (default stdout) or to ``path``, rotated at ``max_bytes``."""
+    """Write decision lines to ``stream`` (default stdout) or to ``path``, rotated at ``max_bytes``; with ``sync``
+    (``ARBITER_PROJECTION_SYNC_WRITES``) a batch's lines are fsynced before its offsets are committed."""
 
     name = "log"
     stores_offsets = False
 
     def __init__(self, path: Path | None = None, *, max_bytes: int = 64 * 1024 * 1024, backups: int = 5,
-                 stream: TextIO | None = None, clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 stream: TextIO | None = None, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 sync: bool = True) -> None:
         self.clock = clock
-        self._handler: logging.Handler | None = None
+        self.sync = sync
+        self._handler: _FileHandler | None = None
         self._stream = stream or sys.stdout
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._handler = logging.handlers.RotatingFileHandler(path, maxBytes=max_bytes, backupCount=backups,
-                                                                 encoding="utf-8")
-            self._handler.setFormatter(logging.Formatter("%(message)s"))
+            self._handler = _FileHandler(path, max_bytes=max_bytes, backups=backups, sync=sync)
         self.lines = 0
 
     def apply(self, items: Sequence[Item]) -> None:
+        """Write, flush and (with ``sync``) fsync the batch's lines; raise ``OSError`` if any of that fails."""
         now = self.clock()
         for it in items:
             text = json.dumps(decision_line(it, now), separators=(",", ":"), ensure_ascii=False)
@@ -62,8 +120,12 @@ class LogProjection(Projection):
             else:
                 self._stream.write(text + "\n")
             self.lines += 1
-        if self._handler is None:
+        if self._handler is not None:
+            self._handler.sync_batch()
+        else:
             self._stream.flush()
+            if self.sync:
+                _sync_file(self._stream)
 
     def close(self) -> None:
         if self._handler is not None:

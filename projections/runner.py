@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_STORED, Consumer, KafkaError, KafkaException, TopicPartition
 
 from commands import Event, Rejection
+from commands.errors import ArbiterError
 from schemas import codec
 from schemas.codec import DecodeError
 
@@ -36,6 +37,16 @@ class Record(NamedTuple):
     @property
     def where(self) -> str:
         return f"{self.topic}[{self.partition}]@{self.offset}"
+
+
+class OffsetOutOfRange(ArbiterError):
+    """A projection's stored position is no longer in its partition (retention deleted records it never read)."""
+
+    code = "OFFSET_OUT_OF_RANGE"
+
+
+#: Where an operator may restart a projection whose position is out of range (``--reset-out-of-range``).
+RESET_POSITIONS = ("earliest", "latest")
 
 
 class Item(NamedTuple):
@@ -68,6 +79,11 @@ class Projection:
         """Return offsets to jump to when the projection's store changed under it (a rebuild swap), else None."""
         return None
 
+    def restart_at(self, tp: TP, lost_from: int | None, resume_at: int, reason: str) -> None:
+        """Record that an operator restarted ``tp`` at ``resume_at`` though offsets from ``lost_from`` were never
+        read (with ``stores_offsets``: durably, and as the new stored position, before the runner seeks)."""
+        raise NotImplementedError(f"{self.name} projection cannot record a restart")
+
     def close(self) -> None:
         """Release the projection's resources."""
 
@@ -90,6 +106,9 @@ class RunnerConfig:
     lag_interval_s: float = 15.0  # how often the lag is logged
     lag_measure_s: float = 1.0    # how often it is measured for the metrics (cached watermarks: no request)
     stop_when_caught_up: bool = False
+    #: For a projection that stores its offsets, where to restart a partition whose stored position is out of
+    #: range: None (stop with ``OffsetOutOfRange``), "earliest" or "latest"; the restart is recorded by the projection.
+    reset_out_of_range: str | None = None
 
 
 @dataclass
@@ -168,6 +187,9 @@ class Runner:
             "auto.offset.reset": "earliest",
         }
         conf.update(self.config.kafka_config)
+        if self.projection.stores_offsets:
+            # Never a silent jump past records nobody read: librdkafka reports ERR__AUTO_OFFSET_RESET instead.
+            conf["auto.offset.reset"] = "error"
         return conf
 
     def run(self) -> RunStats:
@@ -215,6 +237,9 @@ class Runner:
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
                     continue
+                if err.code() == KafkaError._AUTO_OFFSET_RESET:
+                    self._out_of_range((m.topic(), m.partition()), str(err))
+                    continue
                 if err.fatal():
                     raise KafkaException(err)
                 log.warning("%s projection: consumer error %s", self.projection.name, err)
@@ -245,6 +270,28 @@ class Runner:
         offsets = [TopicPartition(t, p, o) for (t, p), o in last.items()]
         # Offsets a projection keeps in its own store are committed to Kafka only for monitoring (lag tools).
         consumer.commit(offsets=offsets, asynchronous=self.projection.stores_offsets)
+
+    def _out_of_range(self, tp: TP, why: str) -> None:
+        """Stop with ``OffsetOutOfRange``, or restart ``tp`` where the operator said and have it recorded."""
+        consumer = self._consumer
+        low, high = consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10, cached=False)
+        lost_from = self._next.get(tp)
+        where = f"{tp[0]}[{tp[1]}]"
+        if self.config.reset_out_of_range is None:
+            raise OffsetOutOfRange(
+                f"{self.projection.name} projection: {where} position {lost_from} is out of range (the partition "
+                f"holds offsets {low}..{high - 1}): records were deleted before this projection read them. Nothing "
+                "was skipped; to go on without them, restart with --reset-out-of-range earliest (or latest), which "
+                f"is recorded. ({why})")
+        resume_at = low if self.config.reset_out_of_range == "earliest" else high
+        reason = (f"operator restart with --reset-out-of-range {self.config.reset_out_of_range}: position "
+                  f"{lost_from} out of range, partition holds {low}..{high - 1}")
+        log.warning("%s projection: %s %s; resuming at %d", self.projection.name, where, reason, resume_at)
+        self.projection.restart_at(tp, lost_from, resume_at, reason)
+        self._next[tp] = resume_at
+        # A seek is refused while the partition is in this error state: assign it afresh, at the new position.
+        consumer.incremental_unassign([TopicPartition(*tp)])
+        consumer.incremental_assign([TopicPartition(tp[0], tp[1], resume_at)])
 
     def _seek(self, consumer: Any, offsets: dict[TP, int]) -> None:
         self._next.update(offsets)

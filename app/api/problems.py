@@ -42,6 +42,8 @@ STATUS: dict[str, int] = {
     "READ_MODEL_UNAVAILABLE": 503,
     "TOO_MANY_WAITERS": 503,
     "UNSERVABLE_DOCUMENT": 503,
+    "VIEW_STALE": 503,
+    "DOCUMENT_QUARANTINED": 503,
 }
 
 _TITLES: dict[str, str] = {
@@ -59,6 +61,8 @@ _TITLES: dict[str, str] = {
     "READ_MODEL_UNAVAILABLE": "The read model is not open",
     "TOO_MANY_WAITERS": "Too many requests are waiting for decisions; nothing was produced, retry later",
     "UNSERVABLE_DOCUMENT": "The stored document is not RFC 8259 JSON; the read model needs a rebuild",
+    "VIEW_STALE": "Events of this object are missing from the read model; its view is not served",
+    "DOCUMENT_QUARANTINED": "An event's document could not be applied; the document is not served",
 }
 
 

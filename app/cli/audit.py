@@ -11,8 +11,8 @@ from app.settings import get_settings
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("audit", help="check or read the audit trail")
     actions = p.add_subparsers(dest="action", required=True)
-    actions.add_parser("verify", help="recompute every partition's hash chain; name the first broken record").set_defaults(
-        handler=_verify)
+    actions.add_parser("verify", help="recompute every partition's hash chain, check its offsets have no hole; "
+                       "name the first broken record").set_defaults(handler=_verify)
     show = actions.add_parser("show", help="print an object's accepted and rejected commands, oldest first")
     show.add_argument("object_id")
     show.set_defaults(handler=_show)
@@ -28,7 +28,11 @@ def _verify(_: argparse.Namespace) -> int:
     report = verify(root)
     for (topic, partition), n in sorted(report.entries.items()):
         head = report.heads.get((topic, partition), "-")
-        print(f"{topic}[{partition}]: {n} records, head {head[:16]}")
+        start = report.starts.get((topic, partition))
+        since = f" from offset {start}" if start is not None else ""
+        print(f"{topic}[{partition}]: {n} records{since}, head {head[:16]}")
+    for restart in report.restarts:
+        print(f"RESTART {restart}")
     for problem in report.problems:
         print(f"BROKEN {problem}")
     print("audit trail intact" if report.ok else f"audit trail BROKEN: {len(report.problems)} chain(s) fail")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from app.limits import consumer_config
 from app.settings import Settings, get_settings
-from projections.runner import Projection, Runner, RunnerConfig
+from projections.runner import RESET_POSITIONS, Projection, Runner, RunnerConfig
 
 log = logging.getLogger(__name__)
 
@@ -18,12 +18,12 @@ def audit_root(s: Settings) -> Path:
 
 
 def runner_config(s: Settings, name: str, topics: tuple[str, ...], *, assign_all: bool,
-                  until_caught_up: bool = False) -> RunnerConfig:
+                  until_caught_up: bool = False, reset_out_of_range: str | None = None) -> RunnerConfig:
     """Map Settings onto the runner's plain configuration."""
     return RunnerConfig(bootstrap=s.kafka_bootstrap, topics=topics, group_id=f"{s.projection_group_prefix}-{name}",
                         kafka_config={**consumer_config(s), **s.kafka_config}, assign_all=assign_all,
                         batch_size=s.projection_batch_size,
-                        stop_when_caught_up=until_caught_up)
+                        stop_when_caught_up=until_caught_up, reset_out_of_range=reset_out_of_range)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,6 +37,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     logp = kinds.add_parser("log", help="one JSON line per decision to stdout or ARBITER_LOG_FILE")
     for k in (db, audit, logp):
         k.add_argument("--until-caught-up", action="store_true", help="exit once every partition is caught up")
+    for k in (db, audit):
+        k.add_argument("--reset-out-of-range", choices=RESET_POSITIONS, default=None,
+                       help="when a partition's stored position is out of range (records deleted before they were "
+                       "read), resume at its earliest or latest offset and record that; without it the projection "
+                       "stops with OFFSET_OUT_OF_RANGE")
     db.set_defaults(handler=_db)
     audit.set_defaults(handler=_audit)
     logp.set_defaults(handler=_log)
@@ -71,7 +76,8 @@ def _db(args: argparse.Namespace) -> int:
         print(f"read model rebuilt: {res.generation} ({res.stats.records} records, {res.counts.applied} applied, "
               f"{res.counts.gaps} gaps, {res.counts.invalid} invalid) in {res.seconds:.1f}s; now current")
         return 0
-    cfg = runner_config(s, "db", (s.topic_events,), assign_all=True, until_caught_up=args.until_caught_up)
+    cfg = runner_config(s, "db", (s.topic_events,), assign_all=True, until_caught_up=args.until_caught_up,
+                        reset_out_of_range=args.reset_out_of_range)
     projection = DbProjection(open_writer(s))
     log.info("db projection: read model on %s", s.read_model)
     code = _run(s, cfg, projection)
@@ -85,7 +91,7 @@ def _audit(args: argparse.Namespace) -> int:
 
     s = get_settings()
     cfg = runner_config(s, "audit", (s.topic_events, s.topic_rejections), assign_all=True,
-                        until_caught_up=args.until_caught_up)
+                        until_caught_up=args.until_caught_up, reset_out_of_range=args.reset_out_of_range)
     return _run(s, cfg, AuditProjection(audit_root(s), sync=s.projection_sync_writes))
 
 
@@ -96,4 +102,5 @@ def _log(args: argparse.Namespace) -> int:
     cfg = runner_config(s, "log", (s.topic_events, s.topic_rejections), assign_all=False,
                         until_caught_up=args.until_caught_up)
     path = s.path(s.log_file) if s.log_file else None
-    return _run(s, cfg, LogProjection(path, max_bytes=s.log_file_max_bytes, backups=s.log_file_backups))
+    return _run(s, cfg, LogProjection(path, max_bytes=s.log_file_max_bytes, backups=s.log_file_backups,
+                                     sync=s.projection_sync_writes))

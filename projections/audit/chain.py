@@ -4,17 +4,25 @@ Each (topic, partition) is one chain. Entry ``seq`` (0, 1, 2, ...) stores the Ka
 (offset, timestamp, key and value bytes) and ``hash = SHA-256(prev_hash || canonical(fields))``, with
 ``prev_hash`` of entry 0 = 32 zero bytes. The chain's head (last hash, next seq, next offset) is written in the
 same batch, so a flipped byte breaks one hash and a removed entry breaks the seq run or the head.
+
+Offsets run on without a hole from the chain's first entry (the events and rejections topics are written by a
+non-transactional, idempotent producer, so no commit marker takes an offset): the one exception is a *restart*
+entry, offset ``RESTART_OFFSET`` (-1, never a Kafka offset), whose value is ``{"restart": {"from", "to",
+"reason", "at_ms"}}`` in JSON: an operator resumed the partition at ``to`` though ``from``..``to - 1`` were never
+read. It is hashed like any entry, so it cannot be added or removed unnoticed.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import struct
 from dataclasses import dataclass
 
 GENESIS = bytes(32)
 _FIXED = struct.Struct(">qqii")     # offset, timestamp_ms, key length, value length (-1 = null)
 _HEAD = struct.Struct(">32sQq")     # last hash, next seq, next offset
+RESTART_OFFSET = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +36,22 @@ class Entry:
     timestamp_ms: int
     key: bytes | None
     value: bytes | None
+
+
+def restart_value(lost_from: int | None, resume_at: int, reason: str, at_ms: int) -> bytes:
+    """The value of a restart entry."""
+    return json.dumps({"restart": {"from": lost_from, "to": resume_at, "reason": reason, "at_ms": at_ms}},
+                      sort_keys=True).encode()
+
+
+def restart_of(e: Entry) -> dict[str, object] | None:
+    """Return the restart a restart entry records, None for a record's entry; raise ValueError if unreadable."""
+    if e.offset != RESTART_OFFSET:
+        return None
+    restart = json.loads(e.value or b"")["restart"]
+    if not isinstance(restart, dict) or not isinstance(restart.get("to"), int):
+        raise ValueError("restart entry without a resume offset")
+    return restart
 
 
 @dataclass(frozen=True, slots=True)

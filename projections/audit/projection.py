@@ -2,14 +2,34 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from commands.errors import ArbiterError
 from projections.audit import store
-from projections.audit.chain import GENESIS, Entry, Head, entry_key, head_key, index_key, link, pack_entry, pack_head
+from projections.audit.chain import (
+    GENESIS,
+    RESTART_OFFSET,
+    Entry,
+    Head,
+    entry_key,
+    head_key,
+    index_key,
+    link,
+    pack_entry,
+    pack_head,
+    restart_value,
+)
 from projections.runner import Item, Projection
 
 TP = tuple[str, int]
+
+
+class AuditOffsetGap(ArbiterError):
+    """A record arrived past the chain's next offset: appending it would leave a hole in the audit trail."""
+
+    code = "AUDIT_OFFSET_GAP"
 
 
 class AuditProjection(Projection):
@@ -37,6 +57,11 @@ class AuditProjection(Projection):
             head = self._heads.get(tp) or Head(GENESIS, 0, 0)
             if rec.offset < head.next_offset:
                 continue  # already in the chain (a re-delivery after a seek); appending twice would fork history
+            if rec.offset > head.next_offset and tp in self._heads:
+                raise AuditOffsetGap(f"audit projection: {rec.where} arrived, but the chain of {rec.topic}"
+                                     f"[{rec.partition}] expects offset {head.next_offset}: offsets "
+                                     f"{head.next_offset}..{rec.offset - 1} were never read; nothing of this batch "
+                                     "was appended")
             entry = Entry(rec.topic, rec.partition, head.next_seq, rec.offset, rec.timestamp_ms, rec.key, rec.value)
             h = link(head.hash, entry)
             wb.put(entry_key(rec.topic, rec.partition, entry.seq), pack_entry(h, entry))
@@ -50,6 +75,19 @@ class AuditProjection(Projection):
             wb.put(head_key(*tp), pack_head(self._heads[tp]))
         if touched:
             self._db.write(wb, self._write_opts)
+
+    def restart_at(self, tp: TP, lost_from: int | None, resume_at: int, reason: str) -> None:
+        """Append a restart entry (hashed into the chain) and move the head to ``resume_at``, in one batch."""
+        head = self._heads.get(tp) or Head(GENESIS, 0, 0)
+        now_ms = time.time_ns() // 1_000_000
+        entry = Entry(tp[0], tp[1], head.next_seq, RESTART_OFFSET, now_ms, None,
+                      restart_value(lost_from, resume_at, reason, now_ms))
+        h = link(head.hash, entry)
+        wb = store.new_batch()
+        wb.put(entry_key(tp[0], tp[1], entry.seq), pack_entry(h, entry))
+        self._heads[tp] = Head(h, entry.seq + 1, resume_at)
+        wb.put(head_key(*tp), pack_head(self._heads[tp]))
+        self._db.write(wb, self._write_opts)
 
     def close(self) -> None:
         self._db.close()

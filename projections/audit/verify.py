@@ -14,7 +14,7 @@ from rocksdict import Rdict
 
 from commands import Event
 from projections.audit import store
-from projections.audit.chain import GENESIS, Entry, Head, link, parse_chain_key, unpack_entry
+from projections.audit.chain import GENESIS, Entry, Head, link, parse_chain_key, restart_of, unpack_entry
 from projections.rocks import prefixed
 from schemas import codec
 from schemas.codec import DecodeError
@@ -24,7 +24,7 @@ TP = tuple[str, int]
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """The first broken record of one chain: ``kind`` is tampered, missing or head."""
+    """The first broken record of one chain: ``kind`` is tampered, missing, hole or head."""
 
     topic: str
     partition: int
@@ -43,6 +43,8 @@ class VerifyReport:
     entries: dict[TP, int] = field(default_factory=dict)
     heads: dict[TP, str] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    starts: dict[TP, int] = field(default_factory=dict)       # the offset each chain starts at
+    restarts: list[str] = field(default_factory=list)         # operator restarts recorded in the chains
 
     @property
     def ok(self) -> bool:
@@ -64,7 +66,8 @@ def reader(path: Path) -> Iterator[Rdict]:
 
 
 def verify(path: Path) -> VerifyReport:
-    """Recompute every chain from its genesis and compare with the stored hashes, seqs and heads."""
+    """Recompute every chain from its genesis and compare with the stored hashes, seqs and heads; check that each
+    chain's offsets run on without a hole from its first record, except across a recorded restart."""
     report = VerifyReport()
     with reader(path) as db:
         heads = store.heads(db)
@@ -78,12 +81,14 @@ def verify(path: Path) -> VerifyReport:
 
 def _verify_chain(tp: TP, rows: list[tuple[bytes, bytes]], head: Head | None, report: VerifyReport) -> None:
     prev, expect, last_offset = GENESIS, 0, None
+    next_offset: int | None = None  # the offset the next record must have; None before the chain's first record
     topic, partition = tp
     report.entries[tp] = len(rows)
     for k, v in rows:
         seq = int.from_bytes(k[-8:], "big")
         try:
             stored, entry = unpack_entry(k, v)
+            restart = restart_of(entry)
         except ValueError as e:
             report.problems.append(Problem(topic, partition, "tampered", seq, None, f"unreadable entry ({e})"))
             return
@@ -93,10 +98,26 @@ def _verify_chain(tp: TP, rows: list[tuple[bytes, bytes]], head: Head | None, re
                                            f"records #{expect}..#{seq - 1} are gone{after}; next: offset {entry.offset}"))
             return
         if link(prev, entry) != stored:
-            report.problems.append(Problem(topic, partition, "tampered", seq, entry.offset,
+            report.problems.append(Problem(topic, partition, "tampered", seq, None if restart else entry.offset,
                                            "hash does not match the record's contents and its predecessor"))
             return
-        prev, expect, last_offset = stored, seq + 1, entry.offset
+        if restart is not None:
+            resume_at = int(restart["to"])  # type: ignore[call-overload]
+            report.restarts.append(f"{topic}[{partition}] record #{seq}: resumed at offset {resume_at}, offsets "
+                                   f"from {restart.get('from')} never read ({restart.get('reason')})")
+            next_offset = resume_at
+        else:
+            if next_offset is None:
+                report.starts[tp] = entry.offset
+            elif entry.offset != next_offset:
+                report.problems.append(Problem(
+                    topic, partition, "hole", seq, entry.offset,
+                    f"offsets {next_offset}..{entry.offset - 1} are not in the chain and no restart is recorded: "
+                    "records lost before the audit projection read them" if entry.offset > next_offset else
+                    f"offset {entry.offset} follows offset {next_offset - 1}: out of order"))
+                return
+            next_offset, last_offset = entry.offset + 1, entry.offset
+        prev, expect = stored, seq + 1
     if head is None:
         report.problems.append(Problem(topic, partition, "head", expect, None, "chain head is missing"))
         return
@@ -107,6 +128,10 @@ def _verify_chain(tp: TP, rows: list[tuple[bytes, bytes]], head: Head | None, re
                                        f"records #{expect}..#{head.next_seq - 1} are gone{after}; head counts {head.next_seq}"))
     elif head.hash != prev:
         report.problems.append(Problem(topic, partition, "head", expect, None, "chain head hash does not match the last record"))
+    elif next_offset is not None and head.next_offset != next_offset:
+        report.problems.append(Problem(topic, partition, "head", expect, None,
+                                       f"chain head resumes at offset {head.next_offset}, the chain ends before "
+                                       f"offset {next_offset}"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Protocol
 
-from commands import Event
 from commands.errors import ArbiterError
 from projections.db.view import ObjectView
 
@@ -37,11 +36,6 @@ class ReadModelWriter(Protocol):
 
     def offsets(self) -> dict[TP, int]:
         """Return the next offset to read per partition, as last written with the documents."""
-        ...
-
-    def unstorable(self, view: ObjectView, event: Event) -> str | None:
-        """Return why this backend cannot hold ``view``, the result of applying ``event`` to a stored view (it is
-        then reported as a gap, not written), else None."""
         ...
 
     def write(self, views: dict[str, ObjectView], offsets: dict[TP, int], gaps: dict[str, str]) -> None:

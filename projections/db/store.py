@@ -18,7 +18,6 @@ from typing import cast
 
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
-from commands import Event
 from projections.db.port import TP
 from projections.db.view import ObjectView
 from projections.rocks import prefixed
@@ -98,10 +97,6 @@ class ReadModelStore:
         ids = list(object_ids)
         raws = cast(list[bytes | None], self._db[[doc_key(i) for i in ids]]) if ids else []
         return {i: ObjectView.from_bytes(r) if r is not None else None for i, r in zip(ids, raws, strict=True)}
-
-    def unstorable(self, view: ObjectView, event: Event) -> str | None:
-        """RocksDB holds any view."""
-        return None
 
     def offsets(self) -> dict[TP, int]:
         """Return the next offset to read per partition, as last written with the documents."""

@@ -47,6 +47,12 @@ CREATE TABLE {s}.gaps (
 );
 COMMENT ON TABLE {s}.documents IS 'Arbiter read model: one row per object, written by arbiter project db';
 """),
+    (2, """
+ALTER TABLE {s}.documents ADD COLUMN quarantined boolean NOT NULL DEFAULT false,
+                          ADD COLUMN stale boolean NOT NULL DEFAULT false;
+COMMENT ON COLUMN {s}.documents.quarantined IS 'an event''s document part broke the rule: the document is not served';
+COMMENT ON COLUMN {s}.documents.stale IS 'events of the object are missing: neither document nor roles are trusted';
+"""),
 ]
 
 

@@ -20,11 +20,10 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from commands import Event
 from projections.db.port import TP, ReadModelSwapped
 from projections.db.view import ObjectView
 from projections.postgres import schema as pgschema
-from projections.postgres.rows import COLUMNS, copy_line, from_row, nul_problem
+from projections.postgres.rows import COLUMNS, copy_line, from_row
 from projections.postgres.write_behind import Batch, WriteBehind
 
 log = logging.getLogger(__name__)
@@ -33,7 +32,7 @@ _UPSERT = """
 INSERT INTO {s}.documents AS d SELECT * FROM pg_temp.arbiter_stage
 ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version, deleted = EXCLUDED.deleted, owner = EXCLUDED.owner,
     editors = EXCLUDED.editors, readers = EXCLUDED.readers, document = EXCLUDED.document,
-    updated_at = EXCLUDED.updated_at
+    updated_at = EXCLUDED.updated_at, quarantined = EXCLUDED.quarantined, stale = EXCLUDED.stale
 WHERE d.version < EXCLUDED.version
 """
 _OFFSETS = """
@@ -55,7 +54,8 @@ def _configure(sync: bool) -> Callable[[psycopg.Connection[Any]], None]:
         conn.execute("SET synchronous_commit = " + ("on" if sync else "off"))
         conn.execute("SET TimeZone = 'UTC'")
         conn.execute("CREATE TEMP TABLE IF NOT EXISTS arbiter_stage (id text, version bigint, deleted boolean, owner text, "
-                     "editors text[], readers text[], document jsonb, updated_at timestamptz) ON COMMIT DELETE ROWS")
+                     "editors text[], readers text[], document jsonb, updated_at timestamptz, quarantined boolean, "
+                     "stale boolean) ON COMMIT DELETE ROWS")
         conn.commit()
     return configure
 
@@ -101,9 +101,6 @@ class PgReadModelStore:
         with self._pool.connection() as conn:
             rows = conn.execute(sql.SQL("SELECT topic, partition, next_offset FROM {}.offsets").format(self._s))
             return {(t, p): o for t, p, o in rows}
-
-    def unstorable(self, view: ObjectView, event: Event) -> str | None:
-        return nul_problem(view, event)
 
     def write(self, views: dict[str, ObjectView], offsets: dict[TP, int], gaps: dict[str, str]) -> None:
         """Queue the batch for the background writer; raise the error of an earlier batch that failed."""

@@ -108,7 +108,9 @@ def nested(levels: int) -> str:
 
 BAD_VALUES = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity", "1e400": "1e400", "surrogate": '"\\ud800"',
               "surrogate-inside": '"x\\udfffy"', "surrogate-in-list": '["\\udbff"]', "depth-33": nested(DEFAULT_MAX_DEPTH),
-              "depth-50000": "[" * 50_000 + "]" * 50_000}
+              "depth-50000": "[" * 50_000 + "]" * 50_000,
+              # valid JSON, but PostgreSQL's jsonb cannot hold U+0000: refused so no backend is ever asked to
+              "u0000": '"a\\u0000b"', "u0000-in-key": '{"k\\u0000": 1}'}
 
 
 def _bodies(value: str, oid: str) -> list[tuple[str, str, str, str]]:

@@ -102,3 +102,64 @@ def test_audit_chains_every_decision_and_verify_names_tampering(settings: Settin
     last = report.entries[(topic, part)] - 1
     _edit(path, entry_key(topic, part, last), None)
     assert [(p.kind, p.seq) for p in verify(path).problems] == [("missing", last)]
+
+
+def _delete_before(settings: Settings, partition: int, offset: int) -> None:
+    """What retention does: the partition's records before ``offset`` are gone."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": settings.kafka_bootstrap})
+    futures = admin.delete_records([TopicPartition(settings.topic_events, partition, offset)], request_timeout=30)
+    for f in futures.values():
+        assert f.result(30).low_watermark == offset
+
+
+def test_a_position_retention_deleted_stops_the_projections_unless_an_operator_restarts_them(settings: Settings) -> None:
+    """auto.offset.reset=earliest skipped ahead silently and the audit chain took the jump; now the projections stop
+    with OFFSET_OUT_OF_RANGE, and a restart at a stated position is an entry of the chain."""
+    from app.read_models import open_writer
+    from projections.db import DbProjection
+    from projections.runner import OffsetOutOfRange
+
+    def junk(n: int, start: int) -> list[tuple[bool, int, bytes, bytes]]:
+        return [(True, 0, b"o", b"junk-%d" % i) for i in range(start, start + n)]
+
+    path = settings.var_dir / "audit"
+    produce(settings.kafka_bootstrap, settings.topic_events, settings.topic_rejections, junk(10, 0))
+    assert _run(settings, path)[0].appended == 10
+    db_cfg = RunnerConfig(bootstrap=settings.kafka_bootstrap, topics=(settings.topic_events,), group_id="t-db",
+                          stop_when_caught_up=True, lag_interval_s=60)
+    Runner(db_cfg, DbProjection(open_writer(settings))).run()
+    produce(settings.kafka_bootstrap, settings.topic_events, settings.topic_rejections, junk(10, 10))
+    _delete_before(settings, 0, 15)  # offsets 10..14 were never read by either projection
+
+    with pytest.raises(OffsetOutOfRange) as stopped:
+        _run(settings, path)
+    assert stopped.value.code == "OFFSET_OUT_OF_RANGE" and "position 10 is out of range" in stopped.value.message
+    with pytest.raises(OffsetOutOfRange):
+        Runner(db_cfg, DbProjection(open_writer(settings))).run()
+    assert verify(path).entries[(settings.topic_events, 0)] == 10, "nothing appended past the hole"
+
+    env = {**os.environ, "ARBITER_VAR_DIR": str(settings.var_dir), "ARBITER_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+           "ARBITER_TOPIC_EVENTS": settings.topic_events, "ARBITER_TOPIC_REJECTIONS": settings.topic_rejections}
+    cli = [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())"]
+    refused = subprocess.run([*cli, "project", "audit", "--until-caught-up"], env=env, capture_output=True, text=True,
+                             timeout=60, check=False)
+    assert refused.returncode == 2 and "[OFFSET_OUT_OF_RANGE]" in refused.stderr, refused.stderr
+    restarted = subprocess.run([*cli, "project", "audit", "--until-caught-up", "--reset-out-of-range", "earliest"],
+                               env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert restarted.returncode == 0, restarted.stderr
+    report = verify(path)
+    assert report.ok, report.problems
+    assert report.entries[(settings.topic_events, 0)] == 10 + 1 + 5, "ten records, the restart, offsets 15..19"
+    (restart,) = report.restarts
+    assert "resumed at offset 15, offsets from 10 never read" in restart
+    shown = subprocess.run([*cli, "audit", "verify"], env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert shown.returncode == 0 and "RESTART " in shown.stdout and "audit trail intact" in shown.stdout, shown.stdout
+
+    db_restart = RunnerConfig(**{**db_cfg.__dict__, "reset_out_of_range": "latest"})
+    Runner(db_restart, DbProjection(open_writer(settings))).run()
+    writer = open_writer(settings)
+    assert writer.offsets()[(settings.topic_events, 0)] == 20
+    writer.close()

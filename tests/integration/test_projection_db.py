@@ -25,27 +25,40 @@ from tests.conftest import READ_MODELS
 pytestmark = [pytest.mark.integration, pytest.mark.parametrize("read_model_settings", READ_MODELS, indirect=True)]
 
 
-def fold(events: list[Event]) -> dict[str, tuple[dict[str, Any], int, bool]]:
+#: (document, version, deleted, owner, editors, readers): everything a read is answered from.
+Fold = dict[str, tuple[dict[str, Any], int, bool, str, tuple[str, ...], tuple[str, ...]]]
+
+
+def fold(events: list[Event]) -> Fold:
     """Apply every event exactly once, written independently of projections.db.apply."""
-    out: dict[str, tuple[dict[str, Any], int, bool]] = {}
+    out: Fold = {}
     for ev in events:
-        doc, version, deleted = out.get(ev.object_id, ({}, 0, False))
+        doc, version, deleted, owner, editors, readers = out.get(ev.object_id, ({}, 0, False, "", (), ()))
         if ev.version != version + 1:
             continue
+        owner = ev.owner
         if ev.type == "CREATED":
             doc = json.loads(ev.document or "")
         elif ev.type == "UPDATED":
             doc = merge_patch(doc, json.loads(ev.patch or ""))
         elif ev.type == "DELETED":
             doc, deleted = {}, True
-        out[ev.object_id] = (doc, ev.version, deleted)
+        elif ev.type == "EDITOR_GRANTED":
+            editors = (*editors, ev.editor or "")
+        elif ev.type == "EDITOR_REVOKED":
+            editors = tuple(e for e in editors if e != ev.editor)
+        elif ev.type == "READER_GRANTED":
+            readers = (*readers, ev.reader or "")
+        elif ev.type == "READER_REVOKED":
+            readers = tuple(r for r in readers if r != ev.reader)
+        out[ev.object_id] = (doc, ev.version, deleted, owner, editors, readers)
     return out
 
 
-def snapshot(s: Settings) -> dict[str, tuple[dict[str, Any], int, bool]]:
+def snapshot(s: Settings) -> Fold:
     rm = open_reader(s)
     try:
-        return {oid: (v.document, v.version, v.deleted) for oid, v in rm.views()}
+        return {oid: (v.document, v.version, v.deleted, v.owner, v.editors, v.readers) for oid, v in rm.views()}
     finally:
         rm.close()
 
@@ -172,3 +185,70 @@ def test_duplicates_change_nothing_and_rebuild_matches_live(read_model_settings:
         assert generation_after != generation_before
     holder.close()
     rm.close()
+
+
+def _freeze_events(oid: str) -> tuple[list[Event], list[Event]]:
+    """Issue 24's reproduction: create, grant reader bob, grant editor eve, eve's patch with U+0000 (as a validator
+    before the rule accepted it, or another producer wrote it), revoke bob, update; then the owner's delete."""
+    from dataclasses import replace as with_fields
+    from datetime import UTC, datetime
+
+    from commands import CreateObject, DeleteObject, GrantEditor, GrantReader, RevokeReader, UpdateObject, decide
+
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    cmds = [CreateObject("f1", oid, "alice", at, document='{"n": 1}'), GrantReader("f2", oid, "alice", at, reader="bob"),
+            GrantEditor("f3", oid, "alice", at, editor="eve"), UpdateObject("f4", oid, "eve", at, patch='{"n": 2}'),
+            RevokeReader("f5", oid, "alice", at, reader="bob"), UpdateObject("f6", oid, "alice", at, patch='{"m": 3}'),
+            DeleteObject("f7", oid, "alice", at)]
+    state, events = None, []
+    for c in cmds:
+        d = decide(state, c)
+        assert isinstance(d.outcome, Event), d.outcome
+        state, events = d.state, [*events, d.outcome]
+    events[3] = with_fields(events[3], patch='{"n": "a\\u0000b"}')
+    return events[:6], events[6:]
+
+
+def test_a_document_no_backend_may_hold_freezes_nothing_live_or_rebuilt(read_model_settings: Settings) -> None:
+    """Roles and the deletion land after an event whose document cannot be applied; reads fail closed meanwhile."""
+    from app.api.auth import issue_token
+    from app.api.main import create_app
+    from tests.integration.test_api_support import TestClient
+
+    s = read_model_settings
+    before_delete, delete = _freeze_events("frozen")
+
+    def run() -> DbProjection:
+        projection = DbProjection(open_writer(s))
+        Runner(_config(s, "t-freeze"), projection).run()
+        return projection
+
+    def read(principal: str) -> tuple[int, str]:
+        rm = open_reader(s)
+        try:
+            token = issue_token(s.auth_secret.get_secret_value(), principal, 60)
+            r = TestClient(create_app(s, read_model=rm)).get("/objects/frozen",
+                                                             headers={"Authorization": f"Bearer {token}"})
+            return r.status_code, r.json()["code"] if r.status_code != 200 else "OK"
+        finally:
+            rm.close()
+
+    produce(s.kafka_bootstrap, s.topic_events, s.topic_rejections, encoded(before_delete, s.partitions))
+    assert run().counts.invalid == 1
+    assert read("bob") == (404, "NOT_FOUND"), "the revoke landed after the unappliable patch"
+    assert read("alice") == (503, "DOCUMENT_QUARANTINED"), "the document misses eve's patch: never served"
+    produce(s.kafka_bootstrap, s.topic_events, s.topic_rejections, encoded(delete, s.partitions))
+    run()
+    expected = fold(before_delete + delete)["frozen"][1:]  # everything but the document, which is {} once deleted
+    assert snapshot(s)["frozen"][1:] == expected == (7, True, "alice", ("eve",), ())
+    assert read("alice") == (410, "DELETED")
+    with open_reader(s) as rm:
+        gap = json.loads(rm.gaps()["frozen"])
+    assert gap["status"] == "INVALID" and "U+0000" in gap["detail"] and gap["version"] == 4
+
+    rebuilt = subprocess.run([*CLI, "project", "db", "--rebuild"], env=_env(s), capture_output=True, text=True,
+                             timeout=120, check=False)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert "1 invalid" in rebuilt.stdout, rebuilt.stdout
+    assert snapshot(s)["frozen"][1:] == expected
+    assert read("alice") == (410, "DELETED") and read("bob") == (404, "NOT_FOUND")

@@ -73,14 +73,16 @@ def _event(object_id: str, version: int, document: str, offset: int) -> Item:
     return Item(Record("events", 0, offset, object_id.encode(), b"", 0), ev)
 
 
-def test_a_document_jsonb_cannot_hold_is_a_reported_gap_not_a_crash(pg: Settings) -> None:
+def test_a_document_jsonb_cannot_hold_is_quarantined_and_reported_not_a_crash(pg: Settings) -> None:
     projection = DbProjection(open_writer(pg))
     projection.apply([_event("nul", 1, json.dumps({"t": "a\u0000b"}), 0),
                       _event("slash", 1, json.dumps({"t": "a\\u0000b"}), 1)])  # a backslash, then 'u0000': fine
     projection.close()
     assert projection.counts.invalid == 1 and projection.counts.applied == 1
     with open_reader(pg) as rm:
-        assert rm.get("nul") is None and rm.get("slash") is not None
+        nul = rm.get("nul")
+        assert nul is not None and (nul.version, nul.owner, nul.quarantined, nul.document) == (1, "alice", True, {})
+        assert rm.get("slash") is not None
         assert "U+0000" in json.loads(rm.gaps()["nul"])["detail"]
     writer = open_writer(pg)
     assert writer.offsets() == {("events", 0): 2}, "the batch (gap report included) committed with its offsets"
@@ -153,3 +155,18 @@ def test_a_database_that_cannot_be_reached_is_503_and_not_healthy(settings: Sett
     with api_client(down) as client:  # the app opens its reader on a port nothing listens on
         is_problem(client.get("/objects/any", headers=auth(down, "alice")), 503, "READ_MODEL_UNAVAILABLE")
         assert client.get("/healthz").json()["read_model"] is False
+
+
+def test_numbers_keys_and_duplicates_read_back_as_the_readme_says(pg: Settings) -> None:
+    """commands.json_text accepts these: jsonb must hold them, as the same JSON values, spelt its own way."""
+    text = '{"big": 1e16, "negzero": -0.0, "e": 1E2, "int": 123456789012345678901234567890, "bb": 1, "a": 2, "d": 1, "d": 2}'
+    projection = DbProjection(open_writer(pg))
+    projection.apply([_event("numbers", 1, text, 0)])
+    projection.close()
+    assert projection.counts.applied == 1
+    with open_reader(pg) as rm:
+        view = rm.get("numbers")
+    assert view is not None and view.document == json.loads(text)  # equal values: 1e16 == 10**16, -0.0 == 0.0
+    assert view.document["big"] == 10_000_000_000_000_000 and isinstance(view.document["big"], int)
+    assert str(view.document["negzero"]) == "0.0" and view.document["e"] == 100.0 and view.document["d"] == 2
+    assert list(view.document)[:2] == ["a", "d"], "jsonb orders keys shorter first"

@@ -17,6 +17,8 @@ class View:
     owner: str = "alice"
     editors: tuple[str, ...] = ()
     readers: tuple[str, ...] = ()
+    quarantined: bool = False
+    stale: bool = False
 
 
 @dataclass

@@ -51,5 +51,6 @@ def test_status_mapping() -> None:
     assert status_of("TOO_MANY_WAITERS") == 503 and status_of("UNSERVABLE_DOCUMENT") == 503
     assert all(400 <= status_of(c) < 500 for c in ReasonCode)  # no reason code is ever a 5xx
     assert {c for c, s in STATUS.items() if s >= 500} <= {"BROKER_UNAVAILABLE", "READ_MODEL_UNAVAILABLE",
-                                                          "TOO_MANY_WAITERS", "UNSERVABLE_DOCUMENT"}
+                                                          "TOO_MANY_WAITERS", "UNSERVABLE_DOCUMENT",
+                                                              "VIEW_STALE", "DOCUMENT_QUARANTINED"}
     assert {s for s in STATUS.values() if s >= 500} == {503}

@@ -29,6 +29,9 @@ def views() -> dict[str, View]:
         "tomb": View({}, 6, deleted=True, owner="alice", readers=("carol",)),
         "nan-doc": View({"x": float("nan")}, 1, owner="alice"),  # stored before such documents were refused
         "surrogate-doc": View({"x": "\ud800"}, 1, owner="alice"),
+        "quarantined": View({"t": 1}, 5, owner="alice", readers=("carol",), quarantined=True),
+        "stale": View({"t": 1}, 3, owner="alice", readers=("carol",), stale=True),
+        "stale-tomb": View({}, 7, deleted=True, owner="alice", readers=("carol",), stale=True),
     }
 
 
@@ -47,7 +50,7 @@ def auth(principal: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {issue_token(SETTINGS.auth_secret.get_secret_value(), principal, 60)}"}
 
 
-@pytest.mark.parametrize("object_id", ["shared", "tomb"])
+@pytest.mark.parametrize("object_id", ["shared", "tomb", "quarantined", "stale"])
 @pytest.mark.parametrize("if_none_match", [None, '"4"', '"6"', "*"])
 def test_an_outsider_gets_exactly_the_answer_for_the_same_id_absent(client: TestClient, read_model: FakeReadModel,
                                                                     object_id: str, if_none_match: str | None) -> None:
@@ -74,3 +77,19 @@ def test_get_serves_only_rfc8259_json(client: TestClient) -> None:
         assert r.headers["content-type"].startswith("application/problem+json") and "retry-after" in r.headers
         hidden = client.get(f"/objects/{object_id}", headers=auth("mallory"))
         assert hidden.status_code == 404 and hidden.json()["code"] == "NOT_FOUND"
+
+
+@pytest.mark.parametrize(("object_id", "code"), [("quarantined", "DOCUMENT_QUARANTINED"), ("stale", "VIEW_STALE")])
+@pytest.mark.parametrize("principal", ["alice", "carol"])
+def test_a_view_known_stale_or_quarantined_fails_closed(client: TestClient, object_id: str, code: str,
+                                                        principal: str) -> None:
+    """Never served: the document (and for a stale view the roles) may miss events; 503 with a code instead."""
+    r = client.get(f"/objects/{object_id}", headers=auth(principal))
+    assert r.status_code == 503 and r.json()["code"] == code and "retry-after" in r.headers
+    assert '"t"' not in r.text
+
+
+def test_a_deletion_that_landed_after_a_gap_is_410() -> None:
+    client = TestClient(create_app(SETTINGS, read_model=FakeReadModel(views())))
+    r = client.get("/objects/stale-tomb", headers=auth("carol"))
+    assert r.status_code == 410 and r.json()["code"] == "DELETED"

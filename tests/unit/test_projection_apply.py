@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -51,22 +52,52 @@ def test_fold_applies_each_event_type() -> None:
     ]
 
 
-def test_replayed_events_are_no_ops_and_a_gap_is_refused() -> None:
+def test_replayed_events_are_no_ops_and_a_gap_marks_the_view_stale_but_a_delete_still_lands() -> None:
     evs = _events()
     view = apply_event(apply_event(None, evs[0]).view, evs[1]).view
+    assert view is not None
     for old in evs[:2]:
         res = apply_event(view, old)
         assert res.status is Status.STALE and res.view is view
     gap = apply_event(view, evs[3])
-    assert gap.status is Status.GAP and gap.view is view and "stored version 2, event version 4" in gap.detail
-    assert apply_event(None, evs[1]).status is Status.GAP
+    assert gap.status is Status.GAP and "stored version 2, event version 4" in gap.detail
+    assert gap.view == replace(view, stale=True), "kept at its version, marked stale: reads fail closed"
+    gone = apply_event(gap.view, evs[4])
+    assert gone.status is Status.GAP and gone.view is not None
+    assert (gone.view.deleted, gone.view.version, gone.view.stale) == (True, 5, True)
+    missing = apply_event(None, evs[1])
+    assert missing.status is Status.GAP and missing.view is not None and missing.view.stale
 
 
-def test_unappliable_payloads_are_reported_not_applied() -> None:
+def test_an_unappliable_document_is_quarantined_and_the_version_lands() -> None:
     ev = _events()[0]
     bad = Event(ev.event_id, ev.type, ev.object_id, 1, ev.command_id, ev.principal, ev.occurred_at, ev.owner,
                 document="[1, 2]")
-    assert apply_event(None, bad).status is Status.INVALID
+    res = apply_event(None, bad)
+    assert res.status is Status.INVALID and res.view is not None
+    assert (res.view.version, res.view.owner, res.view.quarantined) == (1, "alice", True)
+
+
+def test_a_patch_with_u0000_quarantines_the_document_and_later_roles_and_delete_still_land() -> None:
+    """The freeze of issue 24: one editor's U+0000 patch used to stop every later event of the object."""
+    from commands import GrantReader
+
+    view = _fold([CreateObject("c1", "o", "alice", T, document='{"n": 1}'),
+                  GrantReader("c2", "o", "alice", T, reader="bob"), GrantEditor("c3", "o", "alice", T, editor="eve")])
+    nul = Event("e4", EventType.UPDATED, "o", 4, "c4", "eve", T, "alice", patch='{"n": "a\\u0000b"}')
+    res = apply_event(view, nul)
+    assert res.status is Status.INVALID and "U+0000" in res.detail and res.view is not None
+    assert (res.view.version, res.view.quarantined, res.view.document) == (4, True, {"n": 1})
+    later = [Event("e5", EventType.READER_REVOKED, "o", 5, "c5", "alice", T, "alice", reader="bob"),
+             Event("e6", EventType.UPDATED, "o", 6, "c6", "alice", T, "alice", patch='{"m": 2}'),
+             Event("e7", EventType.DELETED, "o", 7, "c7", "alice", T, "alice")]
+    view = res.view
+    for ev in later:
+        step = apply_event(view, ev)
+        assert step.status is Status.APPLIED, step
+        view = step.view
+    assert view is not None and (view.version, view.deleted, view.readers, view.editors) == (7, True, (), ("eve",))
+    assert view.quarantined and ObjectView.from_bytes(view.to_bytes()) == view
 
 
 def test_view_bytes_are_canonical() -> None:
@@ -166,7 +197,15 @@ def test_views_stored_before_roles_read_with_none() -> None:
     assert (view.owner, view.editors, view.readers, view.version) == ("alice", (), (), 3)
 
 
-@pytest.mark.parametrize("payload", ['{"a": NaN}', '{"a": Infinity}', '{"a": 1e400}', '{"a": "\\ud800"}'])
+@pytest.mark.parametrize("payload", ['{"a": NaN}', '{"a": Infinity}', '{"a": 1e400}', '{"a": "\\ud800"}',
+                                     '{"a": "\\u0000"}', '{"a\\u0000": 1}'])
 def test_a_payload_that_could_not_be_served_as_json_is_not_applied(payload: str) -> None:
     ev = Event("e", EventType.CREATED, "o", 1, "c", "alice", T, "alice", payload)
-    assert apply_event(None, ev).status is Status.INVALID
+    res = apply_event(None, ev)
+    assert res.status is Status.INVALID and res.view is not None and res.view.quarantined
+
+
+def test_an_escaped_backslash_before_u0000_is_not_u0000() -> None:
+    ev = Event("e", EventType.CREATED, "o", 1, "c", "alice", T, "alice", '{"a": "\\\\u0000"}')
+    res = apply_event(None, ev)
+    assert res.status is Status.APPLIED and res.view is not None and res.view.document == {"a": "\\u0000"}

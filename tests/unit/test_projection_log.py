@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import io
 import json
+import os
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -43,3 +47,62 @@ def test_one_line_per_decision_with_latency(tmp_path) -> None:  # noqa: ANN001
     files = sorted(p.name for p in path.parent.iterdir())
     assert files == ["decisions.log", "decisions.log.1", "decisions.log.2"]
     assert all(json.loads(x) for x in path.read_text().splitlines())
+
+
+def _items() -> list[Item]:
+    created = decide(None, CreateObject("c1", "o", "alice", T, document="{}"))
+    return [Item(_rec(i), created.outcome) for i in range(3)]
+
+
+def test_a_write_that_fails_raises_so_the_batch_is_not_committed() -> None:
+    """/dev/full: every write fails with ENOSPC, as on a full disk. logging's handler printed it and went on."""
+    proj = LogProjection(Path("/dev/full"), clock=lambda: T)
+    with pytest.raises(OSError) as failed:
+        proj.apply(_items())
+    assert failed.value.errno == errno.ENOSPC
+    with contextlib.suppress(OSError):  # closing flushes what is buffered: /dev/full refuses that too
+        proj.close()
+
+
+def test_an_io_error_at_the_file_object_raises(tmp_path: Path) -> None:
+    proj = LogProjection(tmp_path / "decisions.log", clock=lambda: T)
+    proj.apply(_items()[:1])
+    handler = proj._handler
+    assert handler is not None and handler.stream is not None
+
+    class Failing(io.TextIOWrapper):
+        def write(self, s: str) -> int:
+            raise OSError(errno.EIO, "Input/output error")
+
+    real = handler.stream
+    handler.stream = Failing(io.BytesIO(), encoding="utf-8")
+    with pytest.raises(OSError, match="Input/output error"):
+        proj.apply(_items())
+    handler.stream = real
+    proj.close()
+
+
+def test_a_batch_is_fsynced_before_apply_returns_and_after_a_rotation_its_directory(tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    path = tmp_path / "decisions.log"
+    proj = LogProjection(path, max_bytes=4000, backups=3, clock=lambda: T)
+    proj.apply(_items())
+    assert synced == [str(path)], "one fsync per batch, before apply returns (the runner commits after it)"
+    synced.clear()
+    proj.apply(_items() * 10)  # past 4000 bytes: rotated mid-batch
+    assert (tmp_path / "decisions.log.1").exists()
+    assert synced == [str(path), str(path), str(tmp_path)], "the rotated-out file, the new one, then their names"
+    proj.close()
+    unsynced = LogProjection(tmp_path / "other.log", clock=lambda: T, sync=False)
+    synced.clear()
+    unsynced.apply(_items())
+    assert synced == []
+    unsynced.close()

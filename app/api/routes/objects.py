@@ -157,8 +157,10 @@ def _unknown(object_id: str) -> ApiError:
                        401: PROBLEM_RESPONSES[401],
                        404: PROBLEM_RESPONSES[401] | {"description": "Unknown object, or one the caller may not read"},
                        410: PROBLEM_RESPONSES[401] | {"description": "Deleted object"},
-                       503: PROBLEM_RESPONSES[503] | {"description": "Read model not open, or the stored document "
-                                                      "is not RFC 8259 JSON (UNSERVABLE_DOCUMENT)"}})
+                       503: PROBLEM_RESPONSES[503] | {"description": "Read model not open, the stored document "
+                                                      "is not RFC 8259 JSON (UNSERVABLE_DOCUMENT), events of the "
+                                                      "object are missing (VIEW_STALE) or its document could not "
+                                                      "be applied (DOCUMENT_QUARANTINED)"}})
 async def read_object(object_id: ObjectIdPath, principal: PrincipalDep, read_model: ReadModelDep,
                       if_none_match: Annotated[str, Header(alias="If-None-Match")] = None) -> Response:
     # A network read model (PostgreSQL) is read on the threadpool so a slow or down database never stalls the event
@@ -171,6 +173,15 @@ async def read_object(object_id: ObjectIdPath, principal: PrincipalDep, read_mod
     if view.deleted:
         raise ApiError(f"object {object_id!r} was deleted at version {view.version}", code="DELETED",
                        headers={"ETag": etag})
+    # Fail closed: the roles above only ever narrow the answer; a document not known to be current is never served.
+    if view.stale:
+        raise ApiError(f"events of object {object_id!r} are missing from the read model (see its gaps); its view "
+                       "is not served until they are projected (arbiter project db --rebuild)", code="VIEW_STALE",
+                       headers={"Retry-After": "3600"})
+    if view.quarantined:
+        raise ApiError(f"an event of object {object_id!r} carried a document the read model cannot hold (see its "
+                       "gaps); the document is not served", code="DOCUMENT_QUARANTINED",
+                       headers={"Retry-After": "3600"})
     if if_none_match is not None and etag in [t.strip() for t in if_none_match.split(",")]:
         return Response(status_code=304, headers={"ETag": etag})
     try:
