@@ -33,6 +33,9 @@ LEASE_PARTITION = 0
 # A new group's coordinator may still be loading or moving: describe again.
 COORDINATOR_MOVING = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
                       KafkaError.COORDINATOR_LOAD_IN_PROGRESS}
+# A lease topic created a moment ago may be missing from the client's first metadata: librdkafka reports it as
+# a non-retriable error message, but the next metadata refresh finds it, so the acquire keeps waiting.
+TOPIC_NOT_YET_KNOWN = {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION}
 POLL_S = 0.2  # the poll thread's cadence; callbacks (assign, revoke, lost) run inside poll
 
 
@@ -181,7 +184,8 @@ class ValidatorLease:
         self._thread.start()
         deadline = t0 + self.config.acquire_timeout_s
         while not self._assigned.wait(0.05) and time.monotonic() < deadline:
-            if self.join_error is not None and not self.join_error.retriable():
+            error = self.join_error
+            if error is not None and not error.retriable() and error.code() not in TOPIC_NOT_YET_KNOWN:
                 break  # e.g. INVALID_SESSION_TIMEOUT: waiting longer cannot help
         if not self._assigned.is_set() or self.lost_reason is not None:
             holder = self._holder_or_none()

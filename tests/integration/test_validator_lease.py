@@ -7,9 +7,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -287,3 +289,29 @@ def test_a_session_timeout_at_the_brokers_minimum_is_accepted_and_one_below_is_r
     with pytest.raises(LeaseJoinFailed, match="INVALID_SESSION_TIMEOUT") as refused:
         below.acquire()  # not "leased by another driver": nobody holds it, the broker refused the join
     assert refused.value.code == "LEASE_JOIN_FAILED" and not below.held
+
+
+def test_a_lease_topic_the_client_does_not_know_yet_is_waited_for_not_refused(settings: Settings) -> None:
+    # A topic created a moment before the join can be missing from the client's first metadata: librdkafka reports
+    # UNKNOWN_TOPIC_OR_PART (not retriable), which once ended the acquire as LEASE_JOIN_FAILED (seen in the suite).
+    s = settings.model_copy(update={"topic_validator_leases": f"leases-late-{uuid.uuid4().hex[:8]}"})
+    lease = ValidatorLease(_config(s, f"s3://bucket/{uuid.uuid4().hex}", "late", acquire_s=60))
+    outcome: list[BaseException | None] = []
+    worker = threading.Thread(target=lambda: outcome.append(_try(lease.acquire)))
+    worker.start()
+    time.sleep(3)  # the join has met the missing topic by now (the broker does not auto-create topics)
+    ensure_lease_topic(s)
+    worker.join(90)
+    try:
+        assert outcome == [None], outcome
+        assert lease.held
+    finally:
+        lease.release()
+
+
+def _try(fn: Callable[[], None]) -> BaseException | None:
+    try:
+        fn()
+    except BaseException as e:  # noqa: BLE001 - handed to the test thread
+        return e
+    return None
