@@ -52,7 +52,9 @@ def test_documents_are_held_to_the_validators_depth_exactly() -> None:
     assert object_problem(nested(DEFAULT_MAX_DEPTH + 1)) is not None
 
 
-_TEXT = st.text(st.characters(exclude_characters="\x00"))  # U+0000 is refused: see the test below
+# U+0000 and lone surrogates are refused (no read model can store them): see the tests below and
+# test_domain_rules.test_lone_surrogate_is_malformed.
+_TEXT = st.text(st.characters(exclude_characters="\x00", exclude_categories=("Cs",)))
 
 
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
