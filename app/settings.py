@@ -102,6 +102,10 @@ class Settings(BaseSettings):
     shard_servers: int | None = Field(
         default=None, ge=1, le=256, description="Shard server processes per host (partition p is served by lane "
         "p mod this); unset = min(partitions, this host's cores). They keep shards open between micro-batches.")
+    shard_request_timeout_s: float = Field(
+        default=600.0, gt=0, description="A Spark task whose shard server sends nothing for this long (stalled: "
+        "stopped, swapping, stuck on a disk) fails with SHARD_SERVER_TIMEOUT instead of waiting forever. Must exceed "
+        "the slowest legitimate request: a restore from a snapshot plus the largest micro-batch.")
     shard_server_idle_s: float = Field(
         default=300.0, gt=0, description="A shard server with no request for this long closes its shards and exits.")
 
