@@ -60,7 +60,12 @@ class Settings(BaseSettings):
     trigger_interval: str = Field(
         default="100 milliseconds", description="Micro-batch trigger interval: a command waits up to this long for its batch. "
         "Idle cost, driver JVM + broker (bench.validator.idle): 1 s ~7 % of a core, 100 ms ~18 %, 0 s ~48 %.")
-    max_offsets_per_trigger: int | None = Field(default=None, description="Cap on commands read per micro-batch.")
+    max_offsets_per_trigger: int | None = Field(
+        default=None, ge=1, description="Cap on commands read per micro-batch; unset = derived from batch_memory_mb "
+        "(app/validator/source.py, offsets_per_trigger), so the first batch after an outage is bounded.")
+    batch_memory_mb: int | None = Field(
+        default=None, ge=1, description="Memory one micro-batch may take on a host, all its copies together; unset = "
+        "an eighth of this host's physical memory. Only used to derive the default max_offsets_per_trigger.")
     min_offsets_per_trigger: int | None = Field(
         default=None, ge=1, description="Skip a trigger with fewer new commands than this until max_trigger_delay_ms "
         "has passed since the last micro-batch (Spark's minOffsetsPerTrigger): fewer batches under light load.")
