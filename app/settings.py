@@ -60,7 +60,12 @@ class Settings(BaseSettings):
     trigger_interval: str = Field(
         default="100 milliseconds", description="Micro-batch trigger interval: a command waits up to this long for its batch. "
         "Idle cost, driver JVM + broker (bench.validator.idle): 1 s ~7 % of a core, 100 ms ~18 %, 0 s ~48 %.")
-    max_offsets_per_trigger: int | None = Field(default=None, description="Cap on commands read per micro-batch.")
+    max_offsets_per_trigger: int | None = Field(
+        default=None, ge=1, description="Cap on commands read per micro-batch; unset = derived from batch_memory_mb "
+        "(app/validator/source.py, offsets_per_trigger), so the first batch after an outage is bounded.")
+    batch_memory_mb: int | None = Field(
+        default=None, ge=1, description="Memory one micro-batch may take on a host, all its copies together; unset = "
+        "an eighth of this host's physical memory. Only used to derive the default max_offsets_per_trigger.")
     min_offsets_per_trigger: int | None = Field(
         default=None, ge=1, description="Skip a trigger with fewer new commands than this until max_trigger_delay_ms "
         "has passed since the last micro-batch (Spark's minOffsetsPerTrigger): fewer batches under light load.")
@@ -102,6 +107,10 @@ class Settings(BaseSettings):
     shard_servers: int | None = Field(
         default=None, ge=1, le=256, description="Shard server processes per host (partition p is served by lane "
         "p mod this); unset = min(partitions, this host's cores). They keep shards open between micro-batches.")
+    shard_request_timeout_s: float = Field(
+        default=600.0, gt=0, description="A Spark task whose shard server sends nothing for this long (stalled: "
+        "stopped, swapping, stuck on a disk) fails with SHARD_SERVER_TIMEOUT instead of waiting forever. Must exceed "
+        "the slowest legitimate request: a restore from a snapshot plus the largest micro-batch.")
     shard_server_idle_s: float = Field(
         default=300.0, gt=0, description="A shard server with no request for this long closes its shards and exits.")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
@@ -35,7 +36,8 @@ def admin(bootstrap: str) -> AdminClient:
 def ensure_topics(settings: Settings, names: list[str] | None = None, partitions: int | None = None) -> list[str]:
     """Create the topics that do not exist yet; refuse a mismatched partition count. Returns the created ones.
 
-    Existing topics get ``max.message.bytes`` = ``settings.max_message_bytes`` (see ``align_max_message_bytes``).
+    Existing topics get ``max.message.bytes`` = ``settings.max_message_bytes`` (see ``align_max_message_bytes``),
+    and what would lose records is aligned or refused (``check_durability``).
     """
     names = names or [settings.topic_commands, settings.topic_events, settings.topic_rejections]
     partitions = partitions or settings.partitions
@@ -50,7 +52,9 @@ def ensure_topics(settings: Settings, names: list[str] | None = None, partitions
                 f"topic {name!r} has {len(existing[name].partitions)} partitions but ARBITER_PARTITIONS={partitions}; "
                 "object ids are hashed to partitions, so the count cannot change under live state"
             )
-    align_max_message_bytes(client, settings, [n for n in names if n in existing])
+    present = [n for n in names if n in existing]
+    align_max_message_bytes(client, settings, present)
+    check_durability(client, settings, present, {n: existing[n] for n in present})
     new = [
         NewTopic(n, num_partitions=partitions, replication_factor=settings.replication_factor,
                  config=topic_config(settings))
@@ -67,6 +71,8 @@ def ensure_topics(settings: Settings, names: list[str] | None = None, partitions
                     raise BrokerUnavailable(f"creating topic {name!r} failed: {e}") from e
                 raced.append(name)  # created meanwhile (or not yet in the metadata we listed): align it too
     align_max_message_bytes(client, settings, raced)
+    if raced:
+        check_durability(client, settings, raced, client.list_topics(timeout=10).topics)
     return [t.topic for t in new if t.topic in created]
 
 
@@ -85,18 +91,7 @@ def align_max_message_bytes(client: AdminClient, settings: Settings, names: list
     if not names:
         return
     want = str(settings.max_message_bytes)
-    resources = [ConfigResource(ResourceType.TOPIC, n) for n in names]
-    deadline = time.monotonic() + 15
-    while True:
-        try:
-            described = {r.name: f.result(timeout=30) for r, f in client.describe_configs(resources).items()}
-            break
-        except KafkaException as e:
-            # A topic created a moment ago may not be known to the broker answering yet.
-            if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() > deadline:
-                raise BrokerUnavailable(f"cannot describe topics {names}: {e}") from e
-            time.sleep(0.2)
-    for name, entries in described.items():
+    for name, entries in describe_configs(client, names).items():
         entry = entries.get("max.message.bytes")
         have = entry.value if entry is not None else None
         if have == want:
@@ -114,6 +109,88 @@ def align_max_message_bytes(client: AdminClient, settings: Settings, names: list
                         name, have, want, e)
             continue
         log.warning("topic %r: max.message.bytes %s -> %s (ARBITER_MAX_MESSAGE_BYTES)", name, have, want)
+
+
+def describe_configs(client: AdminClient, names: list[str]) -> dict[str, dict[str, ConfigEntry]]:
+    """Return each topic's configuration entries (defaults included), by topic name."""
+    resources = [ConfigResource(ResourceType.TOPIC, n) for n in names]
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            return {r.name: f.result(timeout=30) for r, f in client.describe_configs(resources).items()}
+        except KafkaException as e:
+            # A topic created a moment ago may not be known to the broker answering yet.
+            if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() > deadline:
+                raise BrokerUnavailable(f"cannot describe topics {names}: {e}") from e
+            time.sleep(0.2)
+
+
+class TopicUnsafe(SetupError):
+    """An existing topic is configured in a way that can lose records, and Arbiter cannot safely change it."""
+
+    code = "TOPIC_UNSAFE"
+
+
+def check_durability(client: AdminClient, settings: Settings, names: list[str], metadata: dict[str, Any]) -> None:
+    """Refuse or align existing topics whose settings would lose records (README "Topics").
+
+    Refused with ``TopicUnsafe``: a ``cleanup.policy`` other than ``delete`` (compaction keeps one record per key:
+    every command but an object's last would go), and fewer replicas than ``ARBITER_REPLICATION_FACTOR`` (a
+    reassignment is an operator's job). Raised to what the settings ask, as only keeping more can follow:
+    ``retention.ms`` below ``ARBITER_RETENTION_MS`` (-1, forever, is kept), ``retention.bytes`` other than -1
+    (a size bound deletes unread commands by volume), and ``min.insync.replicas`` below
+    ``ARBITER_MIN_INSYNC_REPLICAS`` when the topic has the replicas for it (else refused).
+    """
+    if not names:
+        return
+    problems: list[str] = []
+    for name, entries in describe_configs(client, names).items():
+        def value(key: str, entries: dict[str, ConfigEntry] = entries) -> str | None:
+            entry = entries.get(key)
+            return None if entry is None else entry.value
+
+        replicas = min((len(p.replicas) for p in metadata[name].partitions.values()), default=0)
+        policy = value("cleanup.policy") or "delete"
+        if policy != "delete":
+            problems.append(f"topic {name!r} has cleanup.policy={policy}: compaction deletes every record of a key "
+                            "but the newest, so commands and events would be lost; Arbiter needs cleanup.policy=delete "
+                            "(recreate the topic, or alter it if you know its records may be compacted away)")
+        if replicas < settings.replication_factor:
+            problems.append(f"topic {name!r} has {replicas} replica(s) per partition, below "
+                            f"ARBITER_REPLICATION_FACTOR={settings.replication_factor}: reassign its partitions "
+                            "(kafka-reassign-partitions) or lower the setting knowingly")
+        changes: dict[str, str] = {}
+        retention = int(value("retention.ms") or -1)
+        if retention != -1 and retention < settings.retention_ms:
+            changes["retention.ms"] = str(settings.retention_ms)
+        if int(value("retention.bytes") or -1) != -1:
+            changes["retention.bytes"] = "-1"
+        isr = int(value("min.insync.replicas") or 1)
+        if isr < settings.min_insync_replicas:
+            if replicas < settings.min_insync_replicas:
+                problems.append(f"topic {name!r} has min.insync.replicas={isr}, below ARBITER_MIN_INSYNC_REPLICAS="
+                                f"{settings.min_insync_replicas}, and only {replicas} replica(s) to raise it to")
+            else:
+                changes["min.insync.replicas"] = str(settings.min_insync_replicas)
+        if changes:
+            _alter(client, name, changes, {k: value(k) for k in changes}, problems)
+    if problems:
+        raise TopicUnsafe("; ".join(problems))
+
+
+def _alter(client: AdminClient, name: str, changes: dict[str, str], had: dict[str, str | None],
+           problems: list[str]) -> None:
+    change = ConfigResource(ResourceType.TOPIC, name, incremental_configs=[
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in changes.items()])
+    try:
+        for fut in client.incremental_alter_configs([change]).values():
+            fut.result(timeout=30)
+    except KafkaException as e:
+        problems.append(f"topic {name!r} has {', '.join(f'{k}={had[k]}' for k in changes)}, which can lose records, "
+                        f"and raising it to {', '.join(f'{k}={v}' for k, v in changes.items())} failed: {e}")
+        return
+    log.warning("topic %r: %s (so that no record is lost before it is read)", name,
+                ", ".join(f"{k} {had[k]} -> {v}" for k, v in changes.items()))
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from app.errors import ArbiterError
+from app.errors import ArbiterError, BrokerUnavailable
 from app.settings import Settings, checkpoint_uri
 from app.validator.backends import backend_for
-from app.validator.lease import LeaseLost
-from app.validator.owner import attach, lost_lease, release_after, take
+from app.validator.lease import FENCED, TAKEN, CheckpointLeased, LeaseLost, LossCause
+from app.validator.owner import attach, loss_cause, lost_lease, release_after, take
 from app.validator.progress import QueryWatch, add_state, progress_path, write_progress
 
 log = logging.getLogger("arbiter.validator")
@@ -48,11 +48,23 @@ def build_query(spark, settings: Settings, *, available_now: bool = False):  # n
     return query
 
 
-def raise_if_fenced(query: Any) -> None:  # noqa: ANN401
+def raise_if_fenced(query: Any, cause: LossCause | None = None) -> None:  # noqa: ANN401
+    """Raise ``LeaseLost`` naming what happened if ``query`` was stopped for a lost lease."""
     reason = lost_lease(query)
-    if reason is not None:
-        raise LeaseLost(f"validator {query_name_of(query)} stopped: it lost the checkpoint's lease ({reason}); "
-                        "another driver may own the checkpoint now. Check which one runs before restarting this one")
+    if reason is None:
+        return
+    cause = cause or loss_cause(query)
+    name = query_name_of(query)
+    if cause is not None and cause.kind == FENCED:
+        raise LeaseLost(f"validator {name} stopped: a driver with this one's instance id (same host, local state "
+                        f"directory and checkpoint) replaced it in the lease group ({reason}). Two drivers are "
+                        "configured alike: stop one of them")
+    if cause is not None and cause.holder is not None and cause.kind == TAKEN:
+        raise LeaseLost(f"validator {name} stopped: it lost the checkpoint's lease to another member ({reason}); "
+                        f"{cause.holder} holds it now and owns the checkpoint. Check which one runs before "
+                        "restarting this one")
+    raise LeaseLost(f"validator {name} stopped: it lost the checkpoint's lease ({reason}); "
+                    f"{cause.detail if cause is not None else 'the coordinator was not asked'}")
 
 
 def query_name_of(query: Any) -> str:  # noqa: ANN401
@@ -106,16 +118,7 @@ AWAIT_STEP_S = 0.5
 
 def drain(spark, settings: Settings, timeout: float = 300) -> None:  # noqa: ANN001
     """Process every command available now (trigger availableNow), then stop; raise DrainTimeout if it takes longer."""
-    query = build_query(spark, settings, available_now=True)
-    with _stop_on_signal() as stop:
-        try:
-            if not _await(query, timeout, stop) and not stop.is_set():
-                raise DrainTimeout(f"validator did not drain {settings.topic_commands} within {timeout:.0f} s")
-        finally:
-            release_after(query)
-    if stop.is_set():
-        raise KeyboardInterrupt
-    raise_if_fenced(query)
+    query = _supervise(spark, settings, available_now=True, timeout=timeout)
     # The watch polls once a second; publish the final progress before returning so the status file is current.
     last = query.lastProgress
     if last is not None:
@@ -123,13 +126,59 @@ def drain(spark, settings: Settings, timeout: float = 300) -> None:  # noqa: ANN
 
 
 def run(spark, settings: Settings) -> None:  # noqa: ANN001
-    """Run the validator until it is stopped or fails; raise ``LeaseLost`` if it was stopped for a lost lease."""
-    query = build_query(spark, settings)
+    """Run the validator until it is stopped or fails; raise ``LeaseLost`` if another driver took its lease.
+
+    Cut off from Kafka for longer than the lease session, the driver loses its lease without any other driver
+    owning the checkpoint: the query stays stopped, and it starts again in this process once the broker answers
+    and this driver holds the lease again (``_supervise``).
+    """
+    _supervise(spark, settings, available_now=False, timeout=None)
+
+
+def _supervise(spark, settings: Settings, *, available_now: bool, timeout: float | None):  # noqa: ANN001, ANN202
+    """Start the query and wait for it; after a lost lease no other member holds, take it back and start again."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    query = build_query(spark, settings, available_now=available_now)
     with _stop_on_signal() as stop:
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                ended = _await(query, left, stop)
+            finally:
+                release_after(query)  # a clean stop (Ctrl-C, SIGTERM to this process) hands the lease over at once
+            if stop.is_set():
+                raise KeyboardInterrupt
+            if not ended:
+                raise DrainTimeout(f"validator did not drain {settings.topic_commands} within {timeout:.0f} s")
+            cause = loss_cause(query)
+            if cause is None or not cause.may_rejoin:
+                raise_if_fenced(query, cause)
+                return query
+            log.error("validator %s lost its lease without another member taking it (%s: %s); the query stays "
+                      "stopped until this driver holds the lease again", query_name_of(query), cause.kind,
+                      cause.detail)
+            query = _rejoin(spark, settings, available_now, cause, stop)
+            if query is None:
+                raise KeyboardInterrupt
+
+
+REJOIN_PAUSE_S = 1.0
+
+
+def _rejoin(spark, settings: Settings, available_now: bool, cause: LossCause,  # noqa: ANN001, ANN202
+            stop: threading.Event):
+    """Take the lease back and start the query again once the broker answers; None if stopped meanwhile."""
+    t0 = time.monotonic()
+    while not stop.is_set():
         try:
-            _await(query, None, stop)
-        finally:
-            release_after(query)  # a clean stop (Ctrl-C, SIGTERM to this process) hands the lease over at once
-    if stop.is_set():
-        raise KeyboardInterrupt
-    raise_if_fenced(query)
+            query = build_query(spark, settings, available_now=available_now)
+        except BrokerUnavailable as e:
+            log.warning("validator cut off from Kafka: %s; trying again", e)
+            stop.wait(REJOIN_PAUSE_S)
+            continue
+        except CheckpointLeased as e:
+            raise LeaseLost(f"this validator lost the checkpoint's lease ({cause.kind}: {cause.detail}), and while it "
+                            f"waited to take it back another driver took it: {e}") from e
+        log.info("validator took its lease back after %.1f s and started again", time.monotonic() - t0)
+        return query
+    return None

@@ -52,7 +52,7 @@ class LeaseJoinFailed(ArbiterError):
 
 
 class LeaseLost(ArbiterError):
-    """The running validator lost its lease (fenced by the group coordinator) and stopped writing."""
+    """The running validator lost its lease to another member (or was fenced by its own instance id) and stopped."""
 
     code = "LEASE_LOST"
 
@@ -104,6 +104,26 @@ class Holder:
         return f"{self.client_id} (from {self.host.lstrip('/')})"
 
 
+CUT_OFF = "cut off"        # the coordinator did not answer: this driver's session lapsed while Kafka was unreachable
+EXPIRED = "expired"        # the coordinator answers and no other member holds the lease
+TAKEN = "taken"            # another member owns the lease now
+FENCED = "fenced"          # a member with this driver's instance id replaced it
+
+
+@dataclass(frozen=True)
+class LossCause:
+    """Why a held lease was lost, found after the query stopped (``ValidatorLease.loss_cause``)."""
+
+    kind: str                 # CUT_OFF, EXPIRED, TAKEN or FENCED
+    holder: Holder | None     # the member owning the lease now, when the coordinator said
+    detail: str               # what the coordinator or the client reported
+
+    @property
+    def may_rejoin(self) -> bool:
+        """True when no other driver is known to own the checkpoint: this one may take its lease back."""
+        return self.kind in (CUT_OFF, EXPIRED)
+
+
 class ValidatorLease:
     """One driver's lease on one checkpoint: ``acquire``, keep it by polling in a daemon thread, ``release``.
 
@@ -114,6 +134,7 @@ class ValidatorLease:
         self.config = config
         self.on_lost = on_lost
         self.lost_reason: str | None = None
+        self._fenced_by_id = False  # the loss came from FENCED_INSTANCE_ID: a same-id member replaced this one
         self.join_error: KafkaError | None = None  # the last error the group join reported, if any
         self._consumer: Consumer | None = None
         self._assigned = threading.Event()
@@ -188,8 +209,12 @@ class ValidatorLease:
             if error is not None and not error.retriable() and error.code() not in TOPIC_NOT_YET_KNOWN:
                 break  # e.g. INVALID_SESSION_TIMEOUT: waiting longer cannot help
         if not self._assigned.is_set() or self.lost_reason is not None:
-            holder = self._holder_or_none()
             error = self.join_error
+            try:
+                holder = self.holder()
+            except BrokerUnavailable:
+                self.release()
+                raise
             self.release()
             if holder is None and error is not None:
                 raise LeaseJoinFailed(
@@ -201,11 +226,18 @@ class ValidatorLease:
         log.info("lease on %s acquired in %.2f s: group %s, member %s (%s)", self.config.checkpoint,
                  time.monotonic() - t0, self.config.group, self.config.instance_id, self.config.client_id)
 
-    def _holder_or_none(self) -> Holder | None:
+    def loss_cause(self) -> LossCause:
+        """Ask the coordinator, after a loss, what happened: cut off from it, expired, taken by another, or fenced."""
+        reason = self.lost_reason or "not lost"
+        if self._fenced_by_id:
+            return LossCause(FENCED, None, reason)
         try:
-            return self.holder()
-        except BrokerUnavailable:
-            return None
+            holder = self.holder()
+        except BrokerUnavailable as e:
+            return LossCause(CUT_OFF, None, f"{reason}; the group coordinator does not answer: {e}")
+        if holder is not None and holder.instance_id != self.config.instance_id:
+            return LossCause(TAKEN, holder, reason)
+        return LossCause(EXPIRED, holder, reason)
 
     def release(self) -> None:
         """Stop polling and close the consumer (idempotent). A static member stays in the group until its session
@@ -250,11 +282,12 @@ class ValidatorLease:
 
     def _on_lost(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if self._owns(partitions) and not self._releasing:
-            self._lose("the group coordinator expired this driver's membership (no heartbeat within "
+            self._lose("this driver's membership of the lease group lapsed (no heartbeat answered within "
                        f"{self.config.session_timeout_ms} ms, or no poll within max.poll.interval.ms)")
 
     def _on_error(self, err: KafkaError) -> None:
         if err.fatal() and self._assigned.is_set() and not self._releasing:
+            self._fenced_by_id = err.code() == KafkaError.FENCED_INSTANCE_ID
             self._lose(f"fatal lease consumer error: {err}")  # e.g. FENCED_INSTANCE_ID: a same-id member replaced us
         else:
             log.debug("lease consumer of %s: %s", self.config.group, err)
@@ -263,7 +296,7 @@ class ValidatorLease:
         if self.lost_reason is not None:
             return
         self.lost_reason = reason
-        log.error("lease on %s lost [%s]: %s", self.config.checkpoint, LeaseLost.code, reason)
+        log.error("lease on %s lost: %s", self.config.checkpoint, reason)
         if self.on_lost is not None:
             threading.Thread(target=self.on_lost, args=(reason,), name="lease-lost", daemon=True).start()
 

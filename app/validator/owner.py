@@ -15,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from app.settings import Settings
-from app.validator.lease import LeaseConfig, LeaseLost, ValidatorLease, client_id, instance_id, local_host
+from app.validator.lease import (
+    TAKEN,
+    LeaseConfig,
+    LossCause,
+    ValidatorLease,
+    client_id,
+    instance_id,
+    local_host,
+)
 from app.validator.lock import FileLock, acquire_job_lock, job_lock_path, rocks_root
 
 log = logging.getLogger("arbiter.validator")
@@ -51,13 +59,17 @@ class Ownership:
         return self.lease.lost_reason if self.lease is not None else None
 
     def fenced(self, reason: str) -> None:
-        """Stop the query: another driver may own the checkpoint now, so this one must not write another batch."""
-        log.error("validator fenced [%s]: %s; stopping the query on %s", LeaseLost.code, reason, self.checkpoint)
+        """Stop the query: this driver no longer holds the lease, so it must not write another batch.
+
+        Whether another driver owns the checkpoint now or this one was only cut off from Kafka is asked of the
+        coordinator after the query has stopped (``loss_cause``), not before: stopping must not wait for it.
+        """
+        log.error("validator lost its lease: %s; stopping the query on %s", reason, self.checkpoint)
         with self._guard:
             query = self.query
         if query is not None:
             with _owners_guard:
-                _fenced[str(query.id)] = reason
+                _fenced[str(query.id)] = (reason, self.lease)
             try:
                 query.stop()
             except Exception as e:  # noqa: BLE001 - the session may be gone; the lease is released either way
@@ -117,7 +129,7 @@ def leave_group(spark: Any, config: LeaseConfig) -> None:  # noqa: ANN401
 
 
 _owners: dict[str, Ownership] = {}  # by query id: what the queries this process started hold
-_fenced: dict[str, str] = {}  # by query id: why a query was stopped for its lost lease
+_fenced: dict[str, tuple[str, ValidatorLease | None]] = {}  # by query id: why a query was stopped, and its lease
 _owners_guard = threading.Lock()
 
 
@@ -198,4 +210,15 @@ def _forget(qid: str) -> None:
 def lost_lease(query: Any) -> str | None:  # noqa: ANN401
     """Why ``query`` was stopped for a lost lease, or None."""
     with _owners_guard:
-        return _fenced.get(str(query.id))
+        fenced = _fenced.get(str(query.id))
+    return None if fenced is None else fenced[0]
+
+
+def loss_cause(query: Any) -> LossCause | None:  # noqa: ANN401
+    """What happened to the lease of ``query`` (stopped for a lost lease), asked of the coordinator; else None."""
+    with _owners_guard:
+        fenced = _fenced.get(str(query.id))
+    if fenced is None:
+        return None
+    reason, lease = fenced
+    return lease.loss_cause() if lease is not None else LossCause(TAKEN, None, reason)

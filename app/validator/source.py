@@ -2,8 +2,34 @@
 
 from __future__ import annotations
 
+import os
+
 from app import limits
 from app.settings import Settings
+
+# How many times over a micro-batch's records are held at once, at worst: the Python worker's Arrow table and the
+# run it sends, the server's request frame, its decoded records, the outputs, their framing, the changelog, the
+# stored chunks, the reply (app/validator/rocks/query.py, server.py, shard.py).
+BATCH_COPIES = 10
+MIN_OFFSETS_PER_TRIGGER = 100  # below this a batch's fixed cost (~0.1-1 s) would dominate a backlog's drain
+
+
+def physical_memory_bytes() -> int:
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def offsets_per_trigger(settings: Settings) -> int:
+    """Return the per-micro-batch cap: ``max_offsets_per_trigger``, else one derived from memory (README, Validator).
+
+    ``max(100, batch_memory // (BATCH_COPIES * max_message_bytes))``, ``batch_memory`` being ``batch_memory_mb``
+    or an eighth of physical memory: a batch of records of the largest size a topic takes, held ``BATCH_COPIES``
+    times over, fits the budget. Without a cap the first batch after an outage takes the whole backlog.
+    """
+    if settings.max_offsets_per_trigger is not None:
+        return settings.max_offsets_per_trigger
+    budget = settings.batch_memory_mb * 1024 * 1024 if settings.batch_memory_mb else physical_memory_bytes() // 8
+    floor = max(MIN_OFFSETS_PER_TRIGGER, settings.min_offsets_per_trigger or 0)  # Spark refuses min above max
+    return max(floor, budget // (BATCH_COPIES * settings.max_message_bytes))
 
 
 def source_options(settings: Settings, *, available_now: bool = False) -> dict[str, str]:
@@ -24,8 +50,7 @@ def source_options(settings: Settings, *, available_now: bool = False) -> dict[s
         # One partition fetch holds a whole batch of the topic's max.message.bytes (app/limits.py).
         **limits.source_options(settings),
     }
-    if settings.max_offsets_per_trigger is not None:
-        opts["maxOffsetsPerTrigger"] = str(settings.max_offsets_per_trigger)
+    opts["maxOffsetsPerTrigger"] = str(offsets_per_trigger(settings))
     if settings.min_offsets_per_trigger is not None and not available_now:
         # Light traffic: a trigger with fewer new commands than this is skipped until max_trigger_delay has passed
         # since the last batch, so a trickle does not pay Spark's per-batch cost every trigger interval.

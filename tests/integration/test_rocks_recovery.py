@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -15,7 +16,10 @@ from app.settings import Settings, checkpoint_uri
 from app.validator.job import build_query, drain
 from app.validator.lock import CheckpointInUse
 from app.validator.rocks.checkpoint import ShardStore
+from app.validator.rocks.client import lanes, socket_path
+from app.validator.rocks.server import HOLD_AFTER_WRITE
 from app.validator.rocks.shard import rocks_root
+from app.validator.source import BATCH_COPIES, offsets_per_trigger
 from commands import Command, CreateObject, DeleteObject, UpdateObject
 from tests.integration.validator_oracle import (
     assert_restart_decided_the_rest,
@@ -48,11 +52,13 @@ def _commands(n: int, objects: int, start: int = 0) -> list[Command]:
 
 def test_kill_9_mid_stream_then_restart_decides_exactly_the_rest_and_a_second_job_is_refused(
         spark, settings: Settings, tmp_path: Path) -> None:  # noqa: ANN001
+    """The kill lands, every time, after the shards wrote a batch and before Spark committed it: the restart must
+    re-run that batch id, and only the batch-id memo makes the re-run re-emit instead of deciding twice."""
     s = settings.model_copy(update={"state_backend": "rocksdb", "max_offsets_per_trigger": 100, "snapshot_every": 3})
     commands = _commands(2400, 200)
     send_commands(s, commands)
-    log = tmp_path / "job.log"
-    job = start_validator(s, log)
+    log, held = tmp_path / "job.log", tmp_path / "held"
+    job = start_validator(s, log, {HOLD_AFTER_WRITE: f"{HELD_BATCH}:{held}"})
     try:
         deadline = time.monotonic() + 150
         while output_count(s) == 0:
@@ -61,14 +67,103 @@ def test_kill_9_mid_stream_then_restart_decides_exactly_the_rest_and_a_second_jo
             time.sleep(0.1)
         with pytest.raises(CheckpointInUse, match="in use by another validator job"):
             build_query(spark, s)
+        while not held.exists():  # a shard server has written batch HELD_BATCH and holds its reply
+            assert job.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, f"no shard wrote batch {HELD_BATCH} in 150 s"
+            time.sleep(0.1)
     except BaseException:
         os.killpg(job.pid, signal.SIGKILL)
         job.wait(30)
         raise
-    at_kill = kill_mid_stream(job, s, commands, log)  # once a third is decided and the rest is not
+    at_kill = kill_mid_stream(job, s, commands, log)  # the held batch is in the shards, not on the topics
     drain(spark, s, timeout=180)
     assert_restart_decided_the_rest(s, commands)
     assert len(at_kill) < len(commands) == len(decided(s)[1])
+    assert shard_replays(s) > 0, "the restart re-ran no batch: the kill did not land between write and commit"
+
+
+HELD_BATCH = 10  # 10 batches of 100 of 2,400 commands: past the third that kill_mid_stream waits for
+
+
+def shard_replays(s: Settings) -> int:
+    """Return the batch re-runs the shard servers of ``s`` re-emitted from their memo (their stats files)."""
+    total = 0
+    for f in (s.var_dir / "status" / "shards").glob("*.json"):
+        total += sum(shard.get("replays", 0) for shard in json.loads(f.read_text())["shards"].values())
+    return total
+
+
+def test_a_backlog_after_an_outage_drains_in_batches_of_the_memory_derived_cap(
+        spark, settings: Settings) -> None:  # noqa: ANN001
+    """No ``max_offsets_per_trigger``: the cap derived from ``batch_memory_mb`` splits the backlog a restart finds."""
+    s = settings.model_copy(update={"state_backend": "rocksdb", "batch_memory_mb": 2000})
+    cap = offsets_per_trigger(s)
+    assert cap == 2000 // (BATCH_COPIES * s.max_message_bytes // (1024 * 1024)) == 200
+    first, backlog = _commands(150, 50), _commands(5 * cap, 50, start=150)
+    send_commands(s, first)
+    drain(spark, s, timeout=180)
+    before = _batch_offsets(s)
+    send_commands(s, backlog)  # the validator is down while these arrive
+    drain(spark, s, timeout=300)
+    after = _batch_offsets(s)
+    sizes = [sum(after[b].values()) - sum(after[b - 1].values()) for b in sorted(after) if b > max(before)]
+    assert sum(sizes) == len(backlog)
+    assert len(sizes) >= 5 and max(sizes) <= cap, sizes
+    assert_restart_decided_the_rest(s, first + backlog)
+    assert sorted(topic_outputs(s)) == sorted(expected_outputs(first + backlog, s))
+
+
+def _batch_offsets(s: Settings) -> dict[int, dict[str, int]]:
+    """Return each micro-batch's end offsets of the commands topic, from Spark's offset log in the checkpoint."""
+    out: dict[int, dict[str, int]] = {}
+    for f in (Path(checkpoint_uri(s)) / "offsets").iterdir():
+        if f.name.isdigit():
+            out[int(f.name)] = json.loads(f.read_text().splitlines()[2])[s.topic_commands]
+    return out
+
+
+def test_a_clean_stop_removes_the_shard_servers_socket_files(settings: Settings, tmp_path: Path) -> None:
+    s = settings.model_copy(update={"state_backend": "rocksdb", "max_offsets_per_trigger": 100})
+    commands = _commands(300, 50)
+    send_commands(s, commands)
+    log = tmp_path / "job.log"
+    job = start_validator(s, log)
+    uri = checkpoint_uri(s)
+    sockets = [socket_path(s, uri, lane) for lane in range(lanes(s))]
+    try:
+        deadline = time.monotonic() + 150
+        while output_count(s) < len(commands) or not any(p.exists() for p in sockets):
+            assert job.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the job did not decide its commands in 150 s"
+            time.sleep(0.1)
+        servers = [pid for pid in _pids_with(b"app.validator.rocks.server") if _cmdline_has(pid, uri_digest(s))]
+        assert servers, "no shard server runs for this checkpoint"
+        os.kill(job.pid, signal.SIGTERM)  # a clean stop of the validator
+        assert job.wait(120) == 130, log.read_text()[-3000:]  # stopped by its signal, as Ctrl-C
+        while [pid for pid in servers if Path(f"/proc/{pid}").exists()]:
+            assert time.monotonic() < deadline + 120, "the shard servers outlived their validator"
+            time.sleep(0.1)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(30)
+    left = [p for p in sockets if p.exists()]
+    assert not left, f"socket files left after a clean stop: {left}"
+
+
+def uri_digest(s: Settings) -> bytes:
+    return socket_path(s, checkpoint_uri(s), 0).name.rsplit("-", 1)[0].encode()
+
+
+def _pids_with(needle: bytes) -> list[int]:
+    return [int(d) for d in os.listdir("/proc") if d.isdigit() and _cmdline_has(int(d), needle)]
+
+
+def _cmdline_has(pid: int, needle: bytes) -> bool:
+    try:
+        return needle in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def test_lost_local_state_is_restored_from_the_checkpoint_location(spark, settings: Settings) -> None:  # noqa: ANN001

@@ -82,18 +82,20 @@ def validator_env(settings: Settings) -> dict[str, str]:
         "ARBITER_TOPIC_COMMANDS": settings.topic_commands, "ARBITER_TOPIC_EVENTS": settings.topic_events,
         "ARBITER_TOPIC_REJECTIONS": settings.topic_rejections, "ARBITER_VAR_DIR": str(settings.var_dir),
         "ARBITER_STATE_BACKEND": settings.state_backend, "ARBITER_SPARK_MASTER": "local[2]",
-        "ARBITER_MAX_OFFSETS_PER_TRIGGER": str(settings.max_offsets_per_trigger),
         "ARBITER_TRIGGER_INTERVAL": "0 seconds", "ARBITER_SNAPSHOT_EVERY": str(settings.snapshot_every),
         "ARBITER_VALIDATOR_METRICS_PORT": "0",  # a test binds no fixed port
         "PYSPARK_PYTHON": sys.executable,
     })
+    if settings.max_offsets_per_trigger is not None:
+        env["ARBITER_MAX_OFFSETS_PER_TRIGGER"] = str(settings.max_offsets_per_trigger)
     return env
 
 
-def start_validator(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
+def start_validator(settings: Settings, log: Path, extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Start ``python -m app.validator`` for ``settings`` in its own process group, output to ``log``."""
     with log.open("wb") as out:
-        return subprocess.Popen([sys.executable, "-m", "app.validator"], env=validator_env(settings), stdout=out,
+        return subprocess.Popen([sys.executable, "-m", "app.validator"],
+                                env={**validator_env(settings), **(extra_env or {})}, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
 
 

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pytest
 from app.settings import Settings
 from app.validator.rocks.client import ShardClient, socket_path
 from app.validator.rocks.shard import run_task, shard_dir
-from app.validator.rocks.wire import read_ipc, table_ipc
+from app.validator.rocks.wire import ShardServerTimeout, read_ipc, table_ipc
 from tests.unit.test_rocks_job import NOW, arrow, records_of
 from tests.unit.test_rocks_shard import random_commands
 
@@ -237,3 +238,24 @@ def encode_request_with_rows(client: ShardClient, batch: int, data: bytes) -> by
     from app.validator.rocks.wire import Request, encode_request
 
     return encode_request(Request(batch, NOW, 0, client.executor, client.settings_wire, client.checkpoint, data))
+
+
+def test_a_stalled_server_fails_the_request_with_a_timeout_instead_of_hanging(tmp_path: Path) -> None:
+    s = settings_at(tmp_path, "stalled", shard_request_timeout_s=2.0)
+    ck = str(tmp_path / "ck")
+    client = ShardClient(s, ck)
+    parts = batches(2)
+    client.run_all(0, NOW, [(0, rows(parts[0]))])
+    (pid,) = server_pids(s, ck)
+    os.kill(pid, signal.SIGSTOP)  # the process lives and its socket accepts, but nothing answers
+    # Without a timeout the call below would wait forever: let the server go on after a while, so that the
+    # code without one returns normally (and the test fails on "DID NOT RAISE") instead of hanging the suite.
+    resume = threading.Timer(60, os.kill, (pid, signal.SIGCONT))
+    resume.start()
+    try:
+        with pytest.raises(ShardServerTimeout, match="sent nothing for 2 s"):
+            client.run_all(1, NOW, [(0, rows(parts[1]))])
+    finally:
+        resume.cancel()
+        os.kill(pid, signal.SIGCONT)
+        stop_servers(s, ck)

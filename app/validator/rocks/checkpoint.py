@@ -33,9 +33,11 @@ from pyarrow import fs as pafs
 
 from app.errors import ArbiterError
 
-MAGIC = b"ARBCL1\n"
+MAGIC = b"ARBCL2\n"     # 64-bit entry lengths
+MAGIC_V1 = b"ARBCL1\n"  # 32-bit entry lengths: written by earlier versions, still read
 _HEAD = struct.Struct(">qqI")
-_LEN = struct.Struct(">i")
+_LEN = struct.Struct(">q")
+_LEN_V1 = struct.Struct(">i")
 _CRC = struct.Struct(">I")
 
 Entry = tuple[bytes, bytes | None]  # (key, value); None deletes
@@ -95,23 +97,24 @@ def encode_changelog(batch_id: int, prev: int, entries: list[Entry]) -> bytes:
 
 
 def decode_changelog(data: bytes) -> Changelog:
-    """Parse ``encode_changelog``'s bytes; raise ``CheckpointCorrupt`` on any damage."""
-    if len(data) < len(MAGIC) + _HEAD.size + _CRC.size or not data.startswith(MAGIC):
+    """Parse ``encode_changelog``'s bytes (or an earlier version's); raise ``CheckpointCorrupt`` on any damage."""
+    if len(data) < len(MAGIC) + _HEAD.size + _CRC.size or not data.startswith((MAGIC, MAGIC_V1)):
         raise CheckpointCorrupt("not a changelog (bad magic or truncated)")
     body, (crc,) = data[:-_CRC.size], _CRC.unpack_from(data, len(data) - _CRC.size)
     if zlib.crc32(body) != crc:
         raise CheckpointCorrupt("changelog checksum mismatch")
     batch_id, prev, n = _HEAD.unpack_from(body, len(MAGIC))
     pos = len(MAGIC) + _HEAD.size
+    length = _LEN if data.startswith(MAGIC) else _LEN_V1
     entries: list[Entry] = []
     try:
         for _ in range(n):
-            (klen,) = _LEN.unpack_from(body, pos)
-            pos += 4
+            (klen,) = length.unpack_from(body, pos)
+            pos += length.size
             key = body[pos:pos + klen]
             pos += klen
-            (vlen,) = _LEN.unpack_from(body, pos)
-            pos += 4
+            (vlen,) = length.unpack_from(body, pos)
+            pos += length.size
             if vlen < 0:
                 entries.append((key, None))
             else:
@@ -158,7 +161,7 @@ class ShardStore:
 
     def put_changelog(self, data: bytes) -> None:
         """Store a changelog durably (write then rename where the filesystem has renames)."""
-        if not data.startswith(MAGIC) or len(data) < len(MAGIC) + _HEAD.size + _CRC.size:
+        if not data.startswith((MAGIC, MAGIC_V1)) or len(data) < len(MAGIC) + _HEAD.size + _CRC.size:
             raise CheckpointCorrupt("not a changelog (bad magic or truncated)")
         batch_id, prev, _ = _HEAD.unpack_from(data, len(MAGIC))  # just framed by encode_changelog: no re-parse
         self._write(self._changelog_path(batch_id, prev), data)
@@ -288,3 +291,14 @@ class ShardStore:
             if self.fsync:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
+        if self.fsync:
+            fsync_dir(parent)  # the rename itself is durable only once the directory entry is on disk
+
+
+def fsync_dir(path: str) -> None:
+    """fsync the directory ``path``, making the entries renamed into it survive a machine crash."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

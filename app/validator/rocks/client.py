@@ -4,6 +4,8 @@ Each host runs ``lanes`` shard servers per checkpoint; partition ``p`` always go
 shard is held open by one process however Spark places its tasks. A task that holds several partitions
 talks to their lanes in parallel (one thread per lane; the waits are socket reads, outside the GIL).
 
+A request whose server sends nothing for ``shard_request_timeout_s`` fails the task with ``SHARD_SERVER_TIMEOUT``
+(a stalled server keeps its shard locked; Spark's task retry or the validator's restart goes on from there).
 A request is repeated when the server dies under it or cannot be reached (a new server is started): the
 shard's batch-id memo makes a repeat re-emit the same records, so Spark's at-least-once task model and a
 server crash together still give one decision per command.
@@ -32,6 +34,7 @@ from app.validator.rocks.wire import (
     Reply,
     Request,
     ShardRequestFailed,
+    ShardServerTimeout,
     ShardServerUnavailable,
     decode_reply,
     encode_request,
@@ -162,6 +165,13 @@ class ShardClient:
                 if body is None:
                     raise ConnectionError("the shard server closed the connection")
                 return decode_reply(body)
+            except TimeoutError as e:
+                # A stalled server still holds the shard's lock: a repeat would queue behind it. Fail the task.
+                _drop(path)
+                raise ShardServerTimeout(
+                    f"the shard server on {path} sent nothing for {self.settings.shard_request_timeout_s:g} s "
+                    f"(ARBITER_SHARD_REQUEST_TIMEOUT_S) on shard {request.partition} batch {request.batch_id}: "
+                    "it is stalled; the task fails instead of waiting forever") from e
             except OSError as e:  # ConnectionError included: the server went away; the request is safe to repeat
                 _drop(path)
                 if time.monotonic() > deadline:
@@ -175,6 +185,7 @@ class ShardClient:
         if sock is not None:
             return sock
         sock = _connect(path) or self._spawn(path)
+        sock.settimeout(self.settings.shard_request_timeout_s)  # every send and read: a stalled server fails the task
         with _connections_guard:
             _connections[path] = sock
         return sock

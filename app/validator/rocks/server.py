@@ -15,8 +15,9 @@ moved the shard) has written a newer batch to the checkpoint, the shard is close
 restores it as ``open_shard`` always has.
 
 Lifetime: started by the first task that needs it (``client``), it serves until every executor JVM that sent it a
-request is gone, or it has had no request for ``shard_server_idle_s``, or it gets SIGTERM/SIGINT; then it
-stops accepting, finishes the requests under way, closes its shards and exits. It inherits the Python
+request is gone, or it has had no request for ``shard_server_idle_s``, or it gets SIGTERM, SIGINT or SIGHUP (the
+last is what PySpark's daemon sends its process group when the executor stops); then it stops accepting,
+finishes the requests under way, closes its shards, removes its socket file and exits. It inherits the Python
 worker's process group (PySpark's daemon leads its own) and the validator's session; a validator killed
 outright loses its JVM, and the server notices that within a second.
 """
@@ -35,6 +36,7 @@ import sys
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,6 +111,7 @@ class ShardServer:
     _stats_path: Path | None = None
     _stats_lock: threading.Lock = field(default_factory=threading.Lock)
     _opens: deque[dict[str, object]] = field(default_factory=lambda: deque(maxlen=OPENS_KEPT))
+    hold_after: tuple[int, Path] | None = field(default_factory=lambda: hold_after_write(os.environ))
 
     def add_client(self, pid: int) -> None:
         with self._state:
@@ -211,9 +214,20 @@ class ShardServer:
             for topic, *_ in result.outputs:
                 out["events_out" if topic == settings.topic_events else "rejections_out"] += 1
             out["replays"] += result.replayed
+            if self.hold_after is not None and request.batch_id >= self.hold_after[0] and not result.replayed:
+                self._hold_until_closing(self.hold_after[1], request)
             self._stats_path = settings.path(settings.var_dir) / "status" / "shards" / f"{self.path.stem}.json"
             self._write_stats()
             return Reply(True, result.replayed, result.restored_from, output_ipc(result.outputs))
+
+    def _hold_until_closing(self, marker: Path, request: Request) -> None:
+        """Never answer (``hold_after_write``); when told to close, die as a crashed server would, answering nothing."""
+        log.warning("%s: holding the reply of shard %d batch %d until this server is stopped", HOLD_AFTER_WRITE,
+                    request.partition, request.batch_id)
+        marker.touch()
+        while not self._closing:
+            time.sleep(0.1)
+        os._exit(1)
 
     def _level(self, key: tuple[str, int], request: Request, settings: Settings) -> HeldShard:
         """Return the held shard for ``key``, opened (and restored) again if the disk or the checkpoint moved on."""
@@ -319,6 +333,23 @@ _ROCKS_PROPERTIES = (("rows_estimate", "rocksdb.estimate-num-keys"), ("live_sst_
 OPENS_KEPT = 256  # the last shard opens in the stats file: where each shard came from, at which batch, at what cost
 
 
+HOLD_AFTER_WRITE = "ARBITER_FAULT_HOLD_AFTER_WRITE"  # "<batch id>:<marker file>", for the crash tests only
+
+
+def hold_after_write(env: Mapping[str, str]) -> tuple[int, Path] | None:
+    """Return the fault injection ``ARBITER_FAULT_HOLD_AFTER_WRITE`` asks for, or None (the normal case).
+
+    Set (by a test, in the validator's environment), a server that has written a batch at or after that id
+    touches the marker file and never answers: the batch is in the shard but Spark never commits it, so a
+    process killed now must be followed by a replay of that batch id — the case the batch-id memo exists for.
+    """
+    raw = env.get(HOLD_AFTER_WRITE)
+    if not raw:
+        return None
+    batch, _, marker = raw.partition(":")
+    return int(batch), Path(marker)
+
+
 class ShardServerInternal(ArbiterError):
     """The shard server failed a request with an unexpected error; the shard was closed and will be reopened."""
 
@@ -335,7 +366,9 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     server = ShardServer(args.socket, args.idle_s)
     server.add_client(args.executor_pid)
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    # SIGHUP too: PySpark's daemon sends it to its whole process group (which this server inherits) when the
+    # executor stops; its default action would end the server without closing its shards or removing its socket.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda *_: server.close())
     server.serve()
     return 0

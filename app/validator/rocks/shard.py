@@ -4,7 +4,8 @@ Keys: ``s:<object id>`` → 8-byte write time (ms, the batch's processing time) 
 bytes); ``t:<expiry ms><object id>`` → an index of tombstones by expiry; ``m:*`` → the shard's bookkeeping, written in
 the same WriteBatch as the states: the last applied batch id, its source offset range, its output
 records and its changelog (so a crash between the local write and the upload or the Kafka write is
-repaired by the re-run of the same batch id, which re-emits the stored records byte for byte).
+repaired by the re-run of the same batch id, which re-emits the stored records byte for byte). The outputs and
+the changelog are stored in bounded chunks with 64-bit framing (``frames``): a batch of any size fits.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from app.settings import Settings
 from app.validator.fold import InputRecord, OutputRecord, fold, limits_for
 from app.validator.lock import FileLock, rocks_root
 from app.validator.rocks.checkpoint import Changelog, CheckpointCorrupt, Entry, ShardStore, encode_changelog
+from app.validator.rocks.frames import chunk_entries, decode_outputs, encode_outputs, read_chunked
 from app.validator.rocks.memory import shard_options
 from commands import ObjectState
 from schemas import codec
@@ -45,7 +47,6 @@ M_SEED = b"m:seed"        # the SST list of the snapshot it was restored from (l
 
 _Q = struct.Struct(">q")
 _QQ = struct.Struct(">qq")
-_I = struct.Struct(">i")
 
 
 class ShardOrderError(ArbiterError):
@@ -67,50 +68,6 @@ class ShardResult:
     outputs: list[OutputRecord]
     replayed: bool
     restored_from: str  # "local", "changelogs", "snapshot" or "empty"
-
-
-def encode_outputs(outputs: Sequence[OutputRecord]) -> bytes:
-    """Return output records framed as bytes (topic, key or none, value, partition)."""
-    pack = _I.pack
-    parts = [pack(len(outputs))]
-    append = parts.append
-    heads: dict[str, bytes] = {}  # a batch writes to two topics: frame each name once
-    for topic, key, value, partition in outputs:
-        head = heads.get(topic)
-        if head is None:
-            t = topic.encode()
-            head = heads[topic] = pack(len(t)) + t
-        append(head)
-        if key is None:
-            append(pack(-1))
-        else:
-            append(pack(len(key)))
-            append(key)
-        append(pack(len(value)))
-        append(value)
-        append(pack(partition))
-    return b"".join(parts)
-
-
-def decode_outputs(data: bytes) -> list[OutputRecord]:
-    """Parse ``encode_outputs``' bytes."""
-    (n,), pos = _I.unpack_from(data, 0), 4
-    out: list[OutputRecord] = []
-    for _ in range(n):
-        (tl,) = _I.unpack_from(data, pos)
-        topic = data[pos + 4:pos + 4 + tl].decode()
-        pos += 4 + tl
-        (kl,) = _I.unpack_from(data, pos)
-        pos += 4
-        key = None if kl < 0 else data[pos:pos + kl]
-        pos += max(kl, 0)
-        (vl,) = _I.unpack_from(data, pos)
-        value = data[pos + 4:pos + 4 + vl]
-        pos += 4 + vl
-        (partition,) = _I.unpack_from(data, pos)
-        pos += 4
-        out.append((topic, key, value, partition))
-    return out
 
 
 def shard_dir(settings: Settings, checkpoint: str, partition: int) -> Path:
@@ -169,6 +126,12 @@ class Shard:
             self.db.put(M_LINEAGE, raw)
         return bytes(raw).decode()
 
+    def _read(self, key: bytes) -> bytes:
+        data = read_chunked(self.db.get, key)
+        if data is None:
+            raise CheckpointCorrupt(f"shard value {key!r} is missing")
+        return data
+
     def last_batch(self) -> int:
         raw = self.db.get(M_BATCH)
         return -1 if raw is None else _Q.unpack(raw)[0]
@@ -176,12 +139,8 @@ class Shard:
     def apply_changelog(self, log: Changelog, data: bytes) -> None:
         """Replay a changelog from the checkpoint location into the local database."""
         wb = rocksdict.WriteBatch(raw_mode=True)
-        for key, value in log.entries:
-            if value is None:
-                wb.delete(key)
-            else:
-                wb.put(key, value)
-        wb.put(M_LOG, data)
+        _put_all(wb, log.entries)
+        _put_all(wb, chunk_entries(M_LOG, data, self.db.get(M_LOG)))
         self.db.write(wb)
 
     def run(self, batch_id: int, records: Sequence[InputRecord], settings: Settings, now_ms: int) -> ShardResult:
@@ -198,8 +157,8 @@ class Shard:
                                       f"{_QQ.unpack(self.db.get(M_RANGE) or _QQ.pack(-1, -1))}, now asked for "
                                       f"{_QQ.unpack(span)}: refusing to decide one batch twice")
             if batch_id not in self.store.changelogs():
-                self.store.put_changelog(self.db[M_LOG])
-            return ShardResult(decode_outputs(self.db[M_OUT]), True, self.restored_from)
+                self.store.put_changelog(self._read(M_LOG))
+            return ShardResult(decode_outputs(self._read(M_OUT)), True, self.restored_from)
         if last > batch_id:
             raise ShardStateError(f"shard {records[0].partition} has applied batch {last}, Spark asks for older "
                                   f"batch {batch_id}: the state belongs to another checkpoint or run")
@@ -208,16 +167,12 @@ class Shard:
         outputs = self._decide(records, settings, now_ms, entries)
         since = self.db.get(M_SINCE)
         since_n = (_Q.unpack(since)[0] if since else 0) + 1
-        entries += [(M_BATCH, _Q.pack(batch_id)), (M_RANGE, span), (M_OUT, encode_outputs(outputs)),
-                    (M_SINCE, _Q.pack(since_n))]
+        entries += [(M_BATCH, _Q.pack(batch_id)), (M_RANGE, span),
+                    *chunk_entries(M_OUT, encode_outputs(outputs), self.db.get(M_OUT)), (M_SINCE, _Q.pack(since_n))]
         log = encode_changelog(batch_id, last, entries)
         wb = rocksdict.WriteBatch(raw_mode=True)
-        for key, value in entries:
-            if value is None:
-                wb.delete(key)
-            else:
-                wb.put(key, value)
-        wb.put(M_LOG, log)
+        _put_all(wb, entries)
+        _put_all(wb, chunk_entries(M_LOG, log, self.db.get(M_LOG)))
         self.db.write(wb)  # one atomic write, WAL on: states, outputs and batch id together or not at all
         self.store.put_changelog(log)
         self.counters["changelog_bytes"] += len(log)
@@ -287,6 +242,14 @@ class Shard:
         self.counters["snapshots"] += 1
         self.counters["snapshot_ms"] += round((time.monotonic() - t0) * 1000)
         self.store.cleanup(keep)
+
+
+def _put_all(wb: rocksdict.WriteBatch, entries: Sequence[Entry]) -> None:
+    for key, value in entries:
+        if value is None:
+            wb.delete(key)
+        else:
+            wb.put(key, value)
 
 
 def load_state(raw: bytes | None, now_ms: int, settings: Settings) -> ObjectState | None:

@@ -39,6 +39,12 @@ class ShardServerUnavailable(ArbiterError):
     code = "SHARD_SERVER_UNAVAILABLE"
 
 
+class ShardServerTimeout(ArbiterError):
+    """A shard server took a request but sent nothing back within ``shard_request_timeout_s``: it is stalled."""
+
+    code = "SHARD_SERVER_TIMEOUT"
+
+
 class ShardRequestFailed(ArbiterError):
     """The shard server refused or failed a request; the message names the server-side error code."""
 

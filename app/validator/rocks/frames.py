@@ -1,0 +1,119 @@
+"""How a shard frames its batch outputs and stores large values: 64-bit lengths, values split into bounded chunks.
+
+A micro-batch's outputs (and its changelog) can outgrow what one RocksDB value or a signed 32-bit length holds
+(2 GiB): the first batch after a long outage used to fail there on every restart. Outputs are framed with 64-bit
+lengths (``encode_outputs``), and a value is stored as a header at its key plus chunks of at most ``CHUNK_BYTES``
+under ``<key>/<index>`` (``chunk_entries``). Values written by earlier versions — outputs framed with 32-bit
+lengths, one unchunked value — are still read (``read_chunked``, ``decode_outputs``), so a shard or a changelog
+written before this format restores unchanged.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+
+from app.validator.fold import OutputRecord
+from app.validator.rocks.checkpoint import CheckpointCorrupt
+
+CHUNK_BYTES = 64 * 1024 * 1024  # one RocksDB value (and one changelog entry) holds at most this much
+
+OUTPUTS_V2 = b"\xffARBO2"   # 0xff: an old frame starts with its non-negative 32-bit record count, never 0xff
+CHUNKED = b"\xffARBCH1"     # a chunked value's header: total length and chunk count follow
+_I = struct.Struct(">i")
+_Q = struct.Struct(">q")
+_HEAD = struct.Struct(">qI")  # total length, chunk count
+
+Entry = tuple[bytes, bytes | None]
+
+
+def encode_outputs(outputs: Sequence[OutputRecord]) -> bytes:
+    """Return output records framed with 64-bit lengths: topic, key or none, value, partition."""
+    pack = _Q.pack
+    parts = [OUTPUTS_V2, pack(len(outputs))]
+    append = parts.append
+    heads: dict[str, bytes] = {}  # a batch writes to two topics: frame each name once
+    for topic, key, value, partition in outputs:
+        head = heads.get(topic)
+        if head is None:
+            t = topic.encode()
+            head = heads[topic] = pack(len(t)) + t
+        append(head)
+        if key is None:
+            append(pack(-1))
+        else:
+            append(pack(len(key)))
+            append(key)
+        append(pack(len(value)))
+        append(value)
+        append(_I.pack(partition))
+    return b"".join(parts)
+
+
+def decode_outputs(data: bytes) -> list[OutputRecord]:
+    """Parse ``encode_outputs``' bytes, or the 32-bit framing of earlier versions."""
+    if data.startswith(OUTPUTS_V2):
+        return _decode(data, len(OUTPUTS_V2), _Q)
+    return _decode(data, 0, _I)
+
+
+def _decode(data: bytes, pos: int, length: struct.Struct) -> list[OutputRecord]:
+    w = length.size
+    (n,) = length.unpack_from(data, pos)
+    pos += w
+    out: list[OutputRecord] = []
+    for _ in range(n):
+        (tl,) = length.unpack_from(data, pos)
+        topic = data[pos + w:pos + w + tl].decode()
+        pos += w + tl
+        (kl,) = length.unpack_from(data, pos)
+        pos += w
+        key = None if kl < 0 else data[pos:pos + kl]
+        pos += max(kl, 0)
+        (vl,) = length.unpack_from(data, pos)
+        value = data[pos + w:pos + w + vl]
+        pos += w + vl
+        (partition,) = _I.unpack_from(data, pos)
+        pos += 4
+        out.append((topic, key, value, partition))
+    return out
+
+
+def chunk_key(key: bytes, index: int) -> bytes:
+    return key + b"/" + _I.pack(index)
+
+
+def chunk_count(header: bytes | None) -> int:
+    """Return how many chunks the stored value ``header`` refers to (0 for none or an unchunked value)."""
+    if header is None or not header.startswith(CHUNKED):
+        return 0
+    return _HEAD.unpack_from(header, len(CHUNKED))[1]
+
+
+def chunk_entries(key: bytes, data: bytes, old_header: bytes | None, chunk: int | None = None) -> list[Entry]:
+    """Return the writes that store ``data`` at ``key`` in chunks, deleting chunks of the old value left over."""
+    size = chunk or CHUNK_BYTES
+    view = memoryview(data)
+    n = (len(data) + size - 1) // size
+    entries: list[Entry] = [(key, CHUNKED + _HEAD.pack(len(data), n))]
+    entries += [(chunk_key(key, i), bytes(view[i * size:(i + 1) * size])) for i in range(n)]
+    entries += [(chunk_key(key, i), None) for i in range(n, chunk_count(old_header))]
+    return entries
+
+
+def read_chunked(get: Callable[[bytes], bytes | None], key: bytes) -> bytes | None:
+    """Return the value stored at ``key`` by ``chunk_entries`` (or unchunked, by an earlier version), or None."""
+    header = get(key)
+    if header is None or not bytes(header).startswith(CHUNKED):
+        return None if header is None else bytes(header)
+    total, n = _HEAD.unpack_from(header, len(CHUNKED))
+    parts = []
+    for i in range(n):
+        part = get(chunk_key(key, i))
+        if part is None:
+            raise CheckpointCorrupt(f"chunk {i} of {n} of {key!r} is missing from the shard")
+        parts.append(part)
+    data = b"".join(parts)
+    if len(data) != total:
+        raise CheckpointCorrupt(f"{key!r}: {len(data)} bytes in its chunks, its header says {total}")
+    return data
