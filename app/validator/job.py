@@ -157,12 +157,33 @@ def _supervise(spark, settings: Settings, *, available_now: bool, timeout: float
             log.error("validator %s lost its lease without another member taking it (%s: %s); the query stays "
                       "stopped until this driver holds the lease again", query_name_of(query), cause.kind,
                       cause.detail)
+            _wait_inactive(spark, query, stop)
             query = _rejoin(spark, settings, available_now, cause, stop)
             if query is None:
                 raise KeyboardInterrupt
 
 
 REJOIN_PAUSE_S = 1.0
+INACTIVE_TIMEOUT_S = 120.0
+
+
+def _wait_inactive(spark: Any, query: Any, stop: threading.Event) -> None:  # noqa: ANN401
+    """Stop ``query`` and wait until the session no longer lists it as active (at most ``INACTIVE_TIMEOUT_S``).
+
+    The lease's loss stops the query from another thread, and ``awaitTermination`` can return while the session
+    still lists it: a new query of the same name then fails to start ("a query with that name is already
+    active"), seen when the broker came back within seconds of the loss.
+    """
+    name = query_name_of(query)
+    try:
+        query.stop()
+    except Exception as e:  # noqa: BLE001 - stopped already, or the session refuses: the wait below decides
+        log.debug("stopping %s before taking the lease back: %s", name, e)
+    deadline = time.monotonic() + INACTIVE_TIMEOUT_S
+    while not stop.is_set() and time.monotonic() < deadline:
+        if all(q.name != name for q in spark.streams.active):
+            return
+        stop.wait(0.1)
 
 
 def _rejoin(spark, settings: Settings, available_now: bool, cause: LossCause,  # noqa: ANN001, ANN202

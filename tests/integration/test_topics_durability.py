@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -24,6 +25,11 @@ def _precreate(s: Settings, config: dict[str, str]) -> None:
     client = admin(s.kafka_bootstrap)  # kept referenced until its futures are done
     for f in client.create_topics([NewTopic(s.topic_commands, s.partitions, 1, config=config)]).values():
         f.result(timeout=30)
+    # The create is acknowledged before every metadata answer lists the topic; ensure_topics must see it as existing.
+    deadline = time.monotonic() + 30
+    while s.topic_commands not in client.list_topics(timeout=10).topics:
+        assert time.monotonic() < deadline, f"{s.topic_commands} never appeared in the broker's metadata"
+        time.sleep(0.1)
 
 
 def _config(s: Settings, key: str) -> str:
