@@ -131,7 +131,11 @@ class Settings(BaseSettings):
     auth_secret: SecretStr = SecretStr(PLACEHOLDER_SECRET)
     # --- API (issue 6: app/api/) --------------------------------------------------------------
     token_ttl_s: int = Field(default=30 * 24 * 3600, ge=1, description="Lifetime of tokens `arbiter token` signs.")
-    max_body_bytes: int = Field(default=1024 * 1024, ge=1, description="Largest request body; larger is 413.")
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1, description="Largest request body of POST /commands:batch "
+                                "(and the ceiling of every other route's); larger is 413.")
+    max_object_body_bytes: int | None = Field(
+        default=None, ge=1, description="Largest request body of every route but the batch route; unset = the largest "
+        "document (app/limits.py) + 1 KiB for the envelope, never above max_body_bytes. Larger is 413.")
     batch_max_commands: int = Field(default=50_000, ge=1, description="Most commands in one POST /commands:batch.")
     produce_timeout_s: float = Field(default=10.0, gt=0, description="Delivery wait before a write answers 503.")
     retry_after_s: int = Field(default=2, ge=1, description="Retry-After of a 503.")

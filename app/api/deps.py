@@ -63,12 +63,30 @@ async def _read_model(request: Request) -> ReadModelPort:
     return rm
 
 
-async def _principal(request: Request) -> str:
-    """Return the principal of the request's bearer token (declared in OpenAPI by ``create_app``)."""
+#: Where ``authenticate`` leaves the principal in the ASGI scope, so a request's token is verified once.
+PRINCIPAL_SCOPE_KEY = "arbiter.principal"
+
+
+def authenticate(request: Request) -> str:
+    """Return the principal of the request's bearer token, verified once per request; raise ``Unauthorized``.
+
+    ``StrictJsonRoute`` calls it before it reads a body, so a client without a valid token never gets its body
+    read, parsed or validated; the ``PrincipalDep`` of the same request then finds the principal in the scope.
+    """
+    known: str | None = request.scope.get(PRINCIPAL_SCOPE_KEY)
+    if known is not None:
+        return known
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized("an Authorization: Bearer <token> header is required")
-    return verify_token(request.app.state.settings.auth_secret.get_secret_value(), token.strip())
+    principal = verify_token(request.app.state.settings.auth_secret.get_secret_value(), token.strip())
+    request.scope[PRINCIPAL_SCOPE_KEY] = principal
+    return principal
+
+
+async def _principal(request: Request) -> str:
+    """Return the principal of the request's bearer token (declared in OpenAPI by ``create_app``)."""
+    return authenticate(request)
 
 
 async def _operator(request: Request) -> str:

@@ -9,8 +9,10 @@ surrogates; the first two could never be served back as JSON and a lone surrogat
   ``DEFAULT_MAX_DEPTH``: 422 ``INVALID_REQUEST``; documents and patches themselves are held to exactly
   ``DEFAULT_MAX_DEPTH`` levels by their model (``app.api.models.Document``).
 
-The parse runs before FastAPI's own body handling (whose catch-all turns any error into a 400) and leaves the
-parsed value where ``Request.json`` finds it, so the body is parsed once.
+Every route with a body needs a bearer token, and the token is checked first (``app.api.deps.authenticate``):
+a request without a valid one is ``401`` before a byte of its body is read. The parse runs before FastAPI's own
+body handling (whose catch-all turns any error into a 400) and leaves the parsed value where ``Request.json``
+finds it, so the body is parsed once.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
 
+from app.api.deps import authenticate
 from app.api.problems import ApiError
 from commands.json_text import DEFAULT_MAX_DEPTH, value_problem
 
@@ -78,6 +81,7 @@ class StrictJsonRoute(APIRoute):
             return handler
 
         async def strict(request: Request) -> Response:
+            authenticate(request)  # before the body: an unauthenticated client costs no parse (issue 25)
             request = _StrictJsonRequest(request.scope, request.receive)
             if _is_json(request.headers.get("content-type")) and await request.body():
                 await request.json()  # here, outside FastAPI's body handling, so an ApiError keeps its status

@@ -10,7 +10,7 @@ from typing import Any
 from fastapi import FastAPI
 
 from app.api import problems
-from app.api.body_limit import BodyLimit
+from app.api.body_limit import BodyLimit, object_body_limit
 from app.api.deps import ApiContext, ReadModelPort
 from app.api.memo import Memo
 from app.api.metrics import ApiMetrics, RequestMetrics
@@ -21,6 +21,7 @@ from app.api.read_model import open_read_model
 from app.api.routes import commands, objects, ops
 from app.api.routes import status as status_routes
 from app.api.secret_policy import require_usable_secret
+from app.limits import for_settings
 from app.settings import Settings
 from app.status.collector import StatusCollector
 
@@ -91,7 +92,8 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
     app.include_router(ops.router)
     app.include_router(status_routes.router)
     app.add_middleware(RequestMetrics, metrics=metrics)
-    app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes, other_routes_bytes=object_body_limit(
+        settings.max_body_bytes, settings.max_object_body_bytes, for_settings(settings).max_document_bytes))
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
