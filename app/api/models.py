@@ -148,9 +148,11 @@ class BatchRequest(_Strict):
 class BatchResult(_Strict):
     command_id: str
     object_id: str
-    status: int = Field(description="202 when queued, 503 when the broker did not take it (retry it).")
+    status: int = Field(description="202 when queued, 413 when too large (not stored), 503 when the broker did not "
+                        "take it (retry it).")
     partition: int | None = None
     offset: int | None = None
+    code: str | None = Field(default=None, description="Why it was not stored: TOO_LARGE or BROKER_UNAVAILABLE.")
     error: str | None = None
 
 

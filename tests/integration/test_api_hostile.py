@@ -1,0 +1,40 @@
+"""Hostile and unlucky clients against the real broker (issue 25, issue 24 item 5): a batch whose items are too
+large for the API's check or the producer, and what every item is answered."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.settings import Settings
+from app.topics import ensure_topics
+from schemas import codec
+from tests.integration.test_api_support import api_client, auth, consume_all, is_problem
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_batch_answers_every_item_even_those_too_large_for_the_check_or_the_producer(settings: Settings) -> None:
+    """An item over the document limit is 413 (as POST /objects answers it) and not produced; an item the producer
+    refuses at once (over its message.max.bytes, here lowered below the document limit) is 413 too, after earlier
+    items were queued; the others are 202 and on the topic. The answer is a problem with one result per item."""
+    s = settings.model_copy(update={"max_message_bytes": 64 * 1024, "kafka_config": {"message.max.bytes": "30000"}})
+    ensure_topics(s)
+    items = [
+        {"kind": "create", "object_id": "small-1", "document": {"x": 1}},
+        {"kind": "create", "object_id": "producer-refuses", "document": {"x": "p" * 40_000}},
+        {"kind": "create", "object_id": "over-the-limit", "document": {"x": "o" * 70_000}},
+        {"kind": "update", "object_id": "small-1", "patch": {"x": 2}},
+    ]
+    with api_client(s) as client:
+        r = client.post("/commands:batch", json={"commands": items}, headers=auth(s, "alice"))
+        body = is_problem(r, 413, "TOO_LARGE")
+        results = body["results"]
+        assert [x["object_id"] for x in results] == [it["object_id"] for it in items]
+        assert [x["status"] for x in results] == [202, 413, 413, 202], results
+        assert [x.get("code") for x in results] == [None, "TOO_LARGE", "TOO_LARGE", None]
+        # the single route agrees on the item over the limit
+        single = client.post("/objects", json={"id": "over-the-limit", "document": items[2]["document"]},
+                             headers=auth(s, "alice"))
+        is_problem(single, 413)  # BODY_TOO_LARGE: its body is over one document + 1 KiB
+    on_topic = [codec.decode_command(m.value()) for m in consume_all(s, s.topic_commands, 2)]
+    assert sorted(c.command_id for c in on_topic) == sorted(x["command_id"] for x in results if x["status"] == 202)
