@@ -11,6 +11,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ROOT = Path(__file__).resolve().parent.parent
 PLACEHOLDER_SECRET = "change-me-development-only"  # noqa: S105 - refused outside development
+#: What Spark tasks and shard servers hold instead of the API's signing secret (``Settings.for_tasks``): no secret,
+#: and long enough that nothing mistakes it for a placeholder.
+TASK_SECRET = "not-sent-to-spark-tasks-" + "x" * 32  # noqa: S105 - deliberately not a secret
 
 
 class Settings(BaseSettings):
@@ -167,6 +170,16 @@ class Settings(BaseSettings):
         if self.environment == "production" and self.auth_secret.get_secret_value() == PLACEHOLDER_SECRET:
             raise ValueError("ARBITER_AUTH_SECRET still holds the development placeholder; set a real secret")
         return self
+
+    def for_tasks(self) -> Settings:
+        """Return these settings without secrets, for everything shipped to Spark tasks (pickled) or shard servers.
+
+        Tasks never sign tokens, open the read model or a Kafka client of their own: the API's signing secret,
+        the PostgreSQL DSN (it may carry a password) and the librdkafka pass-through (``sasl.password``, ...)
+        stay on the driver.
+        """
+        return self.model_copy(update={"auth_secret": SecretStr(TASK_SECRET), "postgres_dsn": None,
+                                       "kafka_config": {}})
 
     def path(self, p: Path) -> Path:
         """Resolve a configured directory against ``home`` unless it is absolute."""
