@@ -10,7 +10,7 @@ from psycopg import sql
 
 from commands import Event
 from projections.db import fastjson
-from projections.db.view import ObjectView
+from projections.db.view import ObjectView, StoredView
 
 #: The columns a reader selects, in ``from_row``'s order; the document comes back as text for fastjson.
 COLUMNS = sql.SQL("id, version, deleted, owner, editors, readers, document::text, updated_at")
@@ -23,6 +23,13 @@ def from_row(row: tuple[Any, ...]) -> tuple[str, ObjectView]:
     oid, version, deleted, owner, editors, readers, document, updated_at = row
     at = updated_at.isoformat() if isinstance(updated_at, datetime) else updated_at
     return oid, ObjectView(fastjson.loads(document), version, deleted, owner, at, tuple(editors), tuple(readers))
+
+
+def stored_from_row(row: tuple[Any, ...]) -> StoredView:
+    """Return the lazily-decoded view of a row selected with ``COLUMNS`` (its document text left undecoded)."""
+    _, version, deleted, owner, editors, readers, document, updated_at = row
+    at = updated_at.isoformat() if isinstance(updated_at, datetime) else updated_at
+    return StoredView(document, version, deleted, owner, at, tuple(editors), tuple(readers))
 
 
 def nul_problem(view: ObjectView, event: Event) -> str | None:

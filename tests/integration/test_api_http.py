@@ -122,7 +122,11 @@ def test_prefer_wait_answers_with_the_decision(client: TestClient, module_settin
                 412, "VERSION_CONFLICT", 2),
                ("post", "/objects", {"json": {"id": "w-ok", "document": {}}}, wait(s, "alice"), 409, "ALREADY_EXISTS", 2),
                ("patch", "/objects/w-del", {"json": {"x": 1}}, wait(s, "alice"), 410, "DELETED", 2),
-               ("patch", "/objects/w-ok", {"json": {"x": 1}}, wait(s, "bob"), 403, "FORBIDDEN", 2)]  # bob only reads
+               ("patch", "/objects/w-ok", {"json": {"x": 1}}, wait(s, "bob"), 403, "FORBIDDEN", 2),  # bob only reads
+               # an outsider learns the id is taken, not its version nor whether it was deleted (issue 25)
+               ("post", "/objects", {"json": {"id": "w-ok", "document": {}}}, wait(s, "mallory"), 409, "ALREADY_EXISTS", 0),
+               ("post", "/objects", {"json": {"id": "w-del", "document": {}}}, wait(s, "mallory"), 409, "ALREADY_EXISTS",
+                0)]
     for method, path, kw, headers, status, code, version in refused:
         r = getattr(client, method)(path, headers=headers, **kw)
         body = is_problem(r, status, code)
