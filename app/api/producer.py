@@ -116,6 +116,7 @@ class CommandProducer:
         self._producer = self._new_producer()
         self._inflight = 0
         self._poller: asyncio.Task[None] | None = None
+        self._retired: list[Producer] = []  # replaced after a fatal error, polled until their reports are served
 
     def _new_producer(self) -> Producer:
         return Producer({**self._config, "error_cb": self._on_error, "logger": log})
@@ -137,7 +138,12 @@ class CommandProducer:
     async def _poll_while_inflight(self) -> None:
         while self._inflight > 0:
             try:
+                self._live()  # a fatal error (reported by this poll's error_cb) retires the producer at once
                 self._producer.poll(0)
+                if self._retired:
+                    for old in self._retired:
+                        old.poll(0)
+                    self._retired = [old for old in self._retired if len(old)]
             except Exception:  # a report callback failed; the others must still be served
                 log.exception("producer: serving delivery reports failed")
             await asyncio.sleep(POLL_INTERVAL_S)
@@ -146,8 +152,10 @@ class CommandProducer:
         if self._fatal is not None:  # an idempotent producer that hit a fatal error must be replaced
             old, self._fatal = self._producer, None
             self._producer = self._new_producer()
+            # Its queued and in-flight records are purged: each still gets a (failed) delivery report, served by
+            # the poller until none is left, so every waiting request answers 503 and none waits out its timeout.
             old.purge()
-            old.flush(0)  # serve the purged records' reports: they fail, their requests answer 503
+            self._retired.append(old)
         return self._producer
 
     async def _produce(self, producer: Producer, key: bytes, value: bytes, callback: Any) -> None:

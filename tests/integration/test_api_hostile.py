@@ -3,8 +3,14 @@ large for the API's check or the producer, and what every item is answered."""
 
 from __future__ import annotations
 
-import pytest
+import asyncio
 
+import pytest
+from confluent_kafka import KafkaError
+
+from app.api.producer import CommandProducer
+from app.errors import BrokerUnavailable
+from app.local.kafka_broker import free_port
 from app.settings import Settings
 from app.topics import ensure_topics
 from schemas import codec
@@ -38,3 +44,32 @@ def test_a_batch_answers_every_item_even_those_too_large_for_the_check_or_the_pr
         is_problem(single, 413)  # BODY_TOO_LARGE: its body is over one document + 1 KiB
     on_topic = [codec.decode_command(m.value()) for m in consume_all(s, s.topic_commands, 2)]
     assert sorted(c.command_id for c in on_topic) == sorted(x["command_id"] for x in results if x["status"] == 202)
+
+
+def test_after_a_fatal_producer_error_every_waiting_request_is_answered(settings: Settings) -> None:
+    """Issue 24 item 5: records queued when the idempotent producer hit a fatal error were purged, but their reports
+    were served only by a flush(0) at the next produce, and the old producer was never polled again: the requests
+    waited out produce_timeout_s and were told "no acknowledgement". Now each is answered from its purged report.
+
+    The broker address is one nobody listens on, so the records stay queued in librdkafka; the fatal error is the
+    one librdkafka reports through error_cb, handed to the producer's own callback."""
+    s = settings.model_copy(update={"kafka_bootstrap": f"127.0.0.1:{free_port()}", "produce_timeout_s": 60.0})
+
+    async def scenario() -> list[object]:
+        producer = CommandProducer(s)
+        single = asyncio.ensure_future(producer.send("a", b"one"))
+        many = asyncio.ensure_future(producer.send_many([("b", b"two"), ("c", b"three")]))
+        await asyncio.sleep(0.2)  # queued, not deliverable
+        assert not single.done() and not many.done()
+        producer._on_error(KafkaError(KafkaError._FATAL, "injected fatal error", fatal=True))
+        try:
+            one = await asyncio.wait_for(single, 30)
+        except BrokerUnavailable as e:
+            one = e
+        out = [one, *await asyncio.wait_for(many, 30)]
+        assert not producer._retired, "the retired producer still holds unreported records"
+        producer.close(0)
+        return out
+
+    results = asyncio.run(scenario())
+    assert all(isinstance(r, BrokerUnavailable) and "Purged" in r.message for r in results), results
