@@ -17,7 +17,7 @@ from app.api.metrics import ApiMetrics, RequestMetrics
 from app.api.models import Problem
 from app.api.outcomes import OutcomeCache, OutcomeConsumer
 from app.api.producer import CommandProducer
-from app.api.read_model import open_read_model
+from app.api.read_model import open_read_model, read_model_ready
 from app.api.routes import commands, objects, ops
 from app.api.routes import status as status_routes
 from app.api.secret_policy import require_usable_secret
@@ -85,6 +85,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
     app.state.outcomes = OutcomeCache(max_bytes=settings.outcome_cache_bytes, max_entries=settings.outcome_cache_size,
                                       max_waiters=settings.max_waiters, on_outcome=on_outcome)
     app.state.read_model = read_model
+    app.state.read_model_probe = Memo(lambda: read_model_ready(app.state.read_model), interval=1.0)
     app.state.outcome_consumer = None
     problems.install(app)
     app.include_router(objects.router)

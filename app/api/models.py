@@ -176,3 +176,5 @@ class Health(_Strict):
     broker: bool
     read_model: bool
     outcomes_consumer: bool
+    outcomes_consumer_restarts: int = Field(description="Times the outcomes consumer failed and was restarted.")
+    outcomes_consumer_error: str | None = Field(description="Its last failure, if any.")

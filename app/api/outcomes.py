@@ -181,8 +181,35 @@ class OutcomeConsumer:
         })
         self._consumer.assign(self._ends(topics, partitions))
         self._running = True
-        self._thread = threading.Thread(target=self._loop, name="arbiter-api-outcomes", daemon=True)
-        self._thread.start()
+        self.restarts = 0
+        self.last_error: str | None = None
+        self._thread = self._start()
+
+    def _start(self) -> threading.Thread:
+        thread = threading.Thread(target=self._run, name="arbiter-api-outcomes", daemon=True)
+        thread.start()
+        return thread
+
+    def _run(self) -> None:
+        # Any error restarts the loop on the same consumer (its positions kept), counted and shown by /healthz:
+        # a dead consumer would leave every later ``Prefer: wait`` to time out.
+        while self._running:
+            try:
+                self._loop()
+            except Exception as e:  # noqa: BLE001 - anything, so the thread never dies
+                self.restarts += 1
+                self.last_error = f"{type(e).__name__}: {e}"
+                log.exception("outcomes: the consumer loop failed (restart %d)", self.restarts)
+                time.sleep(min(0.1 * self.restarts, 2.0))
+
+    def ensure_running(self) -> bool:
+        """Start the thread again if it died anyway (``BaseException``); return True if it had to."""
+        if self._running and not self._thread.is_alive():
+            self.restarts += 1
+            self.last_error = self.last_error or "the consumer thread had stopped"
+            self._thread = self._start()
+            return True
+        return False
 
     def _ends(self, topics: list[str], partitions: int, timeout: float = 15.0) -> list[TopicPartition]:
         # Exact high watermarks, so an outcome written just after start is never skipped by a lazy "end".

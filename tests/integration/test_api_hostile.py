@@ -4,6 +4,8 @@ large for the API's check or the producer, and what every item is answered."""
 from __future__ import annotations
 
 import asyncio
+import time
+from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError
@@ -14,7 +16,7 @@ from app.local.kafka_broker import free_port
 from app.settings import Settings
 from app.topics import ensure_topics
 from schemas import codec
-from tests.integration.test_api_support import api_client, auth, consume_all, is_problem
+from tests.integration.test_api_support import api_client, auth, consume_all, is_problem, live_pipeline
 
 pytestmark = pytest.mark.integration
 
@@ -73,3 +75,39 @@ def test_after_a_fatal_producer_error_every_waiting_request_is_answered(settings
 
     results = asyncio.run(scenario())
     assert all(isinstance(r, BrokerUnavailable) and "Purged" in r.message for r in results), results
+
+
+class _FailsOnce:
+    """The outcome consumer's librdkafka consumer, whose next ``consume`` raises once (an injected failure)."""
+
+    def __init__(self, consumer: Any) -> None:  # noqa: ANN401
+        self.consumer, self.failed = consumer, False
+
+    def consume(self, *args: Any) -> Any:  # noqa: ANN401
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("injected failure of the outcome consumer")
+        return self.consumer.consume(*args)
+
+    def __getattr__(self, name: str) -> Any:  # noqa: ANN401
+        return getattr(self.consumer, name)
+
+
+def test_the_outcome_consumer_survives_a_failure_and_healthz_shows_it(spark, settings: Settings) -> None:  # noqa: ANN001
+    """Issue 24 item 5: an exception in the outcome consumer's loop killed its thread for good, and every later
+    Prefer: wait timed out into a 202. Now the loop restarts, the wait is answered, and /healthz counts the failure."""
+    s = settings.model_copy(update={"wait_max_s": 60.0})
+    with live_pipeline(spark, s), api_client(s) as client:
+        oc = client.app.state.outcome_consumer  # type: ignore[attr-defined]
+        failing = _FailsOnce(oc._consumer)
+        oc._consumer = failing
+        deadline = time.monotonic() + 10
+        while not failing.failed and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert failing.failed
+        r = client.post("/objects", json={"id": "after-failure", "document": {}},
+                        headers={**auth(s, "alice"), "Prefer": "wait=60"})
+        assert r.status_code == 201 and r.headers["etag"] == '"1"', r.text
+        health = client.get("/healthz").json()
+        assert health["ok"] and health["outcomes_consumer"], health
+        assert health["outcomes_consumer_restarts"] == 1 and "injected" in health["outcomes_consumer_error"]

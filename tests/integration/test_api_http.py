@@ -181,7 +181,8 @@ def test_get_object_from_the_read_model(client: TestClient, module_settings: Set
 def test_ops_endpoints(client: TestClient) -> None:
     health = client.get("/healthz")
     assert health.status_code == 200 and health.json() == {"ok": True, "broker": True, "read_model": True,
-                                                           "outcomes_consumer": True}
+                                                           "outcomes_consumer": True, "outcomes_consumer_restarts": 0,
+                                                           "outcomes_consumer_error": None}
     spec = client.get("/openapi.json").json()
     assert "/commands:batch" in spec["paths"] and "Problem" in spec["components"]["schemas"]
 

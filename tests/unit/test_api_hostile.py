@@ -19,6 +19,7 @@ with warnings.catch_warnings():  # starlette 1.x nudges towards "httpx2"; httpx 
 from app.api import json_body
 from app.api.auth import issue_token
 from app.api.main import create_app
+from app.api.memo import Memo
 from app.limits import for_settings
 from app.settings import Settings
 from projections.db import ReadModel
@@ -133,3 +134,30 @@ def test_a_postgres_row_is_decoded_only_when_read() -> None:
     stored = stored_from_row(row)
     assert (stored.owner, stored.editors, StoredView.decodes) == ("alice", ("bob",), before)
     assert stored.view() == from_row(row)[1] and StoredView.decodes == before + 1
+
+
+class _CountedReadModel:
+    """A read model whose ``ready`` (a query on PostgreSQL) is counted."""
+
+    blocking = True
+
+    def __init__(self) -> None:
+        self.ready_calls = 0
+
+    def ready(self) -> bool:
+        self.ready_calls += 1
+        return True
+
+    def get(self, object_id: str) -> None:
+        return None
+
+
+def test_healthz_probes_the_read_model_at_most_once_a_second_however_often_polled() -> None:
+    """Issue 25: /healthz ran the PostgreSQL read model's query on every call, competing with reads for the pool."""
+    rm = _CountedReadModel()
+    app = create_app(SETTINGS, read_model=rm)  # type: ignore[arg-type]
+    app.state.broker_probe = Memo(lambda: True, interval=3600)
+    c = TestClient(app)
+    for _ in range(20):
+        assert c.get("/healthz").json()["read_model"] is True
+    assert rm.ready_calls == 1
