@@ -162,6 +162,20 @@ class Settings(BaseSettings):
                                      description="Memory bound (estimated bytes) of the outcome summaries kept per API process.")
     max_waiters: int = Field(default=10_000, ge=1, description="Most concurrent `Prefer: wait` requests per API process; "
                              "beyond it a write is refused before it is produced: 503 TOO_MANY_WAITERS.")
+    # --- API (issue 25: fair shares per principal, per API process) ----------------------------------
+    write_rate: float = Field(default=1000.0, ge=0, description="Commands a second one principal may write (a batch "
+                              "of N costs N); beyond its burst a write is 429 RATE_LIMITED. 0 = no limit.")
+    write_burst: int = Field(default=50_000, ge=1, description="Commands one principal may write at once; also the "
+                             "most commands of one batch while write_rate is on (a larger batch is 413).")
+    read_rate: float = Field(default=5000.0, ge=0, description="GETs of objects and outcomes a second per principal; "
+                             "0 = no limit.")
+    read_burst: int = Field(default=10_000, ge=1, description="GETs one principal may send at once.")
+    rate_principals: int = Field(default=100_000, ge=1, description="Most principals whose buckets are held; idle "
+                                 "(refilled) ones are dropped as requests come, and beyond this the least recent.")
+    waiter_share: float = Field(default=0.25, gt=0, le=1, description="Share of max_waiters one principal may hold; "
+                                "its further Prefer: wait writes are produced and answered 202 without waiting.")
+    outcome_cache_share: float = Field(default=0.25, gt=0, le=1, description="Share of the outcome cache (entries "
+                                       "and bytes) one principal's outcomes may hold; beyond it its own oldest go.")
     operators: list[str] = Field(default_factory=lambda: ["operator"],
                                  description='Principals that may read /status.json and /metrics (JSON list: \'["ops"]\').')
 

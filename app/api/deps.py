@@ -12,6 +12,7 @@ from app.api.metrics import ApiMetrics
 from app.api.outcomes import OutcomeCache
 from app.api.problems import ApiError
 from app.api.producer import CommandProducer
+from app.api.quota import Quotas, refusal
 from app.settings import Settings
 
 
@@ -47,6 +48,7 @@ class ApiContext:
     producer: CommandProducer
     outcomes: OutcomeCache
     metrics: ApiMetrics
+    quotas: Quotas
 
 
 # Dependencies are async: a sync one would cost a threadpool hop per request.
@@ -89,6 +91,17 @@ async def _principal(request: Request) -> str:
     return authenticate(request)
 
 
+async def _reader(request: Request) -> str:
+    """Return the principal, after taking one token of its read bucket: 429 RATE_LIMITED when it has none."""
+    principal = authenticate(request)
+    reads = request.app.state.quotas.reads
+    wait = reads.take(principal)
+    if wait:
+        request.app.state.metrics.rate_limited.labels(reads.name).inc()
+        raise refusal(reads, principal, wait)
+    return principal
+
+
 async def _operator(request: Request) -> str:
     """Return the principal if it is one of ``ARBITER_OPERATORS``: 401 without a valid token, else 403."""
     principal = await _principal(request)
@@ -100,4 +113,6 @@ async def _operator(request: Request) -> str:
 ContextDep = Annotated[ApiContext, Depends(_context)]
 ReadModelDep = Annotated[ReadModelPort, Depends(_read_model)]
 PrincipalDep = Annotated[str, Depends(_principal)]
+#: The principal of a read (``GET /objects/{id}``, ``GET /commands/{id}``), charged to its read bucket.
+ReaderDep = Annotated[str, Depends(_reader)]
 OperatorDep = Annotated[str, Depends(_operator)]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -13,10 +15,11 @@ from app.api import problems
 from app.api.body_limit import BodyLimit, object_body_limit
 from app.api.deps import ApiContext, ReadModelPort
 from app.api.memo import Memo
-from app.api.metrics import ApiMetrics, RequestMetrics
+from app.api.metrics import ApiMetrics, RequestMetrics, mark_dead
 from app.api.models import Problem
 from app.api.outcomes import OutcomeCache, OutcomeConsumer
 from app.api.producer import CommandProducer
+from app.api.quota import Quotas
 from app.api.read_model import open_read_model, read_model_ready
 from app.api.routes import commands, objects, ops
 from app.api.routes import status as status_routes
@@ -39,6 +42,14 @@ owner, editors and readers only; `/status.json` and `/metrics` by the principals
 _SECURED = ("/objects", "/commands", "/status.json", "/metrics")
 
 
+async def _set_gauges(metrics: ApiMetrics, outcomes: OutcomeCache) -> None:
+    # Once a second, so a scrape that reaches another worker (which merges every worker's files) sees this one's
+    # gauges at most a second old.
+    while True:
+        metrics.gauges(len(outcomes), outcomes.nbytes, outcomes.waiting)
+        await asyncio.sleep(1.0)
+
+
 def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -> FastAPI:
     """Return the API for ``settings``; the producer and the outcomes consumer start with the app's lifespan.
 
@@ -57,11 +68,14 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
             app.state.outcomes, settings.kafka_config)
         owned = read_model is None
         app.state.read_model = read_model if read_model is not None else open_read_model(settings)
-        app.state.ctx = ApiContext(settings, app.state.producer, app.state.outcomes, metrics)
+        app.state.ctx = ApiContext(settings, app.state.producer, app.state.outcomes, metrics, app.state.quotas)
         app.state.status.start_sampling()  # the status page's charts: a point a second whether or not anyone looks
+        gauges = asyncio.create_task(_set_gauges(metrics, app.state.outcomes))
         try:
             yield
         finally:
+            gauges.cancel()
+            mark_dead(os.getpid())  # its live gauges leave the merged /metrics of `arbiter api --workers N`
             app.state.outcome_consumer.close()
             app.state.status.close()
             left = app.state.producer.close()
@@ -83,7 +97,11 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
         app.state.status.observe(outcome)
 
     app.state.outcomes = OutcomeCache(max_bytes=settings.outcome_cache_bytes, max_entries=settings.outcome_cache_size,
-                                      max_waiters=settings.max_waiters, on_outcome=on_outcome)
+                                      max_waiters=settings.max_waiters, on_outcome=on_outcome,
+                                      waiter_share=settings.waiter_share, share=settings.outcome_cache_share)
+    app.state.quotas = Quotas(write_rate=settings.write_rate, write_burst=settings.write_burst,
+                              read_rate=settings.read_rate, read_burst=settings.read_burst,
+                              max_principals=settings.rate_principals)
     app.state.read_model = read_model
     app.state.read_model_probe = Memo(lambda: read_model_ready(app.state.read_model), interval=1.0)
     app.state.outcome_consumer = None

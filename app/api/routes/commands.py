@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path
 from fastapi.responses import JSONResponse
 
-from app.api.deps import ContextDep, PrincipalDep
+from app.api.deps import ContextDep, PrincipalDep, ReaderDep
 from app.api.json_body import StrictJsonRoute
 from app.api.models import (
     BatchCreate,
@@ -26,8 +26,9 @@ from app.api.models import (
     CommandOutcome,
     compact_json,
 )
-from app.api.problems import PROBLEM_RESPONSES, ApiError, status_of
+from app.api.problems import PROBLEM_RESPONSES, RATE_LIMITED_RESPONSE, ApiError, status_of
 from app.api.producer import Delivered
+from app.api.quota import refusal
 from app.api.submit import new_object_id, now
 from app.errors import BrokerUnavailable
 from app.limits import for_settings
@@ -71,17 +72,23 @@ BUILD_CHUNK = 256
 
 
 @router.post(":batch", response_model=BatchResponse, status_code=202,
-             responses={**PROBLEM_RESPONSES, 503: PROBLEM_RESPONSES[503] | {
+             responses={**PROBLEM_RESPONSES, **RATE_LIMITED_RESPONSE, 503: PROBLEM_RESPONSES[503] | {
                  "description": "Some commands were not stored: `results` says which; retry those with their ids"},
                  413: PROBLEM_RESPONSES[413] | {
                  "description": "Too many commands, or some were too large and not stored: `results` says which"}},
              summary="Queue many commands in one request; one result per command, in order")
 async def batch(body: BatchRequest, principal: PrincipalDep, ctx: ContextDep) -> JSONResponse:
     """One result per command (202 stored, 413 too large, 503 not acknowledged); never a bare 500."""
-    settings, producer, metrics = ctx.settings, ctx.producer, ctx.metrics
-    if len(body.commands) > settings.batch_max_commands:
-        raise ApiError(f"{len(body.commands)} commands; the limit is {settings.batch_max_commands}",
-                       code="BODY_TOO_LARGE")
+    settings, producer, metrics, writes = ctx.settings, ctx.producer, ctx.metrics, ctx.quotas.writes
+    n = len(body.commands)
+    most = min(settings.batch_max_commands, writes.burst) if writes.enabled else settings.batch_max_commands
+    if n > most:  # a batch over the write burst could never be served: refused whole, as too large
+        raise ApiError(f"{n} commands; the limit is {most} (ARBITER_BATCH_MAX_COMMANDS"
+                       f"{', ARBITER_WRITE_BURST' if most < settings.batch_max_commands else ''})", code="BODY_TOO_LARGE")
+    pause = writes.take(principal, n)  # N commands cost N tokens, taken all or none
+    if pause:
+        metrics.rate_limited.labels(writes.name).inc()
+        raise refusal(writes, principal, pause, n)
     issued_at = now()
     largest = for_settings(settings).max_document_bytes
     encode = codec.encode_command
@@ -132,10 +139,10 @@ def _refused(c: Command, e: ApiError | BrokerUnavailable) -> dict[str, Any]:
 
 
 @router.get("/{command_id}", response_model=CommandOutcome,
-            responses={401: PROBLEM_RESPONSES[401],
+            responses={401: PROBLEM_RESPONSES[401], **RATE_LIMITED_RESPONSE,
                        404: PROBLEM_RESPONSES[401] | {"description": "Outcome not known to this process (yet)"}},
             summary="The outcome of one of the caller's commands, once this API process has seen it")
-async def command_outcome(command_id: Annotated[str, Path(max_length=200)], principal: PrincipalDep,
+async def command_outcome(command_id: Annotated[str, Path(max_length=200)], principal: ReaderDep,
                           ctx: ContextDep) -> JSONResponse:
     # Keyed by (principal, command id): another principal's command is exactly as unknown as no command.
     o = ctx.outcomes.lookup(principal, command_id)

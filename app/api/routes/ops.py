@@ -40,7 +40,5 @@ async def healthz(request: Request) -> JSONResponse:
             responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {}}}, 401: PROBLEM_RESPONSES[401],
                        403: PROBLEM_RESPONSES[401] | {"description": "The principal is not in ARBITER_OPERATORS"}})
 async def metrics(ctx: ContextDep, operator: OperatorDep) -> Response:
-    ctx.metrics.cached.set(len(ctx.outcomes))
-    ctx.metrics.cached_bytes.set(ctx.outcomes.nbytes)
-    ctx.metrics.waiting.set(ctx.outcomes.waiting)
+    ctx.metrics.gauges(len(ctx.outcomes), ctx.outcomes.nbytes, ctx.outcomes.waiting)
     return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)
