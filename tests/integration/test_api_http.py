@@ -207,6 +207,7 @@ def test_health_tells_whether_the_projection_made_the_read_model(settings: Setti
     from projections.db import DbProjection
 
     with api_client(settings) as client:
+        client.app.state.read_model_probe.interval = 0  # type: ignore[attr-defined]  # each call probes (no memo)
         assert client.get("/healthz").json()["read_model"] is False
         is_problem(client.get("/objects/doc", headers=auth(settings, "alice")), 404, "NOT_FOUND")
         DbProjection(open_writer(settings.model_copy(update={"projection_sync_writes": False}))).close()
@@ -222,6 +223,7 @@ def test_get_object_through_the_real_read_model(read_model_settings: Settings) -
 
     settings = read_model_settings
     with api_client(settings) as client:
+        client.app.state.read_model_probe.interval = 0  # type: ignore[attr-defined]  # each call probes (no memo)
         assert client.get("/healthz").json()["read_model"] is False  # the projection has not created it yet
         h = auth(settings, "reader")
         is_problem(client.get("/objects/doc", headers=h), 404, "NOT_FOUND")
