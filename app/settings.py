@@ -11,6 +11,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ROOT = Path(__file__).resolve().parent.parent
 PLACEHOLDER_SECRET = "change-me-development-only"  # noqa: S105 - refused outside development
+#: What Spark tasks and shard servers hold instead of the API's signing secret (``Settings.for_tasks``): no secret,
+#: and long enough that nothing mistakes it for a placeholder.
+TASK_SECRET = "not-sent-to-spark-tasks-" + "x" * 32  # noqa: S105 - deliberately not a secret
 
 
 class Settings(BaseSettings):
@@ -140,7 +143,11 @@ class Settings(BaseSettings):
     auth_secret: SecretStr = SecretStr(PLACEHOLDER_SECRET)
     # --- API (issue 6: app/api/) --------------------------------------------------------------
     token_ttl_s: int = Field(default=30 * 24 * 3600, ge=1, description="Lifetime of tokens `arbiter token` signs.")
-    max_body_bytes: int = Field(default=1024 * 1024, ge=1, description="Largest request body; larger is 413.")
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1, description="Largest request body of POST /commands:batch "
+                                "(and the ceiling of every other route's); larger is 413.")
+    max_object_body_bytes: int | None = Field(
+        default=None, ge=1, description="Largest request body of every route but the batch route; unset = the largest "
+        "document (app/limits.py) + 1 KiB for the envelope, never above max_body_bytes. Larger is 413.")
     batch_max_commands: int = Field(default=50_000, ge=1, description="Most commands in one POST /commands:batch.")
     produce_timeout_s: float = Field(default=10.0, gt=0, description="Delivery wait before a write answers 503.")
     retry_after_s: int = Field(default=2, ge=1, description="Retry-After of a 503.")
@@ -164,6 +171,20 @@ class Settings(BaseSettings):
                                      description="Memory bound (estimated bytes) of the outcome summaries kept per API process.")
     max_waiters: int = Field(default=10_000, ge=1, description="Most concurrent `Prefer: wait` requests per API process; "
                              "beyond it a write is refused before it is produced: 503 TOO_MANY_WAITERS.")
+    # --- API (issue 25: fair shares per principal, per API process) ----------------------------------
+    write_rate: float = Field(default=1000.0, ge=0, description="Commands a second one principal may write (a batch "
+                              "of N costs N); beyond its burst a write is 429 RATE_LIMITED. 0 = no limit.")
+    write_burst: int = Field(default=50_000, ge=1, description="Commands one principal may write at once; also the "
+                             "most commands of one batch while write_rate is on (a larger batch is 413).")
+    read_rate: float = Field(default=5000.0, ge=0, description="GETs of objects and outcomes a second per principal; "
+                             "0 = no limit.")
+    read_burst: int = Field(default=10_000, ge=1, description="GETs one principal may send at once.")
+    rate_principals: int = Field(default=100_000, ge=1, description="Most principals whose buckets are held; idle "
+                                 "(refilled) ones are dropped as requests come, and beyond this the least recent.")
+    waiter_share: float = Field(default=0.25, gt=0, le=1, description="Share of max_waiters one principal may hold; "
+                                "its further Prefer: wait writes are produced and answered 202 without waiting.")
+    outcome_cache_share: float = Field(default=0.25, gt=0, le=1, description="Share of the outcome cache (entries "
+                                       "and bytes) one principal's outcomes may hold; beyond it its own oldest go.")
     operators: list[str] = Field(default_factory=lambda: ["operator"],
                                  description='Principals that may read /status.json and /metrics (JSON list: \'["ops"]\').')
 
@@ -172,6 +193,16 @@ class Settings(BaseSettings):
         if self.environment == "production" and self.auth_secret.get_secret_value() == PLACEHOLDER_SECRET:
             raise ValueError("ARBITER_AUTH_SECRET still holds the development placeholder; set a real secret")
         return self
+
+    def for_tasks(self) -> Settings:
+        """Return these settings without secrets, for everything shipped to Spark tasks (pickled) or shard servers.
+
+        Tasks never sign tokens, open the read model or a Kafka client of their own: the API's signing secret,
+        the PostgreSQL DSN (it may carry a password) and the librdkafka pass-through (``sasl.password``, ...)
+        stay on the driver.
+        """
+        return self.model_copy(update={"auth_secret": SecretStr(TASK_SECRET), "postgres_dsn": None,
+                                       "kafka_config": {}})
 
     def path(self, p: Path) -> Path:
         """Resolve a configured directory against ``home`` unless it is absolute."""

@@ -13,7 +13,9 @@ Checks run in this order; the first that fails decides the rejection:
                   (``original_outcome="ACCEPTED"``, ``original_version``); IDEMPOTENCY_KEY_REUSED if the key was
                   used for a different request. Another principal's entry never matches. For a create, which
                   anyone may send, this is the first check on an existing state.
-5. existence      create: DELETED if the object was deleted (ids are not reused), ALREADY_EXISTS if it exists.
+5. existence      create: DELETED if the object was deleted (ids are not reused), ALREADY_EXISTS if it exists;
+                  for a principal who may not read it, ALREADY_EXISTS at version 0 in both cases, the same bytes
+                  (its version, and whether it was deleted, stay hidden as they do for NOT_FOUND).
                   Anything else: DELETED if deleted.
 6. VERSION_CONFLICT ``expected_version`` is set and differs from the current version (0 before create).
 7. TOO_LARGE      document or patch over ``Limits.max_document_bytes``; a grant beyond ``max_editors`` /
@@ -196,6 +198,10 @@ def decide(state: ObjectState | None, command: Command, limits: Limits = DEFAULT
             duplicate = _dedup(state, command, limits)
             if duplicate is not None:
                 return duplicate
+            if not may_read(command.principal, state.owner, state.editors, state.readers):
+                # Taken, but hidden: the same bytes whether it exists or was deleted, and no version (as NOT_FOUND).
+                return _reject(state, command, ReasonCode.ALREADY_EXISTS, f"object {clip(command.object_id)} "
+                               "exists", version=0)
             if state.deleted:
                 return _reject(state, command, ReasonCode.DELETED, f"object {clip(command.object_id)} was "
                                "deleted; ids are not reused")

@@ -12,6 +12,7 @@ from app.api.metrics import ApiMetrics
 from app.api.outcomes import OutcomeCache
 from app.api.problems import ApiError
 from app.api.producer import CommandProducer
+from app.api.quota import Quotas, refusal
 from app.settings import Settings
 
 
@@ -51,6 +52,7 @@ class ApiContext:
     producer: CommandProducer
     outcomes: OutcomeCache
     metrics: ApiMetrics
+    quotas: Quotas
 
 
 # Dependencies are async: a sync one would cost a threadpool hop per request.
@@ -67,12 +69,41 @@ async def _read_model(request: Request) -> ReadModelPort:
     return rm
 
 
-async def _principal(request: Request) -> str:
-    """Return the principal of the request's bearer token (declared in OpenAPI by ``create_app``)."""
+#: Where ``authenticate`` leaves the principal in the ASGI scope, so a request's token is verified once.
+PRINCIPAL_SCOPE_KEY = "arbiter.principal"
+
+
+def authenticate(request: Request) -> str:
+    """Return the principal of the request's bearer token, verified once per request; raise ``Unauthorized``.
+
+    ``StrictJsonRoute`` calls it before it reads a body, so a client without a valid token never gets its body
+    read, parsed or validated; the ``PrincipalDep`` of the same request then finds the principal in the scope.
+    """
+    known: str | None = request.scope.get(PRINCIPAL_SCOPE_KEY)
+    if known is not None:
+        return known
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized("an Authorization: Bearer <token> header is required")
-    return verify_token(request.app.state.settings.auth_secret.get_secret_value(), token.strip())
+    principal = verify_token(request.app.state.settings.auth_secret.get_secret_value(), token.strip())
+    request.scope[PRINCIPAL_SCOPE_KEY] = principal
+    return principal
+
+
+async def _principal(request: Request) -> str:
+    """Return the principal of the request's bearer token (declared in OpenAPI by ``create_app``)."""
+    return authenticate(request)
+
+
+async def _reader(request: Request) -> str:
+    """Return the principal, after taking one token of its read bucket: 429 RATE_LIMITED when it has none."""
+    principal = authenticate(request)
+    reads = request.app.state.quotas.reads
+    wait = reads.take(principal)
+    if wait:
+        request.app.state.metrics.rate_limited.labels(reads.name).inc()
+        raise refusal(reads, principal, wait)
+    return principal
 
 
 async def _operator(request: Request) -> str:
@@ -86,4 +117,6 @@ async def _operator(request: Request) -> str:
 ContextDep = Annotated[ApiContext, Depends(_context)]
 ReadModelDep = Annotated[ReadModelPort, Depends(_read_model)]
 PrincipalDep = Annotated[str, Depends(_principal)]
+#: The principal of a read (``GET /objects/{id}``, ``GET /commands/{id}``), charged to its read bucket.
+ReaderDep = Annotated[str, Depends(_reader)]
 OperatorDep = Annotated[str, Depends(_operator)]

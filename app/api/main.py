@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -10,17 +12,19 @@ from typing import Any
 from fastapi import FastAPI
 
 from app.api import problems
-from app.api.body_limit import BodyLimit
+from app.api.body_limit import BodyLimit, object_body_limit
 from app.api.deps import ApiContext, ReadModelPort
 from app.api.memo import Memo
-from app.api.metrics import ApiMetrics, RequestMetrics
+from app.api.metrics import ApiMetrics, RequestMetrics, mark_dead
 from app.api.models import Problem
 from app.api.outcomes import OutcomeCache, OutcomeConsumer
 from app.api.producer import CommandProducer
-from app.api.read_model import open_read_model
+from app.api.quota import Quotas
+from app.api.read_model import open_read_model, read_model_ready
 from app.api.routes import commands, objects, ops
 from app.api.routes import status as status_routes
 from app.api.secret_policy import require_usable_secret
+from app.limits import for_settings
 from app.settings import Settings
 from app.status.collector import StatusCollector
 
@@ -36,6 +40,14 @@ owner, editors and readers only; `/status.json` and `/metrics` by the principals
 
 #: Paths that need a bearer token (declared in the OpenAPI document).
 _SECURED = ("/objects", "/commands", "/status.json", "/metrics")
+
+
+async def _set_gauges(metrics: ApiMetrics, outcomes: OutcomeCache) -> None:
+    # Once a second, so a scrape that reaches another worker (which merges every worker's files) sees this one's
+    # gauges at most a second old.
+    while True:
+        metrics.gauges(len(outcomes), outcomes.nbytes, outcomes.waiting)
+        await asyncio.sleep(1.0)
 
 
 def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -> FastAPI:
@@ -56,11 +68,14 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
             app.state.outcomes, settings.kafka_config)
         owned = read_model is None
         app.state.read_model = read_model if read_model is not None else open_read_model(settings)
-        app.state.ctx = ApiContext(settings, app.state.producer, app.state.outcomes, metrics)
+        app.state.ctx = ApiContext(settings, app.state.producer, app.state.outcomes, metrics, app.state.quotas)
         app.state.status.start_sampling()  # the status page's charts: a point a second whether or not anyone looks
+        gauges = asyncio.create_task(_set_gauges(metrics, app.state.outcomes))
         try:
             yield
         finally:
+            gauges.cancel()
+            mark_dead(os.getpid())  # its live gauges leave the merged /metrics of `arbiter api --workers N`
             app.state.outcome_consumer.close()
             app.state.status.close()
             left = app.state.producer.close()
@@ -82,8 +97,13 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
         app.state.status.observe(outcome)
 
     app.state.outcomes = OutcomeCache(max_bytes=settings.outcome_cache_bytes, max_entries=settings.outcome_cache_size,
-                                      max_waiters=settings.max_waiters, on_outcome=on_outcome)
+                                      max_waiters=settings.max_waiters, on_outcome=on_outcome,
+                                      waiter_share=settings.waiter_share, share=settings.outcome_cache_share)
+    app.state.quotas = Quotas(write_rate=settings.write_rate, write_burst=settings.write_burst,
+                              read_rate=settings.read_rate, read_burst=settings.read_burst,
+                              max_principals=settings.rate_principals)
     app.state.read_model = read_model
+    app.state.read_model_probe = Memo(lambda: read_model_ready(app.state.read_model), interval=1.0)
     app.state.outcome_consumer = None
     problems.install(app)
     app.include_router(objects.router)
@@ -91,7 +111,8 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
     app.include_router(ops.router)
     app.include_router(status_routes.router)
     app.add_middleware(RequestMetrics, metrics=metrics)
-    app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes, other_routes_bytes=object_body_limit(
+        settings.max_body_bytes, settings.max_object_body_bytes, for_settings(settings).max_document_bytes))
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

@@ -1,8 +1,18 @@
-"""Prometheus metrics of one API process: requests by route and status, produce latency, outcomes by reason."""
+"""Prometheus metrics of the API: requests by route and status, produce latency, outcomes by reason.
+
+With ``arbiter api --workers N`` every worker writes its figures to ``PROMETHEUS_MULTIPROC_DIR`` (a fresh directory
+``arbiter api`` makes before the workers start: prometheus_client's multiprocess mode) and a scrape of any worker
+merges all of them: counters and histograms summed over every worker that ever ran, gauges summed over the live
+ones. Without that variable (one process) the process's own registry is served.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+import glob
+import os
+import re
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from commands import Event, Rejection
@@ -27,20 +37,71 @@ class ApiMetrics:
         self.outcomes = Counter("arbiter_api_outcomes", "Outcomes seen on events/rejections: ACCEPTED or the reason",
                                 ["outcome"], registry=self.registry)
         self.waits = Counter("arbiter_api_waits", "Prefer: wait requests by result: decided, timeout, refused "
-                             "(over ARBITER_MAX_WAITERS)", ["result"], registry=self.registry)
+                             "(over ARBITER_MAX_WAITERS), over_share (the principal's share of them: answered 202)",
+                             ["result"], registry=self.registry)
+        self.rate_limited = Counter("arbiter_api_rate_limited", "Requests refused 429 RATE_LIMITED, by policy: "
+                                    "writes or reads", ["policy"], registry=self.registry)
+        # gauges: summed over the live workers in multiprocess mode (each worker holds its own cache and waiters)
         self.cached = Gauge("arbiter_api_outcomes_cached", "Command ids with outcomes held for GET /commands/{id}",
-                            registry=self.registry)
+                            registry=self.registry, multiprocess_mode="livesum")
         self.cached_bytes = Gauge("arbiter_api_outcomes_cached_bytes",
                                   "Estimated bytes of the outcome summaries held (bound: ARBITER_OUTCOME_CACHE_BYTES)",
-                                  registry=self.registry)
+                                  registry=self.registry, multiprocess_mode="livesum")
         self.waiting = Gauge("arbiter_api_waiters", "Requests waiting for a decision (bound: ARBITER_MAX_WAITERS)",
-                             registry=self.registry)
+                             registry=self.registry, multiprocess_mode="livesum")
+
+    def gauges(self, cached: int, cached_bytes: int, waiting: int) -> None:
+        """Set the outcome cache's and waiters' gauges (at each scrape, and once a second by every worker)."""
+        self.cached.set(cached)
+        self.cached_bytes.set(cached_bytes)
+        self.waiting.set(waiting)
 
     def outcome(self, o: Event | Rejection) -> None:
         self.outcomes.labels("ACCEPTED" if isinstance(o, Event) else o.reason.value).inc()
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        """The exposition of this process, or of every worker's when in multiprocess mode."""
+        path = multiprocess_dir()
+        if path is None:
+            return generate_latest(self.registry)
+        _forget_dead_workers(path)
+        merged = CollectorRegistry()
+        multiprocess.MultiProcessCollector(merged, path)
+        return generate_latest(merged)
+
+
+def multiprocess_dir() -> str | None:
+    """The directory the workers' figures are merged from, or None for one process."""
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+_LIVE_GAUGE_FILE = re.compile(r"gauge_live[a-z]+_(\d+)\.db$")
+
+
+def _forget_dead_workers(path: str) -> None:
+    # A worker that exits cleanly marks itself dead (create_app's lifespan); one that was killed cannot, so its
+    # live gauges would be summed for ever: any scrape drops those of a process that no longer exists.
+    for name in glob.glob(os.path.join(path, "gauge_live*.db")):
+        m = _LIVE_GAUGE_FILE.search(name)
+        if m and not _alive(int(m.group(1))):
+            multiprocess.mark_process_dead(int(m.group(1)), path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def mark_dead(pid: int) -> None:
+    """Drop this worker's live gauges from the merged view (at its shutdown); a no-op in one process."""
+    path = multiprocess_dir()
+    if path is not None:
+        multiprocess.mark_process_dead(pid, path)
 
 
 class RequestMetrics:

@@ -148,9 +148,11 @@ class BatchRequest(_Strict):
 class BatchResult(_Strict):
     command_id: str
     object_id: str
-    status: int = Field(description="202 when queued, 503 when the broker did not take it (retry it).")
+    status: int = Field(description="202 when queued, 413 when too large (not stored), 503 when the broker did not "
+                        "take it (retry it).")
     partition: int | None = None
     offset: int | None = None
+    code: str | None = Field(default=None, description="Why it was not stored: TOO_LARGE or BROKER_UNAVAILABLE.")
     error: str | None = None
 
 
@@ -174,3 +176,5 @@ class Health(_Strict):
     broker: bool
     read_model: bool
     outcomes_consumer: bool
+    outcomes_consumer_restarts: int = Field(description="Times the outcomes consumer failed and was restarted.")
+    outcomes_consumer_error: str | None = Field(description="Its last failure, if any.")

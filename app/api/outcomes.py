@@ -10,8 +10,9 @@ A waiter for (principal, command_id, issued_at) is resolved only by the decision
 original outcome, a reused key with a different request as IDEMPOTENCY_KEY_REUSED. An earlier attempt's
 event or rejection is never the answer to a later one.
 
-Bounds: at most ``max_bytes`` (estimated) and ``max_entries`` command ids, oldest evicted first; at most
-``max_waiters`` concurrent waiters (``reserve_waiter``). Only outcomes written after this process started are
+Bounds: at most ``max_bytes`` (estimated) and ``max_entries`` command ids, oldest evicted first, one principal's
+outcomes at most ``share`` of both (its own oldest evicted first); at most ``max_waiters`` concurrent waiters
+(``reserve_waiter``), one principal's at most ``waiter_share`` of them. Only outcomes written after this process started are
 known to ``lookup``; older or evicted ones answer 404 on ``GET /commands/{id}``.
 """
 
@@ -41,6 +42,20 @@ Key = tuple[str, str]  # (principal, command_id)
 _Waiter = tuple[datetime, asyncio.AbstractEventLoop, "asyncio.Future[OutcomeSummary]"]
 #: Summaries kept per command id: its event and the latest rejections of its attempts.
 PER_COMMAND = 4
+#: Estimated bytes of the indexes beyond the summaries (measured with tracemalloc, CPython 3.11): a command id's
+#: entry in the cache-wide order (node and key tuple), and a principal's segment (its object and OrderedDict).
+KEY_OVERHEAD = 160
+SEGMENT_OVERHEAD = 512
+
+
+class _Segment:
+    """One principal's summaries by command id, least recently offered first, and their estimated bytes."""
+
+    __slots__ = ("known", "nbytes")
+
+    def __init__(self) -> None:
+        self.known: OrderedDict[str, list[OutcomeSummary]] = OrderedDict()
+        self.nbytes = 0
 
 
 def _answerable(s: OutcomeSummary) -> bool:
@@ -49,23 +64,45 @@ def _answerable(s: OutcomeSummary) -> bool:
     return all(t is None or utf8_size(t) <= bound for t in (s.command_id, s.principal, s.object_id))
 
 
+class _OverShare:
+    """What ``reserve_waiter`` answers a principal that already holds its share of the waiters (falsy: no slot)."""
+
+    def __bool__(self) -> bool:
+        return False
+
+
+OVER_SHARE = _OverShare()
+
+
 class OutcomeCache:
-    """Recent outcome summaries by (principal, command_id) and the waiters on them; thread-safe."""
+    """Recent outcome summaries by (principal, command_id) and the waiters on them; thread-safe.
+
+    Fair shares (issue 25): each principal's summaries are a segment of its own, held to ``share`` of
+    ``max_entries`` and ``max_bytes`` (its own oldest go first), so one principal's flood never evicts another's
+    outcomes; the total bound evicts the least recently offered of anyone. A principal holds at most
+    ``waiter_share`` of ``max_waiters``.
+    """
 
     def __init__(self, *, max_bytes: int, max_entries: int, max_waiters: int,
-                 on_outcome: Callable[[Outcome], None] | None = None) -> None:
+                 on_outcome: Callable[[Outcome], None] | None = None, waiter_share: float = 1.0,
+                 share: float = 1.0) -> None:
         self.max_bytes = max_bytes
         self.max_entries = max_entries
         self.max_waiters = max_waiters
+        self.share_entries = max(1, int(max_entries * share))
+        self.share_bytes = max(1, int(max_bytes * share))
+        self.waiters_per_principal = max(1, int(max_waiters * waiter_share))
         self._on_outcome = on_outcome
         self._lock = threading.Lock()
-        self._known: OrderedDict[Key, list[OutcomeSummary]] = OrderedDict()
+        self._segments: dict[str, _Segment] = {}
+        self._order: OrderedDict[Key, None] = OrderedDict()  # every key, least recently offered first
         self._bytes = 0
         self._waiters: dict[Key, list[_Waiter]] = {}
         self._reserved = 0
+        self._reserved_by: dict[str, int] = {}
 
     def __len__(self) -> int:
-        return len(self._known)
+        return len(self._order)
 
     @property
     def nbytes(self) -> int:
@@ -84,20 +121,43 @@ class OutcomeCache:
         summary = summarize(outcome)
         if summary is None or not _answerable(summary):
             return
-        key = (summary.principal, summary.command_id)
+        principal, cid = summary.principal, summary.command_id
+        key = (principal, cid)
         with self._lock:
-            seen = self._known.pop(key, None) or []
+            seg = self._segments.get(principal)
+            if seg is None:
+                seg = self._segments[principal] = _Segment()
+                self._bytes += SEGMENT_OVERHEAD
+            seen = seg.known.pop(cid, None)
+            if seen is None:
+                seen = []
+                seg.nbytes += KEY_OVERHEAD
+                self._bytes += KEY_OVERHEAD
+            else:
+                del self._order[key]
             seen.append(summary)
+            seg.nbytes += summary.nbytes
             self._bytes += summary.nbytes
             if len(seen) > PER_COMMAND:
                 # keep the event (it names the command's outcome) and the newest rejections
                 drop = next((s for s in seen if s.kind == "rejected"), seen[0])
                 seen.remove(drop)
+                seg.nbytes -= drop.nbytes
                 self._bytes -= drop.nbytes
-            self._known[key] = seen
-            while len(self._known) > 1 and (self._bytes > self.max_bytes or len(self._known) > self.max_entries):
-                _, old = self._known.popitem(last=False)
-                self._bytes -= sum(s.nbytes for s in old)
+            seg.known[cid] = seen
+            self._order[key] = None
+            # the principal's own share first: a flood evicts its own oldest outcomes, nobody else's
+            while len(seg.known) > 1 and (seg.nbytes > self.share_bytes or len(seg.known) > self.share_entries):
+                old_cid, old = seg.known.popitem(last=False)
+                del self._order[(principal, old_cid)]
+                self._forget(seg, old)
+            while len(self._order) > 1 and (self._bytes > self.max_bytes or len(self._order) > self.max_entries):
+                (old_principal, old_cid), _ = self._order.popitem(last=False)
+                old_seg = self._segments[old_principal]
+                self._forget(old_seg, old_seg.known.pop(old_cid))
+                if not old_seg.known:
+                    del self._segments[old_principal]
+                    self._bytes -= SEGMENT_OVERHEAD
             woken: list[_Waiter] = []
             waiters = self._waiters.get(key)
             if waiters:
@@ -111,26 +171,42 @@ class OutcomeCache:
         for _, loop, fut in woken:
             loop.call_soon_threadsafe(_resolve, fut, summary)
 
+    def _forget(self, seg: _Segment, old: list[OutcomeSummary]) -> None:
+        gone = KEY_OVERHEAD + sum(s.nbytes for s in old)
+        seg.nbytes -= gone
+        self._bytes -= gone
+
     def lookup(self, principal: str, command_id: str) -> OutcomeSummary | None:
         """Return the outcome of ``principal``'s command: its event if accepted, else its latest rejection."""
         with self._lock:
-            seen = self._known.get((principal, command_id))
+            seg = self._segments.get(principal)
+            seen = seg.known.get(command_id) if seg is not None else None
             if not seen:
                 return None
             return next((s for s in seen if s.kind == "accepted"), seen[-1])
 
-    def reserve_waiter(self) -> bool:
-        """Take one of ``max_waiters`` slots for a ``Prefer: wait`` request; False when all are taken."""
+    def reserve_waiter(self, principal: str) -> bool | _OverShare:
+        """Take one of ``max_waiters`` slots for ``principal``'s ``Prefer: wait`` request.
+
+        False when all are taken; ``OVER_SHARE`` (falsy) when ``principal`` already holds its share of them.
+        """
         with self._lock:
             if self._reserved >= self.max_waiters:
                 return False
+            held = self._reserved_by.get(principal, 0)
+            if held >= self.waiters_per_principal:
+                return OVER_SHARE
+            self._reserved_by[principal] = held + 1
             self._reserved += 1
             return True
 
-    def release_waiter(self) -> None:
+    def release_waiter(self, principal: str) -> None:
         """Give back a slot taken by ``reserve_waiter``."""
         with self._lock:
             self._reserved -= 1
+            held = self._reserved_by.pop(principal) - 1
+            if held:
+                self._reserved_by[principal] = held
 
     async def wait(self, principal: str, command_id: str, issued_at: datetime,
                    timeout: float) -> OutcomeSummary | None:
@@ -140,7 +216,8 @@ class OutcomeCache:
         fut: asyncio.Future[OutcomeSummary] = loop.create_future()
         entry: _Waiter = (issued_at, loop, fut)
         with self._lock:
-            for s in self._known.get(key, ()):
+            seg = self._segments.get(principal)
+            for s in (seg.known.get(command_id, ()) if seg is not None else ()):
                 if s.occurred_at == issued_at:
                     return s
             self._waiters.setdefault(key, []).append(entry)
@@ -181,8 +258,35 @@ class OutcomeConsumer:
         })
         self._consumer.assign(self._ends(topics, partitions))
         self._running = True
-        self._thread = threading.Thread(target=self._loop, name="arbiter-api-outcomes", daemon=True)
-        self._thread.start()
+        self.restarts = 0
+        self.last_error: str | None = None
+        self._thread = self._start()
+
+    def _start(self) -> threading.Thread:
+        thread = threading.Thread(target=self._run, name="arbiter-api-outcomes", daemon=True)
+        thread.start()
+        return thread
+
+    def _run(self) -> None:
+        # Any error restarts the loop on the same consumer (its positions kept), counted and shown by /healthz:
+        # a dead consumer would leave every later ``Prefer: wait`` to time out.
+        while self._running:
+            try:
+                self._loop()
+            except Exception as e:  # noqa: BLE001 - anything, so the thread never dies
+                self.restarts += 1
+                self.last_error = f"{type(e).__name__}: {e}"
+                log.exception("outcomes: the consumer loop failed (restart %d)", self.restarts)
+                time.sleep(min(0.1 * self.restarts, 2.0))
+
+    def ensure_running(self) -> bool:
+        """Start the thread again if it died anyway (``BaseException``); return True if it had to."""
+        if self._running and not self._thread.is_alive():
+            self.restarts += 1
+            self.last_error = self.last_error or "the consumer thread had stopped"
+            self._thread = self._start()
+            return True
+        return False
 
     def _ends(self, topics: list[str], partitions: int, timeout: float = 15.0) -> list[TopicPartition]:
         # Exact high watermarks, so an outcome written just after start is never skipped by a lazy "end".

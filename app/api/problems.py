@@ -41,6 +41,7 @@ STATUS: dict[str, int] = {
     "BROKER_UNAVAILABLE": 503,
     "READ_MODEL_UNAVAILABLE": 503,
     "TOO_MANY_WAITERS": 503,
+    "RATE_LIMITED": 429,
     "UNSERVABLE_DOCUMENT": 503,
     "VIEW_STALE": 503,
     "DOCUMENT_QUARANTINED": 503,
@@ -60,6 +61,7 @@ _TITLES: dict[str, str] = {
     "BROKER_UNAVAILABLE": "The command could not be stored; retry with the same Idempotency-Key",
     "READ_MODEL_UNAVAILABLE": "The read model is not open",
     "TOO_MANY_WAITERS": "Too many requests are waiting for decisions; nothing was produced, retry later",
+    "RATE_LIMITED": "The principal is over its rate; retry after Retry-After seconds",
     "UNSERVABLE_DOCUMENT": "The stored document is not RFC 8259 JSON; the read model needs a rebuild",
     "VIEW_STALE": "Events of this object are missing from the read model; its view is not served",
     "DOCUMENT_QUARANTINED": "An event's document could not be applied; the document is not served",
@@ -170,3 +172,8 @@ PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
                          (503, "Broker unreachable, produce timed out or too many waiters (nothing produced); "
                                "retry after Retry-After seconds")]
 }
+
+#: The answer of a request over its principal's write or read rate (``app.api.quota``): writes and reads only.
+RATE_LIMITED_RESPONSE: dict[int | str, dict[str, Any]] = {429: PROBLEM_RESPONSES[401] | {
+    "description": "RATE_LIMITED: the principal is over its write or read rate (per API process); Retry-After, "
+                   "RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers-11) say when to come back"}}

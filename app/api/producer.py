@@ -26,6 +26,7 @@ log = logging.getLogger(__name__)
 
 #: Options that make "202" mean "durably in Kafka, on the partition a Java client would pick"; not overridable.
 SAFETY = {"acks": "all", "enable.idempotence": True, "partitioner": "murmur2_random"}
+PRODUCE_CHUNK = 512  # records a batch queues between yields of the event loop
 POLL_INTERVAL_S = 0.001  # delivery reports are served at most this late while records are in flight
 _TOO_LARGE = {KafkaError.MSG_SIZE_TOO_LARGE, getattr(KafkaError, "RECORD_LIST_TOO_LARGE", -1)}
 
@@ -58,6 +59,13 @@ def producer_config(settings: Settings) -> dict[str, Any]:
 ArbiterExc = ApiError | BrokerUnavailable
 
 
+def _refusal(e: KafkaException) -> ArbiterExc:
+    err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
+    if err is not None:
+        return _failure(err)
+    return BrokerUnavailable(f"cannot produce the command: {e}")
+
+
 def _failure(err: KafkaError) -> ArbiterExc:
     if err.code() in _TOO_LARGE:
         return ApiError(f"the broker refused the record as too large: {err.str()}", code="TOO_LARGE")
@@ -73,14 +81,28 @@ class _Batch:
         self.owner = owner
         self.fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.pending = n
-        self.results: list[Delivered | KafkaError | None] = [None] * n
+        self.results: list[Delivered | KafkaError | ArbiterExc | None] = [None] * n
 
     def report(self, i: int, err: KafkaError | None, msg: Any) -> None:
         self.results[i] = err if err is not None else Delivered(msg.partition(), msg.offset())
+        self._done()
+
+    def refuse(self, i: int, exc: ArbiterExc) -> None:
+        """Record that record ``i`` was never queued (librdkafka refused it in ``produce``): no report will come."""
+        self.results[i] = exc
+        self._done()
+
+    def _done(self) -> None:
         self.pending -= 1
         self.owner._inflight -= 1
         if self.pending == 0 and not self.fut.done():
             self.fut.set_result(None)
+
+
+def _result(r: Delivered | KafkaError | ArbiterExc | None) -> Delivered | ArbiterExc:
+    if isinstance(r, KafkaError):
+        return _failure(r)
+    return r if r is not None else BrokerUnavailable("no delivery report")
 
 
 class CommandProducer:
@@ -94,6 +116,7 @@ class CommandProducer:
         self._producer = self._new_producer()
         self._inflight = 0
         self._poller: asyncio.Task[None] | None = None
+        self._retired: list[Producer] = []  # replaced after a fatal error, polled until their reports are served
 
     def _new_producer(self) -> Producer:
         return Producer({**self._config, "error_cb": self._on_error, "logger": log})
@@ -115,7 +138,12 @@ class CommandProducer:
     async def _poll_while_inflight(self) -> None:
         while self._inflight > 0:
             try:
+                self._live()  # a fatal error (reported by this poll's error_cb) retires the producer at once
                 self._producer.poll(0)
+                if self._retired:
+                    for old in self._retired:
+                        old.poll(0)
+                    self._retired = [old for old in self._retired if len(old)]
             except Exception:  # a report callback failed; the others must still be served
                 log.exception("producer: serving delivery reports failed")
             await asyncio.sleep(POLL_INTERVAL_S)
@@ -124,52 +152,67 @@ class CommandProducer:
         if self._fatal is not None:  # an idempotent producer that hit a fatal error must be replaced
             old, self._fatal = self._producer, None
             self._producer = self._new_producer()
+            # Its queued and in-flight records are purged: each still gets a (failed) delivery report, served by
+            # the poller until none is left, so every waiting request answers 503 and none waits out its timeout.
             old.purge()
-            old.flush(0)  # serve the purged records' reports: they fail, their requests answer 503
+            self._retired.append(old)
         return self._producer
 
-    async def _produce(self, key: bytes, value: bytes, callback: Any) -> None:
-        producer = self._live()
+    async def _produce(self, producer: Producer, key: bytes, value: bytes, callback: Any) -> None:
+        """Queue one record, waiting while the local queue is full; librdkafka's refusals raise ``KafkaException``."""
         while True:
             try:
                 producer.produce(self.topic, value, key, on_delivery=callback)
                 return
             except BufferError:  # local queue full: let the poller serve reports, which frees it
                 await asyncio.sleep(0.005)
-            except KafkaException as e:
-                raise BrokerUnavailable(f"cannot produce to {self.topic!r}: {e}") from e
 
     async def send(self, key: str, value: bytes) -> Delivered:
         """Produce one record keyed ``key`` and return where it was stored once the broker acknowledged it."""
         batch = _Batch(self, 1)
-        await self._produce(key.encode("utf-8"), value, partial(batch.report, 0))
+        try:
+            await self._produce(self._live(), key.encode("utf-8"), value, partial(batch.report, 0))
+        except KafkaException as e:  # e.g. over message.max.bytes: nothing was queued
+            raise _refusal(e) from e
         self._track(1)
         await self._await(batch)
-        result = batch.results[0]
+        result = _result(batch.results[0])
         if isinstance(result, Delivered):
             return result
-        assert isinstance(result, KafkaError)
-        raise _failure(result)
+        raise result
 
     async def send_many(self, records: Sequence[tuple[str, bytes]]) -> list[Delivered | ArbiterExc]:
-        """Produce all records, then await all reports; one result per record, in order."""
-        batch = _Batch(self, len(records))
+        """Produce all records, then await all reports; one result per record, in order, never an exception.
+
+        A record librdkafka refuses at once (over ``message.max.bytes``) gets its own 413/503 result and the
+        others go on; the loop is yielded every ``PRODUCE_CHUNK`` records so a large batch never holds it long.
+        """
+        n = len(records)
+        batch = _Batch(self, n)
         producer = self._live()
         produce, topic = producer.produce, self.topic
-        self._track(len(records))  # before the first await, so reports are served while the loop below waits
-        for i, (key, value) in enumerate(records):
-            cb = partial(batch.report, i)
-            try:
+        self._track(n)  # before the first await, so reports are served while the loop below waits
+        i = 0
+        try:
+            for i, (key, value) in enumerate(records):
+                if i and not i % PRODUCE_CHUNK:
+                    await asyncio.sleep(0)
+                cb = partial(batch.report, i)
                 try:
-                    produce(topic, value, key.encode("utf-8"), on_delivery=cb)
-                except BufferError:
-                    await self._produce(key.encode("utf-8"), value, cb)
-            except BaseException:
-                self._inflight -= len(records) - i  # these will never be reported
-                raise
-        await self._await(batch)
-        return [r if isinstance(r, Delivered) else _failure(r) if isinstance(r, KafkaError)
-                else BrokerUnavailable("no delivery report") for r in batch.results]
+                    try:
+                        produce(topic, value, key.encode("utf-8"), on_delivery=cb)
+                    except BufferError:
+                        await self._produce(producer, key.encode("utf-8"), value, cb)
+                except KafkaException as e:
+                    batch.refuse(i, _refusal(e))
+        except BaseException:  # cancelled: the records not yet queued will never be reported
+            self._inflight -= n - i
+            raise
+        try:
+            await self._await(batch)
+        except BrokerUnavailable as e:  # no report in time: those records answer 503, the others what they got
+            return [_result(r) if r is not None else e for r in batch.results]
+        return [_result(r) for r in batch.results]
 
     async def _await(self, batch: _Batch) -> None:
         # librdkafka fails undelivered records at message.timeout.ms; the margin covers the report's trip here.

@@ -11,7 +11,9 @@ from fastapi import Response
 from fastapi.responses import JSONResponse
 
 from app.api.deps import ApiContext
+from app.api.outcomes import OVER_SHARE
 from app.api.problems import ApiError, Rejected
+from app.api.quota import refusal
 from app.errors import BrokerUnavailable
 from app.limits import for_settings
 from commands import ACCEPTED, Command, CreateObject, DeleteObject, ReasonCode
@@ -82,8 +84,15 @@ async def submit(cmd: Command, ctx: ApiContext, wait: float | None) -> Response:
 
     A document or patch over ``app.limits``' ``max_document_bytes`` is 413 TOO_LARGE, not produced. A waiter
     slot is taken *before* producing: when all ``max_waiters`` are taken the answer is 503
-    TOO_MANY_WAITERS and nothing was produced.
+    TOO_MANY_WAITERS and nothing was produced; when the principal already holds its share of them
+    (``ARBITER_WAITER_SHARE``) the command is produced and answered 202 without waiting. A principal over its write
+    rate is 429 RATE_LIMITED before anything else.
     """
+    writes = ctx.quotas.writes
+    pause = writes.take(cmd.principal)
+    if pause:
+        ctx.metrics.rate_limited.labels(writes.name).inc()
+        raise refusal(writes, cmd.principal, pause)
     largest = for_settings(ctx.settings).max_document_bytes
     if cmd.size > largest:  # the validator would reject it TOO_LARGE: say so now, and store nothing
         raise ApiError(f"the document or patch is {cmd.size} bytes, over the {largest} whose event fits a Kafka "
@@ -91,7 +100,11 @@ async def submit(cmd: Command, ctx: ApiContext, wait: float | None) -> Response:
     outcomes = ctx.outcomes
     if not wait:
         return await _submit(cmd, ctx, None)
-    if not outcomes.reserve_waiter():
+    reserved = outcomes.reserve_waiter(cmd.principal)
+    if reserved is OVER_SHARE:  # this principal holds its share of the waiters: produced, answered 202
+        ctx.metrics.waits.labels("over_share").inc()
+        return await _submit(cmd, ctx, None)
+    if not reserved:
         ctx.metrics.waits.labels("refused").inc()
         raise ApiError(f"{outcomes.max_waiters} requests are already waiting for decisions (ARBITER_MAX_WAITERS); "
                        "the command was not produced: retry later, or without Prefer: wait", code="TOO_MANY_WAITERS",
@@ -99,7 +112,7 @@ async def submit(cmd: Command, ctx: ApiContext, wait: float | None) -> Response:
     try:
         return await _submit(cmd, ctx, wait)
     finally:
-        outcomes.release_waiter()
+        outcomes.release_waiter(cmd.principal)
 
 
 async def _submit(cmd: Command, ctx: ApiContext, wait: float | None) -> Response:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+from pathlib import Path
 
-from app.settings import get_settings
+from app.settings import Settings, get_settings
 
 # Longer than clients keep an idle connection (httpx and most pools: 5 s, uvicorn's own default too): with equal
 # timeouts the server closed a connection just as a client sent on it, and the request failed as "connection
@@ -38,6 +40,15 @@ def _token(args: argparse.Namespace) -> int:
     return 0
 
 
+def multiprocess_metrics_dir(s: Settings) -> Path:
+    """A fresh, empty ``<var_dir>/api-metrics/<pid>`` for the workers' Prometheus files: one per start, so no
+    figure of an earlier run is summed into this one's ``/metrics``."""
+    path = s.path(s.var_dir) / "api-metrics" / str(os.getpid())
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return path
+
+
 def _api(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -54,8 +65,13 @@ def _api(args: argparse.Namespace) -> int:
     if workers > 1:
         # the workers import app.api.asgi, which reads the environment: give them the address they serve on
         os.environ["ARBITER_API_HOST"], os.environ["ARBITER_API_PORT"] = host, str(port)
-        uvicorn.run("app.api.asgi:app", host=host, port=port, workers=workers, log_level="warning",
-                    timeout_keep_alive=KEEP_ALIVE_S)
+        metrics_dir = multiprocess_metrics_dir(s)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(metrics_dir)  # before the workers start (they are spawned)
+        try:
+            uvicorn.run("app.api.asgi:app", host=host, port=port, workers=workers, log_level="warning",
+                        timeout_keep_alive=KEEP_ALIVE_S)
+        finally:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
     else:
         uvicorn.run(create_app(s), host=host, port=port, log_level="warning", timeout_keep_alive=KEEP_ALIVE_S)
     return 0

@@ -18,7 +18,7 @@ from pathlib import Path
 from rocksdict import AccessType, Rdict
 
 from projections.db.store import current_generation, doc_key, iter_gaps, iter_views, options
-from projections.db.view import ObjectView
+from projections.db.view import ObjectView, StoredView
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +66,14 @@ class ReadModel:
 
     def get(self, object_id: str) -> ObjectView | None:
         """Return the object's view (deleted objects included, with ``deleted=True``), or None if never created."""
+        stored = self.lookup(object_id)
+        return stored.view() if stored is not None else None
+
+    def lookup(self, object_id: str) -> StoredView | None:
+        """Like ``get``, but the document is decoded only when read: check access first (the API does)."""
         db = self._db_now()
         raw = db.get(doc_key(object_id)) if db is not None else None
-        return ObjectView.from_bytes(raw) if raw is not None else None
+        return StoredView.from_bytes(raw) if raw is not None else None
 
     def views(self) -> Iterator[tuple[str, ObjectView]]:
         db = self._db_now()

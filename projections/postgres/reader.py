@@ -14,8 +14,8 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from projections.db.port import ReadModelUnavailable
-from projections.db.view import ObjectView
-from projections.postgres.rows import COLUMNS, from_row
+from projections.db.view import ObjectView, StoredView
+from projections.postgres.rows import COLUMNS, from_row, stored_from_row
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
@@ -51,6 +51,11 @@ class PgReadModel:
     def get(self, object_id: str) -> ObjectView | None:
         rows = self._rows(self._get, (object_id,))
         return from_row(rows[0])[1] if rows else None
+
+    def lookup(self, object_id: str) -> StoredView | None:
+        """Like ``get``, but the document's text is decoded only when read: check access first (the API does)."""
+        rows = self._rows(self._get, (object_id,))
+        return stored_from_row(rows[0]) if rows else None
 
     def views(self) -> Iterator[tuple[str, ObjectView]]:
         for row in self._rows(self._all):

@@ -8,7 +8,7 @@ from typing import Any
 from psycopg import sql
 
 from projections.db import fastjson
-from projections.db.view import ObjectView
+from projections.db.view import ObjectView, StoredView
 
 #: The columns a reader selects, in ``from_row``'s order; the document comes back as text for fastjson.
 COLUMNS = sql.SQL("id, version, deleted, owner, editors, readers, document::text, updated_at, quarantined, stale")
@@ -20,6 +20,13 @@ def from_row(row: tuple[Any, ...]) -> tuple[str, ObjectView]:
     at = updated_at.isoformat() if isinstance(updated_at, datetime) else updated_at
     return oid, ObjectView(fastjson.loads(document), version, deleted, owner, at, tuple(editors), tuple(readers),
                            quarantined, stale)
+
+
+def stored_from_row(row: tuple[Any, ...]) -> StoredView:
+    """Return the lazily-decoded view of a row selected with ``COLUMNS`` (its document text left undecoded)."""
+    _, version, deleted, owner, editors, readers, document, updated_at, quarantined, stale = row
+    at = updated_at.isoformat() if isinstance(updated_at, datetime) else updated_at
+    return StoredView(document, version, deleted, owner, at, tuple(editors), tuple(readers), quarantined, stale)
 
 
 def _copy_text(text: str) -> str:

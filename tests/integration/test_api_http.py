@@ -122,7 +122,11 @@ def test_prefer_wait_answers_with_the_decision(client: TestClient, module_settin
                 412, "VERSION_CONFLICT", 2),
                ("post", "/objects", {"json": {"id": "w-ok", "document": {}}}, wait(s, "alice"), 409, "ALREADY_EXISTS", 2),
                ("patch", "/objects/w-del", {"json": {"x": 1}}, wait(s, "alice"), 410, "DELETED", 2),
-               ("patch", "/objects/w-ok", {"json": {"x": 1}}, wait(s, "bob"), 403, "FORBIDDEN", 2)]  # bob only reads
+               ("patch", "/objects/w-ok", {"json": {"x": 1}}, wait(s, "bob"), 403, "FORBIDDEN", 2),  # bob only reads
+               # an outsider learns the id is taken, not its version nor whether it was deleted (issue 25)
+               ("post", "/objects", {"json": {"id": "w-ok", "document": {}}}, wait(s, "mallory"), 409, "ALREADY_EXISTS", 0),
+               ("post", "/objects", {"json": {"id": "w-del", "document": {}}}, wait(s, "mallory"), 409, "ALREADY_EXISTS",
+                0)]
     for method, path, kw, headers, status, code, version in refused:
         r = getattr(client, method)(path, headers=headers, **kw)
         body = is_problem(r, status, code)
@@ -177,7 +181,8 @@ def test_get_object_from_the_read_model(client: TestClient, module_settings: Set
 def test_ops_endpoints(client: TestClient) -> None:
     health = client.get("/healthz")
     assert health.status_code == 200 and health.json() == {"ok": True, "broker": True, "read_model": True,
-                                                           "outcomes_consumer": True}
+                                                           "outcomes_consumer": True, "outcomes_consumer_restarts": 0,
+                                                           "outcomes_consumer_error": None}
     spec = client.get("/openapi.json").json()
     assert "/commands:batch" in spec["paths"] and "Problem" in spec["components"]["schemas"]
 
@@ -202,6 +207,7 @@ def test_health_tells_whether_the_projection_made_the_read_model(settings: Setti
     from projections.db import DbProjection
 
     with api_client(settings) as client:
+        client.app.state.read_model_probe.interval = 0  # type: ignore[attr-defined]  # each call probes (no memo)
         assert client.get("/healthz").json()["read_model"] is False
         is_problem(client.get("/objects/doc", headers=auth(settings, "alice")), 404, "NOT_FOUND")
         DbProjection(open_writer(settings.model_copy(update={"projection_sync_writes": False}))).close()
@@ -217,6 +223,7 @@ def test_get_object_through_the_real_read_model(read_model_settings: Settings) -
 
     settings = read_model_settings
     with api_client(settings) as client:
+        client.app.state.read_model_probe.interval = 0  # type: ignore[attr-defined]  # each call probes (no memo)
         assert client.get("/healthz").json()["read_model"] is False  # the projection has not created it yet
         h = auth(settings, "reader")
         is_problem(client.get("/objects/doc", headers=h), 404, "NOT_FOUND")

@@ -13,19 +13,14 @@ import pytest
 
 from app.local.kafka_broker import free_port
 from app.settings import Settings
-from tests.integration.test_api_support import token
+from tests.integration.test_api_support import cli_api_env, token
 
 pytestmark = pytest.mark.integration
 
 
 def test_the_api_logs_no_token(settings: Settings) -> None:
     port = free_port()
-    env = {**os.environ, "ARBITER_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-           "ARBITER_TOPIC_COMMANDS": settings.topic_commands, "ARBITER_TOPIC_EVENTS": settings.topic_events,
-           "ARBITER_TOPIC_REJECTIONS": settings.topic_rejections, "ARBITER_PARTITIONS": str(settings.partitions),
-           "ARBITER_VAR_DIR": str(settings.path(settings.var_dir)), "ARBITER_API_PORT": str(port),
-           "ARBITER_ENVIRONMENT": "development", "PYTHONUNBUFFERED": "1"}
-    env.pop("ARBITER_AUTH_SECRET", None)  # the development placeholder, on loopback: allowed, and the case that printed
+    env = cli_api_env(settings, port)  # the development placeholder secret, on loopback: allowed, the case that printed
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "api"], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     base = f"http://127.0.0.1:{port}"

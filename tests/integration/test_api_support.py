@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -119,6 +120,19 @@ def is_problem(r: Any, status: int, code: str | None = None) -> dict[str, Any]: 
 def produced_commands(settings: Settings, n: int, timeout: float = 10.0) -> list[Any]:
     """The commands the API produced so far (at least ``n`` awaited), decoded."""
     return [codec.decode_command(m.value()) for m in consume_all(settings, settings.topic_commands, n, timeout)]
+
+
+def cli_api_env(settings: Settings, port: int) -> dict[str, str]:
+    """The environment of a real ``arbiter api`` process on ``port`` for ``settings``' broker, topics and var dir:
+    development with the placeholder secret, on loopback, and no Prometheus directory of the caller's."""
+    env = {**os.environ, "ARBITER_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+           "ARBITER_TOPIC_COMMANDS": settings.topic_commands, "ARBITER_TOPIC_EVENTS": settings.topic_events,
+           "ARBITER_TOPIC_REJECTIONS": settings.topic_rejections, "ARBITER_PARTITIONS": str(settings.partitions),
+           "ARBITER_VAR_DIR": str(settings.path(settings.var_dir)), "ARBITER_API_PORT": str(port),
+           "ARBITER_ENVIRONMENT": "development", "PYTHONUNBUFFERED": "1"}
+    env.pop("ARBITER_AUTH_SECRET", None)
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    return env
 
 
 def token(settings: Settings, principal: str) -> str:

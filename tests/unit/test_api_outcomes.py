@@ -134,8 +134,8 @@ def test_ids_longer_than_any_api_request_are_not_cached() -> None:
 
 def test_waiter_slots_are_capped() -> None:
     c = cache(max_waiters=2)
-    assert c.reserve_waiter() and c.reserve_waiter()
-    assert not c.reserve_waiter()
+    assert c.reserve_waiter("alice") and c.reserve_waiter("bob")
+    assert not c.reserve_waiter("carol")
     assert c.waiting == 2
-    c.release_waiter()
-    assert c.reserve_waiter()
+    c.release_waiter("alice")
+    assert c.reserve_waiter("carol")

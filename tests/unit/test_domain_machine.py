@@ -75,6 +75,8 @@ def expected(m: Model, cmd: Command) -> ReasonCode | None:
         seen = _dedup(m, cmd) if m.exists or m.deleted else None
         if seen is not None:
             return seen
+        if (m.exists or m.deleted) and cmd.principal not in (m.owner, *m.editors, *m.readers):
+            return ReasonCode.ALREADY_EXISTS  # hidden: a deleted object looks taken, like a live one
         if m.deleted:
             return ReasonCode.DELETED
         if m.exists:

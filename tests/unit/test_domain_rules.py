@@ -82,8 +82,23 @@ def test_update_delete_grant_revoke_each_raise_version_by_one() -> None:
 
 
 def test_already_exists() -> None:
-    r = rejected(created(), CreateObject("c2", "o1", "bob", at(1), document="{}"))
-    assert r.reason is ReasonCode.ALREADY_EXISTS and r.current_version == 1
+    s = decide(created(), GrantReader("g", "o1", "alice", at(0.5), reader="bob")).state
+    r = rejected(s, CreateObject("c2", "o1", "bob", at(1), document="{}"))
+    assert r.reason is ReasonCode.ALREADY_EXISTS and r.current_version == 2
+
+
+def test_an_outsiders_create_of_a_taken_id_reveals_no_version_and_no_deletion() -> None:
+    """Issue 25: the outsider's ALREADY_EXISTS carried the real current_version (and the API its ETag), and a
+    deleted object answered DELETED: now version 0 and the very same rejection bytes, live or deleted."""
+    live = decide(created(), UpdateObject("u", "o1", "alice", at(1), patch='{"a": 2}')).state
+    assert live is not None and live.version == 2
+    gone = decide(live, DeleteObject("d", "o1", "alice", at(2))).state
+    cmd = CreateObject("c-out", "o1", "mallory", at(3), document="{}")
+    on_live, on_gone = rejected(live, cmd), rejected(gone, cmd)
+    assert on_live.reason is ReasonCode.ALREADY_EXISTS and on_live.current_version == 0
+    assert codec.encode_outcome(on_live) == codec.encode_outcome(on_gone)
+    # the owner still learns the truth
+    assert rejected(gone, CreateObject("c-own", "o1", "alice", at(3), document="{}")).reason is ReasonCode.DELETED
 
 
 def test_create_on_deleted_object_is_deleted_ids_not_reused() -> None:
@@ -265,7 +280,9 @@ def test_duplicate_is_checked_before_existence() -> None:
     assert rejected(s, DeleteObject("d", "o1", "alice", at(2))).reason is ReasonCode.DUPLICATE
     assert rejected(s, CreateObject("c-create", "o1", "alice", at(2), document='{"a": 1}')).reason \
         is ReasonCode.DUPLICATE
-    assert rejected(s, CreateObject("c-create", "o1", "x", at(2), document='{"a": 1}')).reason is ReasonCode.DELETED
+    # another principal's same key is not a duplicate; to an outsider the deleted id is taken (issue 25)
+    assert rejected(s, CreateObject("c-create", "o1", "x", at(2), document='{"a": 1}')).reason \
+        is ReasonCode.ALREADY_EXISTS
 
 
 def test_duplicate_expires_after_ttl_in_event_time() -> None:

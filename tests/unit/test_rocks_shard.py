@@ -172,7 +172,7 @@ def test_tombstone_expires_after_its_ttl_and_is_swept(settings: Settings, ckpt: 
     create = rec(CreateObject("c1", "o1", "alice", T0, document="{}"), 0)
     delete = rec(DeleteObject("c2", "o1", "alice", T0), 1)
     run_task(s, ckpt, 0, [create, delete], NOW)
-    again = rec(CreateObject("c3", "o1", "bob", T0 + timedelta(seconds=5), document="{}"), 2)
+    again = rec(CreateObject("c3", "o1", "alice", T0 + timedelta(seconds=5), document="{}"), 2)
     early = run_task(s, ckpt, 1, [again], NOW + 1000)
     assert codec.decode_outcome(early.outputs[0][2]).reason.value == "DELETED"  # type: ignore[union-attr]
     later = rec(CreateObject("c4", "o1", "bob", T0 + timedelta(seconds=6), document="{}"), 3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from typing import Annotated, Any
@@ -9,7 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path
 from fastapi.responses import JSONResponse
 
-from app.api.deps import ContextDep, PrincipalDep
+from app.api.deps import ContextDep, PrincipalDep, ReaderDep
 from app.api.json_body import StrictJsonRoute
 from app.api.models import (
     BatchCreate,
@@ -25,10 +26,12 @@ from app.api.models import (
     CommandOutcome,
     compact_json,
 )
-from app.api.problems import PROBLEM_RESPONSES, ApiError
+from app.api.problems import PROBLEM_RESPONSES, RATE_LIMITED_RESPONSE, ApiError, status_of
 from app.api.producer import Delivered
+from app.api.quota import refusal
 from app.api.submit import new_object_id, now
 from app.errors import BrokerUnavailable
+from app.limits import for_settings
 from commands import (
     Command,
     CreateObject,
@@ -64,46 +67,82 @@ def _command(item: BatchItem, principal: str, issued_at: Any) -> Command:
     return RevokeReader(cid, item.object_id, principal, issued_at, ev, reader=item.reader)
 
 
+#: Items built and encoded between yields of the event loop: a 1 MiB batch never holds the loop for long.
+BUILD_CHUNK = 256
+
+
 @router.post(":batch", response_model=BatchResponse, status_code=202,
-             responses={**PROBLEM_RESPONSES, 503: PROBLEM_RESPONSES[503] | {
-                 "description": "Some commands were not stored: `results` says which; retry those with their ids"}},
+             responses={**PROBLEM_RESPONSES, **RATE_LIMITED_RESPONSE, 503: PROBLEM_RESPONSES[503] | {
+                 "description": "Some commands were not stored: `results` says which; retry those with their ids"},
+                 413: PROBLEM_RESPONSES[413] | {
+                 "description": "Too many commands, or some were too large and not stored: `results` says which"}},
              summary="Queue many commands in one request; one result per command, in order")
 async def batch(body: BatchRequest, principal: PrincipalDep, ctx: ContextDep) -> JSONResponse:
-    settings, producer, metrics = ctx.settings, ctx.producer, ctx.metrics
-    if len(body.commands) > settings.batch_max_commands:
-        raise ApiError(f"{len(body.commands)} commands; the limit is {settings.batch_max_commands}",
-                       code="BODY_TOO_LARGE")
+    """One result per command (202 stored, 413 too large, 503 not acknowledged); never a bare 500."""
+    settings, producer, metrics, writes = ctx.settings, ctx.producer, ctx.metrics, ctx.quotas.writes
+    n = len(body.commands)
+    most = min(settings.batch_max_commands, writes.burst) if writes.enabled else settings.batch_max_commands
+    if n > most:  # a batch over the write burst could never be served: refused whole, as too large
+        raise ApiError(f"{n} commands; the limit is {most} (ARBITER_BATCH_MAX_COMMANDS"
+                       f"{', ARBITER_WRITE_BURST' if most < settings.batch_max_commands else ''})", code="BODY_TOO_LARGE")
+    pause = writes.take(principal, n)  # N commands cost N tokens, taken all or none
+    if pause:
+        metrics.rate_limited.labels(writes.name).inc()
+        raise refusal(writes, principal, pause, n)
     issued_at = now()
-    cmds = [_command(item, principal, issued_at) for item in body.commands]
+    largest = for_settings(settings).max_document_bytes
     encode = codec.encode_command
+    cmds: list[Command] = []
+    results: list[dict[str, Any] | None] = []
+    records: list[tuple[str, bytes]] = []
+    queued: list[int] = []  # index in cmds of each record
+    for i, item in enumerate(body.commands):
+        if i and not i % BUILD_CHUNK:
+            await asyncio.sleep(0)
+        c = _command(item, principal, issued_at)
+        cmds.append(c)
+        if c.size > largest:  # what POST /objects answers 413: the validator would reject it TOO_LARGE
+            results.append(_refused(c, ApiError(f"the document or patch is {c.size} bytes, over the {largest} whose "
+                                                "event fits a Kafka record", code="TOO_LARGE")))
+            continue
+        results.append(None)
+        queued.append(i)
+        records.append((c.object_id, encode(c)))
     start = time.perf_counter()
-    delivered = await producer.send_many([(c.object_id, encode(c)) for c in cmds])
+    delivered = await producer.send_many(records) if records else []
     metrics.produce_seconds.labels("batch").observe(time.perf_counter() - start)
-    results: list[dict[str, Any]] = []
-    failed = 0
-    for c, d in zip(cmds, delivered, strict=True):
-        if isinstance(d, Delivered):
-            results.append({"command_id": c.command_id, "object_id": c.object_id, "status": 202,
-                            "partition": d.partition, "offset": d.offset})
-        else:
-            failed += 1
-            metrics.produce_failures.labels(d.code).inc()
-            status = 503 if isinstance(d, BrokerUnavailable) else 413
-            results.append({"command_id": c.command_id, "object_id": c.object_id, "status": status,
-                            "error": d.message})
-    metrics.produced.inc(len(cmds) - failed)
-    if failed:
-        raise ApiError(f"{failed} of {len(cmds)} commands were not stored; retry them with their command ids as "
-                       "idempotency keys", code="BROKER_UNAVAILABLE",
-                       headers={"Retry-After": str(settings.retry_after_s)}, results=results)
-    return JSONResponse({"results": results}, status_code=202)
+    for i, d in zip(queued, delivered, strict=True):
+        c = cmds[i]
+        results[i] = {"command_id": c.command_id, "object_id": c.object_id, "status": 202,
+                      "partition": d.partition, "offset": d.offset} if isinstance(d, Delivered) else _refused(c, d)
+    answers = [r for r in results if r is not None]
+    statuses = [r["status"] for r in answers]
+    for r in answers:
+        if r["status"] != 202:
+            metrics.produce_failures.labels(r["code"]).inc()
+    metrics.produced.inc(statuses.count(202))
+    unavailable, too_large = statuses.count(503), statuses.count(413)
+    if unavailable:
+        raise ApiError(f"{unavailable + too_large} of {len(cmds)} commands were not stored ({unavailable} not "
+                       f"acknowledged by the broker, {too_large} too large); retry the 503 ones with their command ids "
+                       "as idempotency keys", code="BROKER_UNAVAILABLE",
+                       headers={"Retry-After": str(settings.retry_after_s)}, results=answers)
+    if too_large:
+        raise ApiError(f"{too_large} of {len(cmds)} commands were too large and not stored; the others were",
+                       code="TOO_LARGE", results=answers)
+    return JSONResponse({"results": answers}, status_code=202)
+
+
+def _refused(c: Command, e: ApiError | BrokerUnavailable) -> dict[str, Any]:
+    return {"command_id": c.command_id, "object_id": c.object_id, "status": status_of(e.code), "code": e.code,
+            "error": e.message}
 
 
 @router.get("/{command_id}", response_model=CommandOutcome,
-            responses={401: PROBLEM_RESPONSES[401],
+            responses={401: PROBLEM_RESPONSES[401], **RATE_LIMITED_RESPONSE,
                        404: PROBLEM_RESPONSES[401] | {"description": "Outcome not known to this process (yet)"}},
             summary="The outcome of one of the caller's commands, once this API process has seen it")
-async def command_outcome(command_id: Annotated[str, Path(max_length=200)], principal: PrincipalDep,
+async def command_outcome(command_id: Annotated[str, Path(max_length=200)], principal: ReaderDep,
                           ctx: ContextDep) -> JSONResponse:
     # Keyed by (principal, command id): another principal's command is exactly as unknown as no command.
     o = ctx.outcomes.lookup(principal, command_id)

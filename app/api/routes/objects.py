@@ -9,7 +9,7 @@ from fastapi import APIRouter, Body, Header, Path, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from app.api.auth import PRINCIPAL_PATTERN
-from app.api.deps import ApiContext, ContextDep, PrincipalDep, ReadModelDep
+from app.api.deps import ApiContext, ContextDep, PrincipalDep, ReaderDep, ReadModelDep
 from app.api.json_body import StrictJsonRoute
 from app.api.models import (
     IDEMPOTENCY_KEY_PATTERN,
@@ -20,7 +20,7 @@ from app.api.models import (
     Document,
     compact_json,
 )
-from app.api.problems import PROBLEM_RESPONSES, ApiError
+from app.api.problems import PROBLEM_RESPONSES, RATE_LIMITED_RESPONSE, ApiError
 from app.api.submit import IF_MATCH_PATTERN, command_id, expected_version, new_object_id, now, prefer_wait, submit
 from commands import (
     Command,
@@ -49,6 +49,7 @@ Prefer = Annotated[str, Header(alias="Prefer", description="`wait=<seconds>` (RF
 
 _WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
     **PROBLEM_RESPONSES,
+    **RATE_LIMITED_RESPONSE,
     202: {"model": CommandQueued, "description": "Durably queued; the outcome will be at Location."},
     403: PROBLEM_RESPONSES[401] | {"description": "FORBIDDEN (after Prefer: wait)"},
     404: PROBLEM_RESPONSES[401] | {"description": "NOT_FOUND (after Prefer: wait)"},
@@ -154,19 +155,21 @@ def _unknown(object_id: str) -> ApiError:
             responses={200: {"content": {"application/json": {"schema": {"type": "object"}}},
                              "description": "The document; ETag is its version"},
                        304: {"description": "If-None-Match matched the current version"},
-                       401: PROBLEM_RESPONSES[401],
+                       401: PROBLEM_RESPONSES[401], **RATE_LIMITED_RESPONSE,
                        404: PROBLEM_RESPONSES[401] | {"description": "Unknown object, or one the caller may not read"},
                        410: PROBLEM_RESPONSES[401] | {"description": "Deleted object"},
                        503: PROBLEM_RESPONSES[503] | {"description": "Read model not open, the stored document "
                                                       "is not RFC 8259 JSON (UNSERVABLE_DOCUMENT), events of the "
                                                       "object are missing (VIEW_STALE) or its document could not "
                                                       "be applied (DOCUMENT_QUARANTINED)"}})
-async def read_object(object_id: ObjectIdPath, principal: PrincipalDep, read_model: ReadModelDep,
+async def read_object(object_id: ObjectIdPath, principal: ReaderDep, read_model: ReadModelDep,
                       if_none_match: Annotated[str, Header(alias="If-None-Match")] = None) -> Response:
     # A network read model (PostgreSQL) is read on the threadpool so a slow or down database never stalls the event
     # loop; the embedded one answers in microseconds and is read inline.
-    view = await run_in_threadpool(read_model.get, object_id) if getattr(read_model, "blocking", False) \
-        else read_model.get(object_id)
+    # ``lookup`` (both real backends) decodes the document only when it is served: the access check runs on the
+    # roles alone, so an outsider's 404 costs the same as an unknown id's, whatever the document's size.
+    get = getattr(read_model, "lookup", read_model.get)
+    view = await run_in_threadpool(get, object_id) if getattr(read_model, "blocking", False) else get(object_id)
     if view is None or not may_read(principal, view.owner, view.editors, view.readers):
         raise _unknown(object_id)
     etag = f'"{view.version}"'

@@ -5,13 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
-from starlette.concurrency import run_in_threadpool
 
 from app.api.deps import ContextDep, OperatorDep
 from app.api.memo import Memo
 from app.api.models import Health
 from app.api.problems import PROBLEM_RESPONSES
-from app.api.read_model import read_model_ready
 
 router = APIRouter(tags=["operations"])
 
@@ -23,11 +21,18 @@ async def healthz(request: Request) -> JSONResponse:
     # many clients poll.
     probe: Memo[bool] = request.app.state.broker_probe
     broker = await probe.get()
-    rm = request.app.state.read_model
-    read_model = await run_in_threadpool(read_model_ready, rm) if getattr(rm, "blocking", False) else read_model_ready(rm)
-    consumer = request.app.state.outcome_consumer is not None and request.app.state.outcome_consumer.alive
+    # The read model's probe too (a query on PostgreSQL): at most once per second, never one per call competing
+    # with reads for the pool.
+    read_model_probe: Memo[bool] = request.app.state.read_model_probe
+    read_model = await read_model_probe.get()
+    oc = request.app.state.outcome_consumer
+    if oc is not None:
+        oc.ensure_running()
+    consumer = oc is not None and oc.alive
     ok = broker and read_model and consumer
-    return JSONResponse({"ok": ok, "broker": broker, "read_model": read_model, "outcomes_consumer": consumer},
+    return JSONResponse({"ok": ok, "broker": broker, "read_model": read_model, "outcomes_consumer": consumer,
+                         "outcomes_consumer_restarts": oc.restarts if oc is not None else 0,
+                         "outcomes_consumer_error": oc.last_error if oc is not None else None},
                         status_code=200 if ok else 503)
 
 
@@ -35,7 +40,5 @@ async def healthz(request: Request) -> JSONResponse:
             responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {}}}, 401: PROBLEM_RESPONSES[401],
                        403: PROBLEM_RESPONSES[401] | {"description": "The principal is not in ARBITER_OPERATORS"}})
 async def metrics(ctx: ContextDep, operator: OperatorDep) -> Response:
-    ctx.metrics.cached.set(len(ctx.outcomes))
-    ctx.metrics.cached_bytes.set(ctx.outcomes.nbytes)
-    ctx.metrics.waiting.set(ctx.outcomes.waiting)
+    ctx.metrics.gauges(len(ctx.outcomes), ctx.outcomes.nbytes, ctx.outcomes.waiting)
     return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)

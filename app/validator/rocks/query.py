@@ -127,9 +127,9 @@ class ShardTasks:
     """
 
     def __init__(self, settings: Settings, checkpoint: str) -> None:
-        self.settings = settings
+        self.settings = settings.for_tasks()  # pickled into every task: no secret travels to the executors
         self.checkpoint = checkpoint
-        self.settings_wire = settings_bytes(settings)  # once, on the driver: not re-serialised in every task
+        self.settings_wire = settings_bytes(self.settings)  # once, on the driver: not re-serialised in every task
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext

@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from app.errors import ArbiterError
-from app.settings import Settings
+from app.settings import TASK_SECRET, Settings
 from app.validator.fold import InputRecord
 
 MAGIC_REQUEST = b"ARBSQ1"
@@ -75,15 +75,15 @@ class Reply:
 
 
 def settings_bytes(settings: Settings) -> bytes:
-    """Return the settings the shard step needs, as JSON; the API's signing secret is left out."""
-    return json.dumps(settings.model_dump(mode="json", exclude={"auth_secret"}), sort_keys=True).encode()
+    """Return the settings the shard step needs, as JSON; no secret (``Settings.for_tasks``) is in them."""
+    return json.dumps(settings.for_tasks().model_dump(mode="json", exclude={"auth_secret"}), sort_keys=True).encode()
 
 
 def settings_from(data: bytes) -> Settings:
     """Parse ``settings_bytes``' JSON back into ``Settings`` (environment variables are not read again)."""
     fields: dict[str, Any] = json.loads(data)
     # The secret is not sent; the shard step never uses it, and the placeholder check must not refuse the rest.
-    fields["auth_secret"] = "shard-server-has-no-secret-" + "x" * 32
+    fields["auth_secret"] = TASK_SECRET
     return Settings.model_validate(fields)
 
 

@@ -35,7 +35,7 @@ class ValidatorProcessor(StatefulProcessor):
     """Decide each key's commands in (partition, offset) order and emit Kafka sink rows."""
 
     def __init__(self, settings: Settings) -> None:
-        self.settings = settings
+        self.settings = settings.for_tasks()  # pickled into every task: no secret travels to the executors
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         s = self.settings

@@ -1,0 +1,114 @@
+"""Fair shares per principal (issue 25) that need no broker: the token buckets' arithmetic and bounded memory, reads
+refused 429 with the draft-11 RateLimit fields while another principal is served, and outcome cache segments."""
+
+from __future__ import annotations
+
+import warnings
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from starlette.exceptions import StarletteDeprecationWarning
+
+with warnings.catch_warnings():  # starlette 1.x nudges towards "httpx2"; httpx is what the project pins
+    warnings.simplefilter("ignore", StarletteDeprecationWarning)
+    from fastapi.testclient import TestClient
+
+from app.api.auth import issue_token
+from app.api.main import create_app
+from app.api.quota import TokenBuckets
+from app.settings import Settings
+from commands import Event, EventType
+
+pytestmark = pytest.mark.unit
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_bucket_serves_its_burst_then_refuses_with_the_wait_and_refills_at_its_rate() -> None:
+    clock = Clock()
+    b = TokenBuckets("writes", rate=2.0, burst=4, clock=clock)
+    assert [b.take("mallory") for _ in range(4)] == [0.0] * 4
+    assert b.take("mallory") == pytest.approx(0.5)  # one token at 2/s
+    assert b.take("mallory", 3) == pytest.approx(1.5)  # a cost of 3 waits for three; a refusal takes nothing
+    assert b.take("alice") == 0.0  # another principal has its own bucket
+    clock.now += 0.5
+    assert b.take("mallory") == 0.0 and b.take("mallory") == pytest.approx(0.5)
+    clock.now += 0.25  # half a token: refused, and the half is kept for the next try
+    assert b.take("mallory") == pytest.approx(0.25) and b.take("mallory") == pytest.approx(0.25)
+    clock.now += 100
+    assert b.remaining("mallory") == 4  # never above the burst
+    assert b.headers("mallory", 0.2) == {"Retry-After": "1", "RateLimit-Policy": '"writes";q=4;w=2',
+                                         "RateLimit": '"writes";r=4;t=1'}
+    assert TokenBuckets("reads", rate=0, burst=1).take("anyone", 10**9) == 0.0  # rate 0: no limit
+
+
+def test_idle_principals_buckets_are_dropped_and_the_count_is_capped() -> None:
+    """Memory is bounded by the active principals: a refilled (idle) bucket is dropped as others' requests come,
+    and beyond max_principals the least recently used goes whatever it holds."""
+    clock = Clock()
+    b = TokenBuckets("writes", rate=10.0, burst=5, max_principals=1_000, clock=clock)
+    for i in range(800):
+        b.take(f"p{i}")
+    assert len(b) == 800
+    clock.now += 1.0  # every bucket has refilled: each is the same as none
+    for _ in range(400):
+        b.take("alice")
+    assert len(b) == 1
+    for i in range(5_000):  # all active at once: the cap holds
+        b.take(f"q{i}")
+    assert len(b) == 1_000
+    assert b.take("q4999") == 0.0 and b.remaining("q4999") == 3  # the most recent are the ones kept
+
+
+class NoObjects:
+    """A read model without objects: every read is the 404 of an unknown id (reads are what is tested)."""
+
+    def get(self, object_id: str) -> None:
+        return None
+
+
+def test_a_principal_over_its_read_rate_is_429_with_ratelimit_fields_and_another_is_served() -> None:
+    s = Settings(read_rate=1 / 1024, read_burst=3)
+    app = create_app(s, read_model=NoObjects())
+
+    def auth(p: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {issue_token(s.auth_secret.get_secret_value(), p, 60)}"}
+
+    client = TestClient(app)
+    assert [client.get("/objects/x", headers=auth("mallory")).status_code for _ in range(3)] == [404] * 3
+    r = client.get("/objects/x", headers=auth("mallory"))
+    assert r.status_code == 429 and r.headers["content-type"].startswith("application/problem+json"), r.text
+    body = r.json()
+    assert body["code"] == "RATE_LIMITED" and body["violated-policies"] == ["reads"]
+    retry = int(r.headers["retry-after"])
+    assert 1000 < retry <= 1024  # one token at 1/1024 per second
+    assert r.headers["ratelimit-policy"] == '"reads";q=3;w=3072'
+    assert r.headers["ratelimit"] == f'"reads";r=0;t={retry}'
+    assert client.get("/objects/x", headers=auth("alice")).status_code == 404  # served: its own bucket
+    assert 'arbiter_api_rate_limited_total{policy="reads"} 1.0' in app.state.metrics.render().decode()
+
+
+def test_one_principals_flood_of_outcomes_cannot_evict_anothers() -> None:
+    """The cache of create_app: 100 entries, a principal's share 25. Alice's one outcome stays however many
+    mallory's commands are decided; mallory keeps her newest 25."""
+    cache = create_app(Settings(outcome_cache_size=100, outcome_cache_share=0.25)).state.outcomes
+
+    def decided(cid: str, principal: str) -> Event:
+        return Event(f"e-{cid}", EventType.CREATED, f"o-{cid}", 1, cid, principal, T0 + timedelta(seconds=1),
+                     principal, document="{}")
+
+    cache.offer(decided("mine", "alice"))
+    for i in range(1_000):
+        cache.offer(decided(f"flood-{i}", "mallory"))
+    kept = cache.lookup("alice", "mine")
+    assert kept is not None and kept.kind == "accepted"
+    assert len(cache) == 26
+    assert cache.lookup("mallory", "flood-999") is not None and cache.lookup("mallory", "flood-974") is None
