@@ -116,6 +116,10 @@ class Settings(BaseSettings):
         "the slowest legitimate request: a restore from a snapshot plus the largest micro-batch.")
     shard_server_idle_s: float = Field(
         default=300.0, gt=0, description="A shard server with no request for this long closes its shards and exits.")
+    shard_state_cache_mb: int = Field(
+        default=64, ge=0, description="Decoded object states an open shard keeps in memory (least recently used go "
+        "first; size estimated as 4x the stored bytes), so a hot object's state is not decoded again for each "
+        "batch; 0 = none. Per shard.")
 
     # --- projections (issue 7): empty dirs default to <var_dir>/audit; read_model_dir is in the API block below ---
     audit_dir: Path | None = Field(default=None, description="Audit store (rocksdict with per-partition hash chains).")

@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from app.settings import Settings
 from app.spark_session import spark_session
-from app.topics import describe, ensure_topics
+from app.topics import describe, ensure_lease_topic, ensure_topics
 from app.validator.job import build_query
 from app.validator.sink import sink_options
 from app.validator.source import kafka_source
@@ -83,14 +83,20 @@ def spark_passthrough(spark, settings: Settings, count: int) -> dict[str, float]
     return {"seconds": elapsed, "batches": len(batches), "p50": statistics.median(latencies), "steady": steady(batches)}
 
 
-def run_backend(spark, settings: Settings, backend: str, count: int) -> dict[str, float]:  # noqa: ANN001
-    """Drain the commands topic with ``backend``; return wall seconds and per-batch latencies."""
+def run_backend(spark, settings: Settings, backend: str, count: int,  # noqa: ANN001
+                keep: dict[str, Settings] | None = None) -> dict[str, float]:
+    """Drain the commands topic with ``backend``; return wall seconds and per-batch latencies.
+
+    ``keep`` gets the run's settings (its own output topics and checkpoint) under "settings".
+    """
     tag = uuid.uuid4().hex[:6]
     s = settings.model_copy(update={
         "state_backend": backend, "topic_events": f"bench-events-{backend}-{tag}",
         "topic_rejections": f"bench-rejections-{backend}-{tag}",
         "checkpoint_location": str(settings.path(settings.var_dir) / f"checkpoint-{backend}-{tag}")})
     ensure_topics(s)
+    if keep is not None:
+        keep["settings"] = s
     start = time.perf_counter()
     query = build_query(spark, s, available_now=True)
     query.awaitTermination()
@@ -123,6 +129,7 @@ def main() -> None:
                             topic_commands=f"bench-commands-{tag}", topic_events=f"bench-pass-{tag}",
                             topic_rejections=f"bench-unused-{tag}", max_offsets_per_trigger=args.max_offsets_per_trigger)
         ensure_topics(settings)
+        ensure_lease_topic(settings)  # before any driver joins its group (a fresh broker refuses the join else)
         recs = records(args.objects, args.commands)
         distinct = len({k for k, _ in recs})
         t = time.perf_counter()

@@ -2,36 +2,42 @@
 
 Pre-generates one partition's records (creates, updates, resent duplicates, stale-version updates and a few
 misrouted records, keys routed with murmur2) as the Arrow batches ``mapInArrow`` hands a task, then runs the
-task's Python (``shard_step``: Arrow rows → ``run_task`` → Arrow rows) over consecutive batches into a
-temporary rocks dir and checkpoint. Prints µs/command and commands/s per core (process time) for the batches
-after the first (state already in the shard), beside a same-run baseline that only decodes the same values.
-``--profile`` prints the top of a cProfile of the last batch; ``--digest`` a hash of all outputs, to check
-that a change keeps every byte; ``--against TREE`` times another checkout's validator modules too, alternating
-runs in this one process, and fails if any run's outputs differ.
-"""
+task's Python (``shard_step``: Arrow rows → the shard server over its Unix socket → Arrow rows) over
+consecutive batches into a temporary rocks dir and checkpoint. The shard servers run as threads of the
+benchmark's own process, so its process time covers both sides of the socket. Prints µs/command and
+commands/s per core for the batches after the first (state already in the shard), beside a same-run baseline
+that only decodes the same values. ``--digest`` prints a hash of all outputs, to check that a change keeps
+every byte; ``--against TREE`` runs another checkout (its own sources and compiled domain) in processes
+alternating with this tree's, and fails if the outputs differ. Profile with py-spy on the running process."""
 
 from __future__ import annotations
 
 import argparse
-import cProfile
+import contextlib
 import hashlib
 import importlib.util
-import pstats
+import json
+import os
 import random
+import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from types import ModuleType
+from typing import Any
 
 import pyarrow as pa
 
+from app.native import loader as native  # first: it decides whether `commands` and `schemas` load compiled
 from app.settings import Settings
 from app.validator.fold import InputRecord
 from app.validator.murmur2 import partition_for
+from app.validator.rocks.client import lanes, socket_path
 from app.validator.rocks.query import shard_step
+from app.validator.rocks.server import ShardServer
 from bench.validator.workload import commands
 from commands import UpdateObject
 from schemas import codec
@@ -91,56 +97,97 @@ def baseline(records: list[InputRecord]) -> float:
     return time.process_time() - start
 
 
-def other_shard_step(tree: Path) -> Callable[..., Iterator[pa.RecordBatch]]:
-    """Return ``shard_step`` as another checkout (``tree``) of the validator's own modules defines it.
+@contextlib.contextmanager
+def servers_here(settings: Settings, ckpt: str) -> Iterator[None]:
+    """Run the checkpoint's shard servers as threads of this process, so its process time counts both sides.
 
-    Only ``murmur2``, ``decode``, ``fold``, ``rocks/shard`` and ``rocks/query`` (``rocks/job`` before
-    the move of issue 23) come from ``tree``, wired to each
-    other; the domain, the codec and the rest are this checkout's. For a same-process before/after comparison.
+    The task side finds them on their sockets as it would find spawned ones; the socket round trip, the
+    Arrow on both sides and the server's decide loop are all timed, as in a validator (minus Spark).
     """
-    def load(name: str, rel: str) -> ModuleType:
-        spec = importlib.util.spec_from_file_location(f"_against_{name}", tree / "app/validator" / rel)
-        assert spec is not None and spec.loader is not None
-        module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses look it up
-        spec.loader.exec_module(module)
-        return module
-
-    murmur2 = load("murmur2", "murmur2.py")
-    decode = load("decode", "decode.py")
-    decode.partition_for = murmur2.partition_for
-    fold = load("fold", "fold.py")
-    fold.to_command, fold.InputRecord = decode.to_command, InputRecord
-    shard = load("shard", "rocks/shard.py")
-    shard.fold, shard.limits_for, shard.InputRecord = fold.fold, fold.limits_for, InputRecord
-    job = load("job", "rocks/query.py" if (tree / "app/validator/rocks/query.py").exists() else "rocks/job.py")
-    job.run_task, job.InputRecord = shard.run_task, InputRecord
-    step: Callable[..., Iterator[pa.RecordBatch]] = job.shard_step
-    return step
+    servers = [ShardServer(socket_path(settings, ckpt, lane), idle_s=3600.0) for lane in range(lanes(settings))]
+    threads = [threading.Thread(target=s.serve, name="bench-shard-server", daemon=True) for s in servers]
+    for t in threads:
+        t.start()
+    for s in servers:
+        while not s.path.exists():
+            time.sleep(0.01)
+    try:
+        yield
+    finally:
+        for s in servers:
+            s.close()
+        for t in threads:
+            t.join()
 
 
-def run(arrow: list[pa.RecordBatch], partitions: int, profile: str | None, digest: hashlib._Hash | None,
-        step: Callable[..., Iterator[pa.RecordBatch]] = shard_step) -> list[float]:
-    """Run every batch through ``step`` in a fresh rocks dir; return each batch's process seconds."""
-    times: list[float] = []
+def run(arrow: list[pa.RecordBatch], partitions: int, digest: hashlib._Hash | None) -> list[float]:
+    """Run every batch through ``shard_step`` in a fresh rocks dir, shard servers in this process; return each
+    batch's process seconds (both sides of the socket)."""
     with tempfile.TemporaryDirectory(prefix="arbiter-shard-bench-") as tmp:
         settings = Settings(partitions=partitions, var_dir=Path(tmp) / "var", snapshot_every=10_000)
         ckpt = str(Path(tmp) / "ckpt")
-        for b, batch in enumerate(arrow):
-            prof = cProfile.Profile() if profile and b == len(arrow) - 1 else None
-            start = time.process_time()
-            if prof is not None:
-                prof.enable()
-            out = list(step(settings, ckpt, b, NOW_MS + b * 1000, iter([batch])))
-            if prof is not None:
-                prof.disable()
-            times.append(time.process_time() - start)
-            if digest is not None:
-                for row in out[0].to_pylist():
-                    digest.update(b"%s|%s|%s|%d;" % (row["topic"].encode(), row["key"] or b"-", row["value"],
-                                                     row["partition"]))
-            if prof is not None:
-                pstats.Stats(prof).sort_stats(profile).print_stats(25)
+        times: list[float] = []
+        with servers_here(settings, ckpt):
+            for b, batch in enumerate(arrow):
+                start = time.process_time()
+                out = list(shard_step(settings, ckpt, b, NOW_MS + b * 1000, iter([batch])))
+                times.append(time.process_time() - start)
+                if digest is not None:
+                    for row in pa.Table.from_batches(out).to_pylist():
+                        digest.update(b"%s|%s|%s|%d;" % (row["topic"].encode(), row["key"] or b"-", row["value"],
+                                                         row["partition"]))
     return times
+
+
+def peer_records(path: Path, count: int, partitions: int) -> list[InputRecord]:
+    """Return the first ``count`` records of partition 0 of the peer benchmark's stream, as ``bench.peer`` sends it."""
+    # By file path: with --against, another tree (without bench.peer) is on sys.path.
+    spec = importlib.util.spec_from_file_location("_peer_convert", Path(__file__).resolve().parents[1] / "peer" / "convert.py")
+    assert spec is not None and spec.loader is not None
+    convert = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(convert)
+    ours = (line for line in convert.peer_lines(path) if partition_for(line["object_id"].encode(), partitions) == 0)
+    out: list[InputRecord] = []
+    for _, cmd in convert.to_commands(ours):
+        out.append(InputRecord(cmd.object_id.encode(), codec.encode_command(cmd), TOPIC, 0, len(out)))
+        if len(out) >= count:
+            break
+    return out
+
+
+def measure(a: argparse.Namespace) -> dict[str, object]:
+    """Return this tree's figures: per run, each batch's process seconds; the outputs' digest; the baseline."""
+    records = (peer_records(a.peer, a.batch * a.batches, a.partitions) if a.peer is not None
+               else partition_records(a.objects, a.batch * a.batches, a.partitions, 0, a.seed))
+    arrow = [to_arrow(records[i:i + a.batch]) for i in range(0, len(records), a.batch)]
+    digest = hashlib.sha256()
+    times = [run(arrow, a.partitions, digest if r == 0 else None) for r in range(a.repeat)]
+    timed = records[a.batch:]
+    base = min(baseline(timed) for _ in range(a.repeat)) / len(timed)
+    return {"times": times, "digest": digest.hexdigest(), "baseline": base, "timed": len(timed),
+            "domain": native.status()}
+
+
+def report(name: str, fig: dict[str, Any], a: argparse.Namespace) -> None:
+    times: list[list[float]] = fig["times"]
+    n: int = fig["timed"]
+    best = [min(t) for t in zip(*times, strict=True)]
+    per = sum(best[1:]) / n
+    runs_per = sorted(sum(t[1:]) / n * 1e6 for t in times)
+    print(f"{name}: {per * 1e6:.1f} µs/command, {1 / per:,.0f} commands/s per core ({n:,} commands in "
+          f"{a.batches - 1} batches of {a.batch:,}; process time of task and shard server, per batch the best of "
+          f"{len(times)} runs; median run {runs_per[len(runs_per) // 2]:.1f} µs); empty-state batch "
+          f"{best[0] * 1e6 / a.batch:.1f} µs/command (not counted); baseline (decode values only) "
+          f"{fig['baseline'] * 1e6:.1f} µs; domain {fig['domain']}")
+
+
+def _child(tree: Path, argv: list[str]) -> dict[str, Any]:
+    """Run this benchmark's ``--json`` mode on ``tree``'s sources (its own compiled domain), in a new process."""
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), *argv, "--repeat", "1", "--json"],  # noqa: S603
+                         cwd=tree, env=env, check=True, capture_output=True, text=True).stdout
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
 
 
 def main() -> None:
@@ -151,41 +198,38 @@ def main() -> None:
     p.add_argument("--repeat", type=int, default=3, help="runs, each in a fresh rocks dir; per batch the fastest counts")
     p.add_argument("--partitions", type=int, default=8)
     p.add_argument("--seed", type=int, default=7)
-    p.add_argument("--profile", metavar="SORT", help="cProfile the last batch of the first run (e.g. tottime)")
-    p.add_argument("--digest", action="store_true", help="print a SHA-256 of the first run's outputs")
+    p.add_argument("--digest", action="store_true", help="print a SHA-256 of the outputs")
+    p.add_argument("--peer", type=Path, metavar="JSONL", help="partition 0 of the peer benchmark's commands.jsonl "
+                   "(converted as bench.peer does) instead of the synthetic workload")
+    p.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--against", type=Path, metavar="TREE",
-                   help="also time another checkout's validator modules, alternating runs in this process")
+                   help="also time another checkout (its own sources and compiled domain), one run per process, "
+                        "alternating with this tree's; fails if the outputs differ")
     a = p.parse_args()
-
-    records = partition_records(a.objects, a.batch * a.batches, a.partitions, 0, a.seed)
-    arrow = [to_arrow(records[i:i + a.batch]) for i in range(0, len(records), a.batch)]
-    steps = {"shard task": shard_step}
-    if a.against is not None:
-        steps[f"shard task ({a.against})"] = other_shard_step(a.against)
-    runs: dict[str, list[list[float]]] = {name: [] for name in steps}
-    digests: set[str] = set()
+    if a.json:
+        print(json.dumps(measure(a)))
+        return
+    if a.against is None:
+        fig = measure(a)
+        report("shard task", fig, a)
+        if a.digest:
+            print(f"outputs sha256: {fig['digest']}")
+        return
+    argv = [f"--{k}={getattr(a, k)}" for k in ("objects", "batch", "batches", "partitions", "seed")]
+    argv += [f"--peer={a.peer.resolve()}"] if a.peer is not None else []
+    here = Path(__file__).resolve().parents[2]
+    trees = {"this tree": here, str(a.against): a.against.resolve()}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
     for r in range(a.repeat):
-        for name in list(steps)[::1 if r % 2 == 0 else -1]:  # alternate who goes first
-            first = r == 0 and name == "shard task"
-            run_digest = hashlib.sha256() if a.against is not None or first else None
-            runs[name].append(run(arrow, a.partitions, a.profile if first else None, run_digest, steps[name]))
-            if run_digest is not None:
-                digests.add(run_digest.hexdigest())
+        for name in list(trees)[::1 if r % 2 == 0 else -1]:  # alternate who goes first
+            runs[name].append(_child(trees[name], argv))
+    digests = {f["digest"] for figs in runs.values() for f in figs}
+    for name, figs in runs.items():
+        report(name, {**figs[0], "times": [t for f in figs for t in f["times"]],
+                      "baseline": min(f["baseline"] for f in figs)}, a)
     if len(digests) > 1:
-        raise SystemExit(f"outputs differ between runs: {sorted(digests)}")
-    timed = records[a.batch:]
-    base = min(baseline(timed) for _ in range(a.repeat)) / len(timed)
-    for name, times in runs.items():
-        best = [min(t) for t in zip(*times, strict=True)]
-        per = sum(best[1:]) / len(timed)
-        runs_per = sorted(sum(t[1:]) / len(timed) * 1e6 for t in times)
-        print(f"{name}: {per * 1e6:.1f} µs/command, {1 / per:,.0f} commands/s per core ({len(timed):,} commands in "
-              f"{len(arrow) - 1} batches of {a.batch:,}; process time, per batch the best of {a.repeat} runs; "
-              f"median run {runs_per[len(runs_per) // 2]:.1f} µs); empty-state batch {best[0] * 1e6 / a.batch:.1f} "
-              f"µs/command (not counted); ÷ baseline = {per / base:.2f}")
-    print(f"baseline (decode values only): {base * 1e6:.1f} µs/command")
-    if a.digest:
-        print(f"outputs sha256: {digests.pop()}{' (identical in every run)' if a.against is not None else ''}")
+        raise SystemExit(f"outputs differ between the trees: {sorted(digests)}")
+    print(f"outputs sha256: {digests.pop()} (identical in every run of both trees)")
 
 
 if __name__ == "__main__":

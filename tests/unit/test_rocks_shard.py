@@ -14,6 +14,7 @@ from app.validator.fold import InputRecord, fold
 from app.validator.rocks.checkpoint import CheckpointCorrupt, ShardStore, decode_changelog, encode_changelog
 from app.validator.rocks.shard import (
     STATE,
+    Shard,
     ShardOrderError,
     ShardStateError,
     decode_outputs,
@@ -256,3 +257,122 @@ def test_a_snapshot_of_the_full_copy_layout_still_restores(settings: Settings, c
     shutil.rmtree(shard_dir(s, ckpt, 0))
     got = run_task(s, ckpt, 1, batches[1], NOW)
     assert got.restored_from == "snapshot" and got.outputs == expected[1]
+
+
+def held_run(settings: Settings, ckpt: str, batches: list[list[InputRecord]], now: int = NOW,
+             first: int = 0) -> tuple[list[list[tuple]], list[bytes], dict[bytes, bytes]]:
+    """Run ``batches`` on one shard held open throughout (as a shard server holds it); return the outputs, the
+    changelog bytes and the database's contents. Checks after each batch that every cached state is what
+    decoding its stored bytes gives."""
+    shard = open_shard(shard_dir(settings, ckpt, 0), ShardStore(ckpt, 0), first, settings)
+    outputs = []
+    try:
+        for b, batch in enumerate(batches, start=first):
+            outputs.append(shard.run(b, batch, settings, now + b).outputs)
+            assert_cache_matches_storage(shard)
+        logs = [bytes(shard.db[b"m:log"])]
+        contents = {bytes(k): bytes(v) for k, v in shard.db.items() if not bytes(k).startswith((b"m:lineage", b"m:seed"))}
+    finally:
+        shard.close()
+    return outputs, logs, contents
+
+
+def assert_cache_matches_storage(shard: Shard) -> None:
+    for key, written, state in shard.cache.items():
+        raw = shard.db.get(STATE + key)
+        assert raw is not None, f"{key!r} is cached but not stored"
+        assert (written, state) == (int.from_bytes(raw[:8], "big"), codec.decode_state(raw[8:])), key
+
+
+def test_state_cache_gives_the_bytes_of_decoding_every_state(settings: Settings, tmp_path: Path) -> None:
+    batches = [random_commands(150, 12, seed=s, start=s * 1000) for s in range(6)]
+    cold = settings.model_copy(update={"shard_state_cache_mb": 0})
+    tiny = settings.model_copy(update={"shard_state_cache_mb": 1, "var_dir": tmp_path / "tiny"})
+    runs = [held_run(s, str(tmp_path / name), batches) for s, name in ((cold, "cold"), (settings, "warm"), (tiny, "t"))]
+    assert runs[0] == runs[1] == runs[2]
+    assert runs[0][0] == reference(batches, settings)
+
+
+def test_state_cache_replay_and_restore_after_hits_give_the_same_bytes(settings: Settings, ckpt: str) -> None:
+    batches = [random_commands(100, 8, seed=s, start=s * 1000) for s in range(4)]
+    expected = reference(batches, settings)
+    shard = open_shard(shard_dir(settings, ckpt, 0), ShardStore(ckpt, 0), 0, settings)
+    try:
+        for b in range(3):
+            assert shard.run(b, batches[b], settings, NOW).outputs == expected[b]
+        assert shard.cache.hits > 0
+        replay = shard.run(2, batches[2], settings, NOW + 5)  # a task retry of the last batch
+        assert replay.replayed and replay.outputs == expected[2]
+    finally:
+        shard.close()
+    shutil.rmtree(shard_dir(settings, ckpt, 0))  # lost: restored from the checkpoint, nothing cached
+    restored = open_shard(shard_dir(settings, ckpt, 0), ShardStore(ckpt, 0), 3, settings)
+    try:
+        assert restored.restored_from == "empty" and len(restored.cache) == 0  # changelogs only, from batch 0
+        assert restored.run(3, batches[3], settings, NOW).outputs == expected[3]
+    finally:
+        restored.close()
+
+
+def test_state_cache_is_forgotten_when_a_changelog_is_applied(settings: Settings, tmp_path: Path) -> None:
+    """A shard that catches up by changelogs must not decide against the states it had cached before."""
+    create = rec(CreateObject("c1", "o1", "alice", T0, document="{}"), 0)
+    update = rec(UpdateObject("c2", "o1", "alice", T0, patch='{"a": 1}'), 1)
+    after = rec(UpdateObject("c3", "o1", "alice", T0, expected_version=2, patch='{"a": 2}'), 2)
+    ahead = open_shard(tmp_path / "ahead", ShardStore(str(tmp_path / "c1"), 0), 0, settings)
+    behind = open_shard(tmp_path / "behind", ShardStore(str(tmp_path / "c2"), 0), 0, settings)
+    try:
+        for shard in (ahead, behind):
+            shard.run(0, [create], settings, NOW)
+        ahead.run(1, [update], settings, NOW)
+        assert len(behind.cache) == 1  # o1 at version 1
+        log, data = ShardStore(str(tmp_path / "c1"), 0).read_changelog(1, 0)
+        behind.apply_changelog(log, data)  # o1 at version 2 in the database
+        assert_cache_matches_storage(behind)
+        got, want = behind.run(2, [after], settings, NOW), ahead.run(2, [after], settings, NOW)
+        assert got.outputs == want.outputs
+        assert codec.decode_outcome(got.outputs[0][2]).version == 3  # type: ignore[union-attr]
+    finally:
+        ahead.close()
+        behind.close()
+
+
+def test_state_cache_forgets_a_swept_tombstone(settings: Settings, ckpt: str) -> None:
+    s = settings.model_copy(update={"tombstone_ttl_ms": 1000})
+    create = rec(CreateObject("c1", "o1", "alice", T0, document="{}"), 0)
+    delete = rec(DeleteObject("c2", "o1", "alice", T0), 1)
+    other = rec(CreateObject("c3", "o2", "alice", T0, document="{}"), 2)
+    shard = open_shard(shard_dir(s, ckpt, 0), ShardStore(ckpt, 0), 0, s)
+    try:
+        shard.run(0, [create, delete], s, NOW)
+        assert [k for k, _, _ in shard.cache.items()] == [b"o1"]
+        shard.run(1, [other], s, NOW + 1001)  # sweeps o1's state
+        assert shard.db.get(STATE + b"o1") is None
+        assert_cache_matches_storage(shard)
+    finally:
+        shard.close()
+
+
+def test_state_cache_hit_still_forgets_dedup_entries_after_their_ttl(settings: Settings, tmp_path: Path) -> None:
+    s = settings.model_copy(update={"dedup_ttl_ms": 1000})
+    update = rec(UpdateObject("u1", "o1", "alice", T0, patch='{"a": 1}'), 1)
+    batches = [[rec(CreateObject("c1", "o1", "alice", T0, document="{}"), 0), update],
+               [InputRecord(update.key, update.value, TOPIC, 0, 2)]]  # the same command, resent after the TTL
+    outputs = []
+    shard = open_shard(tmp_path / "warm", ShardStore(str(tmp_path / "c"), 0), 0, s)
+    try:
+        outputs.append(shard.run(0, batches[0], s, NOW).outputs)
+        outputs.append(shard.run(1, batches[1], s, NOW + 1001).outputs)
+        assert shard.cache.hits == 1
+    finally:
+        shard.close()
+    cold_late = []
+    shard = open_shard(tmp_path / "cold2", ShardStore(str(tmp_path / "c2"), 0), 0,
+                       s.model_copy(update={"shard_state_cache_mb": 0}))
+    try:
+        cold_late.append(shard.run(0, batches[0], s, NOW).outputs)
+        cold_late.append(shard.run(1, batches[1], s, NOW + 1001).outputs)
+    finally:
+        shard.close()
+    assert outputs == cold_late
+    assert codec.decode_outcome(outputs[1][0][2]).version == 3  # type: ignore[union-attr]  # decided afresh
