@@ -18,6 +18,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -95,7 +96,39 @@ class Decider(threading.Thread):
         c.close()
 
 
-def start_server(settings: Settings, port: int, workers: int, log: Path) -> subprocess.Popen[bytes]:
+def tree_cpu_s(pid: int) -> float:
+    """Return the user + system CPU seconds of ``pid`` and every process below it (uvicorn's workers)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        stats[int(entry)] = fields
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        if p in stats:
+            total += (int(stats[p][11]) + int(stats[p][12])) / tick
+        todo += children.get(p, [])
+    return total
+
+
+def measured(pid: int, phase: Callable[[], LoadResult]) -> tuple[LoadResult, float]:
+    """Run ``phase``; return its result and the server's CPU microseconds per request during it."""
+    before = tree_cpu_s(pid)
+    result = phase()
+    return result, (tree_cpu_s(pid) - before) / max(1, result.sent) * 1e6
+
+
+def start_server(settings: Settings, port: int, workers: int, log: Path, *, tree: Path | None = None,
+                 asgi: str = "app.api.asgi:app") -> subprocess.Popen[bytes]:
+    """Start ``asgi`` under uvicorn (from checkout ``tree`` if given, for a same-run comparison)."""
     env = {**os.environ, "ARBITER_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "ARBITER_PARTITIONS": str(settings.partitions),
            "ARBITER_TOPIC_COMMANDS": settings.topic_commands, "ARBITER_TOPIC_EVENTS": settings.topic_events,
            "ARBITER_TOPIC_REJECTIONS": settings.topic_rejections, "ARBITER_AUTH_SECRET": SECRET,
@@ -103,15 +136,18 @@ def start_server(settings: Settings, port: int, workers: int, log: Path) -> subp
            # one principal ("bench") sends everything as fast as it can: the buckets run (their cost is measured)
            # but never refuse
            "ARBITER_WRITE_RATE": "1e12", "ARBITER_WRITE_BURST": str(10**12)}
-    cmd = [sys.executable, "-m", "uvicorn", "app.api.asgi:app", "--host", "127.0.0.1", "--port", str(port),
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    cmd = [sys.executable, "-m", "uvicorn", asgi, "--host", "127.0.0.1", "--port", str(port),
            "--workers", str(workers), "--loop", "uvloop", "--http", "httptools", "--log-level", "warning",
            "--no-access-log"]
     with open(log, "ab") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)  # noqa: S603
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,  # noqa: S603
+                                cwd=tree)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=1).status_code == 200:
+            if httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=1).status_code in (200, 202):
                 time.sleep(1.0 * workers)  # let every worker's lifespan finish
                 return proc
         except httpx.HTTPError:
@@ -123,12 +159,22 @@ def start_server(settings: Settings, port: int, workers: int, log: Path) -> subp
     raise SystemExit(f"server did not start: see {log}")
 
 
-def line(name: str, r: LoadResult, unit: str, per: int = 1, base: float | None = None) -> str:
+def line(name: str, r: LoadResult, unit: str, per: int = 1, base: float | None = None, cpu_us: float | None = None) -> str:
     rate = r.rate * per
     ratio = f"  = {rate / base:6.1%} of raw producer" if base else ""
     codes = ", ".join(f"{k}:{v}" for k, v in sorted(r.statuses.items()))
-    return (f"{name:<28} {rate:>10,.0f} {unit}/s{ratio}   p50 {r.pct(0.5):7.1f} ms  p99 {r.pct(0.99):7.1f} ms"
+    cpu = f"  server CPU {cpu_us:7.0f} us/request" if cpu_us is not None else ""
+    return (f"{name:<28} {rate:>10,.0f} {unit}/s{ratio}{cpu}   p50 {r.pct(0.5):7.1f} ms  p99 {r.pct(0.99):7.1f} ms"
             f"   ({r.sent} requests in {r.elapsed:.1f} s; status {codes})")
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
 
 
 def main() -> None:
@@ -142,6 +188,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1, help="uvicorn worker processes")
     ap.add_argument("--seconds", type=float, default=30.0, help="time cap per phase")
     ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--against", type=Path, default=None,
+                    help="another checkout (e.g. a git worktree of an older commit): its API is measured in the same run")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bench-api-"))
@@ -169,35 +217,55 @@ def main() -> None:
 
         bodies = [json.dumps({"id": f"o-{i}", "document": {"n": i, "title": "benchmark"}}).encode()
                   for i in range(1000)]
-        single = asyncio.run(run_load("127.0.0.1", port, lambda i: request_bytes("POST", "/objects", auth, bodies[i % 1000]),
-                                      count=args.single, connections=args.connections, seconds=args.seconds))
-        print(line("single POST /objects", single, "requests", base=raw), flush=True)
+        def singles(at_port: int) -> LoadResult:
+            return asyncio.run(run_load("127.0.0.1", at_port,
+                                        lambda i: request_bytes("POST", "/objects", auth, bodies[i % 1000]),
+                                        count=args.single, connections=args.connections, seconds=args.seconds))
+
+        floor_port = free_port()
+        floor = start_server(s, floor_port, args.workers, work / "bare.log", asgi="bench.api.bare:app")
+        try:
+            bare, bare_cpu = measured(floor.pid, lambda: singles(floor_port))
+        finally:
+            stop_server(floor)
+        print(line("bare uvicorn endpoint", bare, "requests", base=raw, cpu_us=bare_cpu), flush=True)
+        single, single_cpu = measured(server.pid, lambda: singles(port))
+        print(line("single POST /objects", single, "requests", base=raw, cpu_us=single_cpu), flush=True)
+        if args.against is not None:
+            other_port = free_port()
+            other = start_server(s, other_port, args.workers, work / "against.log", tree=args.against.resolve())
+            try:
+                theirs, theirs_cpu = measured(other.pid, lambda: singles(other_port))
+                again, again_cpu = measured(server.pid, lambda: singles(port))
+            finally:
+                stop_server(other)
+            print(line(f"  same, {args.against.name}", theirs, "requests", base=raw, cpu_us=theirs_cpu), flush=True)
+            print(line("  same, this tree again", again, "requests", base=raw, cpu_us=again_cpu), flush=True)
 
         decider = Decider(s)
         decider.start()
         time.sleep(2)
         wait_h = {**auth, "Prefer": "wait=10"}
-        waits = asyncio.run(run_load(
+        waits, waits_cpu = measured(server.pid, lambda: asyncio.run(run_load(
             "127.0.0.1", port,
             lambda i: request_bytes("POST", "/objects", wait_h, json.dumps({"id": f"w-{i}", "document": {"n": i}}).encode()),
-            count=args.waits, connections=args.connections, seconds=args.seconds))
+            count=args.waits, connections=args.connections, seconds=args.seconds)))
         decider.running = False
         decider.join(15)
-        print(line("single + Prefer: wait", waits, "requests", base=raw) + f"  [decided {decider.decided}]", flush=True)
+        print(line("single + Prefer: wait", waits, "requests", base=raw, cpu_us=waits_cpu)
+              + f"  [decided {decider.decided}]", flush=True)
 
         n_req = max(1, args.batch_commands // args.batch_size)
         items = [{"kind": "create", "object_id": f"b-{i}", "document": {"n": i}} for i in range(args.batch_size)]
         batch_body = json.dumps({"commands": items}).encode()
-        batch = asyncio.run(run_load("127.0.0.1", port, lambda i: request_bytes("POST", "/commands:batch", auth, batch_body),
-                                     count=n_req, connections=2, seconds=args.seconds))
-        print(line(f"batch ({args.batch_size}/request)", batch, "commands", per=args.batch_size, base=raw), flush=True)
+        batch, batch_cpu = measured(server.pid, lambda: asyncio.run(run_load(
+            "127.0.0.1", port, lambda i: request_bytes("POST", "/commands:batch", auth, batch_body),
+            count=n_req, connections=2, seconds=args.seconds)))
+        print(line(f"batch ({args.batch_size}/request)", batch, "commands", per=args.batch_size, base=raw,
+                   cpu_us=batch_cpu / args.batch_size) + " (CPU per command)", flush=True)
     finally:
         if server is not None:
-            server.terminate()
-            try:
-                server.wait(30)
-            except subprocess.TimeoutExpired:
-                server.kill()
+            stop_server(server)
         if broker is not None:
             broker.stop()
 

@@ -46,6 +46,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--drain", type=float, default=120.0, help="most seconds to wait for a run's last decisions")
     ap.add_argument("--raw", type=int, default=50_000, help="records for the raw produce baseline (0: skip)")
     ap.add_argument("--work", type=Path, default=None, help="parent of the throwaway directory (default: system temp)")
+    ap.add_argument("--tree", type=Path, default=None,
+                    help="run another checkout's stack (e.g. a worktree of an older commit) with this tree's clients")
     ap.add_argument("--keep", action="store_true", help="keep the throwaway directory (logs, data) at the end")
     args = ap.parse_args(argv)
     args.rate_list = [float(r) for r in args.rates.split(",") if r.strip()]
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     watcher: DecisionWatcher | None = None
     ok = False
     try:
-        stack = Stack.start(work, say=lambda m: print(m, flush=True))
+        stack = Stack.start(work, say=lambda m: print(m, flush=True), tree=args.tree.resolve() if args.tree else None)
         watcher = DecisionWatcher(stack.settings())
         watcher.start()
         principals = [f"bench-{k}" for k in range(args.clients)]

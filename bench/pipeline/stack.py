@@ -38,8 +38,12 @@ class Stack:
 
     @classmethod
     def start(cls, work: Path, timeout: float = 420.0,
-              say: Callable[[str], None] = print) -> Stack:
-        """Start the stack under ``work`` and return once ``arbiter run`` says it is serving."""
+              say: Callable[[str], None] = print, tree: Path | None = None) -> Stack:
+        """Start the stack under ``work`` and return once ``arbiter run`` says it is serving.
+
+        ``tree``: run the stack of another checkout (e.g. a worktree of an older commit, with its jars fetched and
+        its native build made), so both are measured with this tree's clients.
+        """
         kafka_port = free_port()
         env = {k: v for k, v in os.environ.items() if k not in _SHARED}
         env.update({
@@ -52,11 +56,13 @@ class Stack:
             "ARBITER_AUTH_SECRET": secrets.token_urlsafe(48),
             "PYTHONUNBUFFERED": "1",
         })
+        if tree is not None:
+            env["PYTHONPATH"] = str(tree)
         log = work / "arbiter-run.log"
         with open(log, "ab") as out:
             proc = subprocess.Popen([sys.executable, "-m", "app.cli", "run", "--no-scenario"], env=env,  # noqa: S603
                                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+                                    start_new_session=True, cwd=tree)
         stack = cls(proc, work / "var", log, env)
         say(f"starting the pipeline (arbiter run --no-scenario, pid {proc.pid}, var {stack.var}) ...")
         deadline, shown = time.monotonic() + timeout, 0
