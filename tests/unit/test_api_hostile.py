@@ -80,6 +80,11 @@ def test_single_object_routes_take_one_documents_body_the_batch_route_more(clien
             **auth("alice"), "Content-Type": "application/json" if path == "/objects" else "application/merge-patch+json"})
         assert r.status_code == 413 and r.json()["code"] == "BODY_TOO_LARGE", r.text
         assert str(limit) in r.json()["detail"]
+    # Exactly the limit: read and judged by its content (here an unknown field: 422), not refused for its size.
+    at_limit = b'{"unknown": {"x": "' + b"a" * (limit - 22) + b'"}}'
+    assert len(at_limit) == limit
+    r = client.post("/objects", content=at_limit, headers={**auth("alice"), "Content-Type": "application/json"})
+    assert r.status_code == 422 and r.json()["code"] == "INVALID_REQUEST", r.text
     # the batch route reads the same number of bytes (and refuses them for their shape, not their size)
     r = client.post("/commands:batch", content=body, headers={**auth("alice"), "Content-Type": "application/json"})
     assert r.status_code == 422, r.text
