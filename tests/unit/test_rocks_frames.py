@@ -139,3 +139,14 @@ def test_a_changelog_rename_is_followed_by_an_fsync_of_its_directory(
     assert (directory.st_dev, directory.st_ino, True) in synced
     assert synced[-1][2], "the directory is synced after the file (the rename comes between)"
     fsync_dir(str(tmp_path))  # a plain directory can be synced on this filesystem
+
+
+@pytest.mark.parametrize("size", [0, 1, 999, 1000, 1001, 2000])
+def test_a_value_at_and_past_a_chunk_boundary_round_trips_in_the_fewest_chunks(size: int) -> None:
+    data = bytes(range(256)) * (size // 256 + 1)
+    data = data[:size]
+    writes = frames.chunk_entries(b"m:out", data, None, chunk=1000)
+    stored = {k: v for k, v in writes if v is not None}
+    parts = [v for k, v in writes if k != b"m:out"]
+    assert len(parts) == (size + 999) // 1000 and all(len(p) <= 1000 for p in parts)
+    assert frames.read_chunked(stored.get, b"m:out") == data
