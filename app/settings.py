@@ -152,6 +152,9 @@ class Settings(BaseSettings):
     max_object_body_bytes: int | None = Field(
         default=None, ge=1, description="Largest request body of every route but the batch route; unset = the largest "
         "document (app/limits.py) + 1 KiB for the envelope, never above max_body_bytes. Larger is 413.")
+    api_fast_writes: bool = Field(default=True, description="Serve the common case of POST /objects and PATCH/DELETE "
+                                  "/objects/{id} as plain ASGI (app/api/fast_writes.py): same checks and answers, "
+                                  "less CPU per write; false sends every request through the FastAPI routes.")
     batch_max_commands: int = Field(default=50_000, ge=1, description="Most commands in one POST /commands:batch.")
     produce_timeout_s: float = Field(default=10.0, gt=0, description="Delivery wait before a write answers 503.")
     retry_after_s: int = Field(default=2, ge=1, description="Retry-After of a 503.")

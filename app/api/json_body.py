@@ -60,7 +60,7 @@ def _not_rfc8259(problem: str) -> ApiError:
                     errors=[{"loc": ["body"], "msg": problem, "type": "json_not_rfc8259"}])
 
 
-def _is_json(content_type: str | None) -> bool:
+def is_json(content_type: str | None) -> bool:
     # The media types FastAPI parses as JSON: application/json and application/*+json.
     media = (content_type or "").split(";", 1)[0].strip().lower()
     return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
@@ -71,8 +71,15 @@ def _is_json(content_type: str | None) -> bool:
 OFF_LOOP_BYTES = 64 * 1024
 
 
+#: Where ``app.api.fast_writes`` leaves a body it read, and its parsed value, before handing the request on.
+BODY_SCOPE_KEY = "arbiter.body"
+JSON_SCOPE_KEY = "arbiter.json"
+
+
 class _StrictJsonRequest(Request):
     async def json(self) -> Any:  # noqa: ANN401 - any JSON value
+        if not hasattr(self, "_json") and JSON_SCOPE_KEY in self.scope:
+            self._json = self.scope[JSON_SCOPE_KEY]  # parsed once, by the fast path
         if not hasattr(self, "_json"):
             raw = await self.body()
             self._json = await run_in_threadpool(parse_body, raw) if len(raw) > OFF_LOOP_BYTES else parse_body(raw)
@@ -90,7 +97,7 @@ class StrictJsonRoute(APIRoute):
         async def strict(request: Request) -> Response:
             authenticate(request)  # before the body: an unauthenticated client costs no parse (issue 25)
             request = _StrictJsonRequest(request.scope, request.receive)
-            if _is_json(request.headers.get("content-type")) and await request.body():
+            if is_json(request.headers.get("content-type")) and await request.body():
                 await request.json()  # here, outside FastAPI's body handling, so an ApiError keeps its status
             return await handler(request)
 

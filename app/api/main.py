@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from app.api import problems
 from app.api.body_limit import BodyLimit, object_body_limit
 from app.api.deps import ApiContext, ReadModelPort
+from app.api.fast_writes import FastWrites
 from app.api.memo import Memo
 from app.api.metrics import ApiMetrics, RequestMetrics, mark_dead
 from app.api.models import Problem
@@ -110,6 +111,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
     app.include_router(commands.router)
     app.include_router(ops.router)
     app.include_router(status_routes.router)
+    app.add_middleware(FastWrites, enabled=settings.api_fast_writes)  # inside the metrics and the body limit
     app.add_middleware(RequestMetrics, metrics=metrics)
     app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes, other_routes_bytes=object_body_limit(
         settings.max_body_bytes, settings.max_object_body_bytes, for_settings(settings).max_document_bytes))

@@ -110,7 +110,7 @@ def problem(status: int, code: str, detail: str, *, instance: str | None = None,
     return JSONResponse(body, status_code=status, headers=dict(headers or {}), media_type=PROBLEM_JSON)
 
 
-def _arbiter_error(request: Request, exc: Exception) -> JSONResponse:
+def arbiter_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ArbiterError)
     if isinstance(exc, Rejected):
         rej = exc.rejection
@@ -158,7 +158,7 @@ def _allowed_methods(request: Request) -> list[str]:
 
 def install(app: FastAPI) -> None:
     """Route every error to problem+json: Arbiter's coded errors, schema violations, unknown routes."""
-    app.add_exception_handler(ArbiterError, _arbiter_error)
+    app.add_exception_handler(ArbiterError, arbiter_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
 

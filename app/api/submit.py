@@ -2,21 +2,23 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 from fastapi import Response
-from fastapi.responses import JSONResponse
 
 from app.api.deps import ApiContext
+from app.api.models import CreateRequest, compact_json
 from app.api.outcomes import OVER_SHARE
 from app.api.problems import ApiError, Rejected
 from app.api.quota import refusal
 from app.errors import BrokerUnavailable
 from app.limits import for_settings
-from commands import ACCEPTED, Command, CreateObject, DeleteObject, ReasonCode
+from commands import ACCEPTED, Command, CreateObject, DeleteObject, ReasonCode, UpdateObject
 from commands.ids import uuid5
 from schemas import codec
 
@@ -63,6 +65,34 @@ def prefer_wait(prefer: list[str], cap: float) -> float | None:
     return None
 
 
+def create_command(principal: str, body: CreateRequest, idempotency_key: str | None,
+                   if_match: str | None) -> CreateObject:
+    """Return the command of ``POST /objects`` (the FastAPI route and ``app.api.fast_writes`` build it here)."""
+    cid = command_id(idempotency_key)
+    return CreateObject(cid, body.id or new_object_id(principal, cid), principal, now(), expected_version(if_match),
+                        document=compact_json(body.document))
+
+
+def update_command(principal: str, object_id: str, patch: dict[str, Any], idempotency_key: str | None,
+                   if_match: str | None) -> UpdateObject:
+    """Return the command of ``PATCH /objects/{id}``."""
+    return UpdateObject(command_id(idempotency_key), object_id, principal, now(), expected_version(if_match),
+                        patch=compact_json(patch))
+
+
+def delete_command(principal: str, object_id: str, idempotency_key: str | None, if_match: str | None) -> DeleteObject:
+    """Return the command of ``DELETE /objects/{id}``."""
+    return DeleteObject(command_id(idempotency_key), object_id, principal, now(), expected_version(if_match))
+
+
+#: Starlette's ``JSONResponse`` bytes exactly, from one encoder (``json.dumps`` with options builds one per call).
+_encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")).encode
+
+
+def _json(body: dict[str, Any], status: int, headers: dict[str, str]) -> Response:
+    return Response(_encode(body).encode("utf-8"), status_code=status, headers=headers, media_type="application/json")
+
+
 def _success_status(cmd: Command) -> int:
     return 201 if isinstance(cmd, CreateObject) else 204 if isinstance(cmd, DeleteObject) else 200
 
@@ -76,7 +106,7 @@ def _decided(cmd: Command, version: int, event: str | None) -> Response:
         headers["Location"] = f"/objects/{cmd.object_id}"
     body = {"command_id": cmd.command_id, "object_id": cmd.object_id, "status": "accepted", "version": version,
             "event": event}
-    return JSONResponse(body, status_code=status, headers=headers)
+    return _json(body, status, headers)
 
 
 async def submit(cmd: Command, ctx: ApiContext, wait: float | None) -> Response:
@@ -142,4 +172,4 @@ async def _submit(cmd: Command, ctx: ApiContext, wait: float | None) -> Response
     location = f"/commands/{cmd.command_id}"
     body = {"command_id": cmd.command_id, "object_id": cmd.object_id, "status": "queued",
             "partition": delivered.partition, "offset": delivered.offset}
-    return JSONResponse(body, status_code=202, headers={"Location": location})
+    return _json(body, 202, {"Location": location})

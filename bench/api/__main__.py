@@ -127,7 +127,7 @@ def measured(pid: int, phase: Callable[[], LoadResult]) -> tuple[LoadResult, flo
 
 
 def start_server(settings: Settings, port: int, workers: int, log: Path, *, tree: Path | None = None,
-                 asgi: str = "app.api.asgi:app") -> subprocess.Popen[bytes]:
+                 asgi: str = "app.api.asgi:app", extra_env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Start ``asgi`` under uvicorn (from checkout ``tree`` if given, for a same-run comparison)."""
     env = {**os.environ, "ARBITER_KAFKA_BOOTSTRAP": settings.kafka_bootstrap, "ARBITER_PARTITIONS": str(settings.partitions),
            "ARBITER_TOPIC_COMMANDS": settings.topic_commands, "ARBITER_TOPIC_EVENTS": settings.topic_events,
@@ -136,6 +136,7 @@ def start_server(settings: Settings, port: int, workers: int, log: Path, *, tree
            # one principal ("bench") sends everything as fast as it can: the buckets run (their cost is measured)
            # but never refuse
            "ARBITER_WRITE_RATE": "1e12", "ARBITER_WRITE_BURST": str(10**12)}
+    env.update(extra_env or {})
     if tree is not None:
         env["PYTHONPATH"] = str(tree)
     cmd = [sys.executable, "-m", "uvicorn", asgi, "--host", "127.0.0.1", "--port", str(port),
@@ -190,6 +191,9 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--against", type=Path, default=None,
                     help="another checkout (e.g. a git worktree of an older commit): its API is measured in the same run")
+    ap.add_argument("--routes-too", action="store_true",
+                    help="also measure this tree with ARBITER_API_FAST_WRITES=false (every write through FastAPI's "
+                         "routes), alternating with the default, in the same run")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="bench-api-"))
@@ -241,6 +245,19 @@ def main() -> None:
                 stop_server(other)
             print(line(f"  same, {args.against.name}", theirs, "requests", base=raw, cpu_us=theirs_cpu), flush=True)
             print(line("  same, this tree again", again, "requests", base=raw, cpu_us=again_cpu), flush=True)
+        if args.routes_too:
+            slow_port = free_port()
+            slow = start_server(s, slow_port, args.workers, work / "routes.log",
+                                extra_env={"ARBITER_API_FAST_WRITES": "false"})
+            try:
+                for _ in range(2):
+                    theirs, theirs_cpu = measured(slow.pid, lambda: singles(slow_port))
+                    print(line("  same, FastAPI routes only", theirs, "requests", base=raw, cpu_us=theirs_cpu),
+                          flush=True)
+                    again, again_cpu = measured(server.pid, lambda: singles(port))
+                    print(line("  same, fast path again", again, "requests", base=raw, cpu_us=again_cpu), flush=True)
+            finally:
+                stop_server(slow)
 
         decider = Decider(s)
         decider.start()

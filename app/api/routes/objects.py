@@ -18,19 +18,25 @@ from app.api.models import (
     CommandQueued,
     CreateRequest,
     Document,
-    compact_json,
 )
 from app.api.problems import PROBLEM_RESPONSES, RATE_LIMITED_RESPONSE, ApiError
-from app.api.submit import IF_MATCH_PATTERN, command_id, expected_version, new_object_id, now, prefer_wait, submit
+from app.api.submit import (
+    IF_MATCH_PATTERN,
+    command_id,
+    create_command,
+    delete_command,
+    expected_version,
+    now,
+    prefer_wait,
+    submit,
+    update_command,
+)
 from commands import (
     Command,
-    CreateObject,
-    DeleteObject,
     GrantEditor,
     GrantReader,
     RevokeEditor,
     RevokeReader,
-    UpdateObject,
 )
 from commands.access import may_read
 
@@ -69,10 +75,7 @@ async def _write(request: Request, cmd: Command, ctx: ApiContext) -> Response:
 async def create_object(request: Request, body: CreateRequest, principal: PrincipalDep, ctx: ContextDep,
                         idempotency_key: IdempotencyKey = None, if_match: IfMatch = None,
                         prefer: Prefer = None) -> Response:
-    cid = command_id(idempotency_key)
-    cmd = CreateObject(cid, body.id or new_object_id(principal, cid), principal, now(),
-                       expected_version(if_match), document=compact_json(body.document))
-    return await _write(request, cmd, ctx)
+    return await _write(request, create_command(principal, body, idempotency_key, if_match), ctx)
 
 
 @router.patch("/{object_id}", status_code=202, responses={**_WRITE_RESPONSES, 200: {"model": CommandDecided}},
@@ -81,9 +84,7 @@ async def update_object(request: Request, object_id: ObjectIdPath,
                         patch: Annotated[Document, Body(media_type="application/merge-patch+json")],
                         principal: PrincipalDep, ctx: ContextDep, idempotency_key: IdempotencyKey = None,
                         if_match: IfMatch = None, prefer: Prefer = None) -> Response:
-    cmd = UpdateObject(command_id(idempotency_key), object_id, principal, now(), expected_version(if_match),
-                       patch=compact_json(patch))
-    return await _write(request, cmd, ctx)
+    return await _write(request, update_command(principal, object_id, patch, idempotency_key, if_match), ctx)
 
 
 @router.delete("/{object_id}", status_code=202, responses={**_WRITE_RESPONSES, 204: {"description": "Deleted"}},
@@ -91,8 +92,7 @@ async def update_object(request: Request, object_id: ObjectIdPath,
 async def delete_object(request: Request, object_id: ObjectIdPath, principal: PrincipalDep, ctx: ContextDep,
                         idempotency_key: IdempotencyKey = None, if_match: IfMatch = None,
                         prefer: Prefer = None) -> Response:
-    cmd = DeleteObject(command_id(idempotency_key), object_id, principal, now(), expected_version(if_match))
-    return await _write(request, cmd, ctx)
+    return await _write(request, delete_command(principal, object_id, idempotency_key, if_match), ctx)
 
 
 async def _editor(request: Request, kind: type[GrantEditor] | type[RevokeEditor], object_id: str, editor: str,
