@@ -24,6 +24,7 @@ import httpx
 from app.api.auth import issue_token
 from bench.pipeline.baseline import raw_produce_rate
 from bench.pipeline.decisions import DecisionWatcher
+from bench.pipeline.floor import floor_line, measure_floor
 from bench.pipeline.phase import PhaseResult, Plan, run_phase
 from bench.pipeline.report import block, table
 from bench.pipeline.stack import Stack
@@ -48,6 +49,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--work", type=Path, default=None, help="parent of the throwaway directory (default: system temp)")
     ap.add_argument("--tree", type=Path, default=None,
                     help="run another checkout's stack (e.g. a worktree of an older commit) with this tree's clients")
+    ap.add_argument("--floor", action="store_true",
+                    help="after the phases, measure Spark's own floor (Kafka -> identity Python step -> Kafka) at each "
+                         "rate on the stack's broker, and print Prefer: wait p50 over it (bench/pipeline/floor.py)")
     ap.add_argument("--keep", action="store_true", help="keep the throwaway directory (logs, data) at the end")
     args = ap.parse_args(argv)
     args.rate_list = [float(r) for r in args.rates.split(",") if r.strip()]
@@ -113,6 +117,14 @@ def main(argv: list[str] | None = None) -> int:
                                      principals, tokens))
             block(results[-1], raw, write=lambda m: print(m, flush=True))
         table(results, raw)
+        if args.floor:
+            print("\nmeasuring Spark's floor on the stack's broker (the stack idles) ...", flush=True)
+            for f in measure_floor(stack.settings(), work, args.rate_list, args.duration):
+                print(floor_line(f), flush=True)
+                for r in results:
+                    if r.plan.rate == f.rate and r.plan.prefer_wait is not None:
+                        print(f"  Prefer: wait p50 at {f.rate:g}/s = {r.summary.latency['p50'] * 1000:,.0f} ms = "
+                              f"{r.summary.latency['p50'] / f.latency['p50']:.2f}x the floor's p50", flush=True)
         ok = True
         return 0
     except KeyboardInterrupt:
