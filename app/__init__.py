@@ -2,7 +2,8 @@
 
 The top of this package holds only the wiring every room uses: ``settings``, ``limits``, ``topics``, ``errors``,
 ``read_models`` (which read-model backend the API and projections open) and ``spark_session``. Each room below
-holds one job: ``api`` (the HTTP command and query API), ``validator`` (the Spark job), ``status`` (the live
+holds one job: ``api`` (the HTTP command and query API), ``validator`` (the Spark job), ``contract`` (registry
+subjects and setup, the AsyncAPI document: what downstream consumers rely on), ``status`` (the live
 status page's figures), ``cli`` (the ``arbiter`` command), ``local`` (the embedded broker and PostgreSQL of the
 quick start), ``run`` (the supervisor of ``arbiter run``), ``load`` (the load generator), ``native`` (the
 optional mypyc build) and ``metrics`` (Prometheus plumbing). Imports run from ``app`` down to ``projections``,

@@ -4,13 +4,15 @@
 and the validator sink's ``max.request.size`` (the Java producer refuses a record whose one-record batch
 could exceed it). From ``M``:
 
-- ``max_record_bytes`` = M − ``FRAME_BYTES`` − ``MARGIN_BYTES``: the most key + value bytes of any record
+- ``max_record_bytes`` = M − ``FRAME_BYTES`` − ``HEADERS_BYTES`` − ``MARGIN_BYTES``: the most key + value bytes of any record
   Arbiter writes. ``FRAME_BYTES`` is the Java producer's own upper bound on a one-record batch's framing
   (``AbstractRecords.estimateSizeInBytesUpperBound``: the 61-byte v2 batch header, a record header of at most
   21 bytes, key and value length varints of at most 5 bytes each, a 1-byte header count); ``MARGIN_BYTES``
-  is slack on top, so a header added by a future producer or a framing difference between clients never
-  decides whether a record fits. The API producer's librdkafka ``message.max.bytes`` refuses a command
-  over this figure too, so a command the API stores always fits its topic.
+  is slack on top, so a framing difference between clients never decides whether a record fits.
+  ``HEADERS_BYTES`` holds the headers the validator writes on every output (its CloudEvents attributes,
+  ``app.validator.headers``, whose worst case a test checks against it) and room for a trace context.
+  The API producer's librdkafka ``message.max.bytes`` refuses a command over this figure too, so a command
+  the API stores always fits its topic.
 - ``max_document_bytes``: the largest document or patch ``commands.decide`` accepts, so that the event (and
   the command) of such a payload with every id at ``Limits.max_id_bytes`` fits ``max_record_bytes``. The
   overhead is the worst-case Avro size of the newest Event and Command schemas, walked field by field.
@@ -24,7 +26,7 @@ fit into a ``TOO_LARGE`` rejection keeping ``FALLBACK_KEEP_BYTES`` of the comman
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -40,6 +42,7 @@ BATCH_HEADER_BYTES = 61  # baseOffset 8, length 4, leaderEpoch 4, magic 1, crc 4
 RECORD_HEADER_BYTES = 21  # length varint 5, attributes 1, timestampDelta varlong 10, offsetDelta varint 5
 FRAME_BYTES = BATCH_HEADER_BYTES + RECORD_HEADER_BYTES + 5 + 5 + 1  # + key and value length varints, header count
 MARGIN_BYTES = 1024
+HEADERS_BYTES = 2048  # an output's Kafka headers: CloudEvents attributes (< 800 bytes at worst) + a W3C trace context
 # librdkafka's RD_KAFKAP_MESSAGE_V2_MAX_OVERHEAD: length 5, attributes 1, timestampDelta 10, offsetDelta 5,
 # key length 5, value length 5, header count 5.
 LIBRDKAFKA_RECORD_OVERHEAD = 36
@@ -127,6 +130,15 @@ def avro_max_size(schema: Any, bounds: Mapping[str, int], exclusive: frozenset[s
     raise ValueError(f"cannot bound the size of Avro type {kind!r} (field {field!r})")
 
 
+def headers_size(headers: Iterable[tuple[str, bytes]]) -> int:
+    """Return the bytes ``headers`` take in a Kafka record: per header, key and value with their length varints."""
+    total = 0
+    for k, v in headers:
+        key = k.encode("utf-8")
+        total += varint_size(len(key)) + len(key) + varint_size(len(v)) + len(v)
+    return total
+
+
 def _schema(subject: str) -> Any:  # noqa: ANN401
     return default_codec.catalog.latest(subject).schema
 
@@ -173,7 +185,7 @@ def _largest(size_of: Any, bound: int, start: int) -> int:  # noqa: ANN401
 @lru_cache(maxsize=16)
 def size_limits(max_message_bytes: int, max_id_bytes: int = DEFAULT_LIMITS.max_id_bytes) -> SizeLimits:
     """Return the limits derived from a topic's ``max.message.bytes``; raise ``LimitsTooSmall`` if it leaves no room."""
-    record = max_message_bytes - FRAME_BYTES - MARGIN_BYTES
+    record = max_message_bytes - FRAME_BYTES - HEADERS_BYTES - MARGIN_BYTES
     document = _largest(lambda d: max(event_record_size(d, max_id_bytes), command_record_size(d, max_id_bytes)),
                         record, record)
     keep = _largest(lambda k: rejection_record_size(k, max_id_bytes), record, min(KEEP_BYTES, record // 3))

@@ -1,4 +1,4 @@
-"""Which Avro schema has which id: the versions kept in the repository (ids.json) or renumbered by a registry."""
+"""Which Avro schema has which id: the versions kept in the repository (ids.json), served to registries as they are."""
 
 from __future__ import annotations
 

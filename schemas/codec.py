@@ -1,7 +1,8 @@
 """Encode and decode commands, events, rejections and state as Avro in the Confluent wire format.
 
-The module-level functions use the repository's schema ids (``schemas/ids.json``); adapters that honour
-``ARBITER_SCHEMA_REGISTRY_URL`` get a ``Codec`` from ``schemas.registry.from_env()`` instead. Data is
+The module-level functions use the repository's schema ids (``schemas/ids.json``), which every adapter
+writes; with ``ARBITER_SCHEMA_REGISTRY_URL`` set, ``app.contract.registry`` makes the registry hold the same
+ids at start (and the API serves them read-only otherwise, ``app.api.routes.registry``). Data is
 always written with the newest version of its subject; data written with an older version (any id the
 catalog knows) is read with the newest schema through Avro schema resolution.
 """

@@ -22,7 +22,7 @@ from app.api.outcomes import OutcomeCache, OutcomeConsumer
 from app.api.producer import CommandProducer
 from app.api.quota import Quotas
 from app.api.read_model import open_read_model, read_model_ready
-from app.api.routes import commands, objects, ops
+from app.api.routes import commands, contract, objects, ops
 from app.api.routes import status as status_routes
 from app.api.secret_policy import require_usable_secret
 from app.limits import for_settings
@@ -111,6 +111,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
     app.include_router(commands.router)
     app.include_router(ops.router)
     app.include_router(status_routes.router)
+    contract.mount(app)  # /registry (read-only schema registry) and /asyncapi.json
     app.add_middleware(FastWrites, enabled=settings.api_fast_writes)  # inside the metrics and the body limit
     app.add_middleware(RequestMetrics, metrics=metrics)
     app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes, other_routes_bytes=object_body_limit(

@@ -22,6 +22,7 @@ def _run(args: argparse.Namespace) -> int:
     # (``app.validator.job._stop_on_signal``). A whole process group's SIGTERM also stops Spark's JVM, and the
     # lease then expires with its session instead.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
+    from app.contract.registry import RegistryRegistration
     from app.metrics.server import serve_metrics
     from app.spark_session import spark_session
     from app.topics import ensure_topics
@@ -30,6 +31,7 @@ def _run(args: argparse.Namespace) -> int:
 
     settings = get_settings()
     ensure_topics(settings)
+    RegistryRegistration(settings).start()  # ids that disagree refuse the start; an outage is retried meanwhile
     spark = spark_session(settings, app_name="arbiter-validator")
     metrics = serve_metrics("validator", settings.metrics_host, settings.validator_metrics_port,
                             [ValidatorCollector(settings)])

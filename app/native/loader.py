@@ -28,7 +28,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 NATIVE_DIR = os.path.join(ROOT, ".cache", "native")
 PACKAGES = ("commands", "schemas")
 # What mypyc compiles, relative to ROOT (a directory: each .py in it), the rest being copied as plain Python.
-# commands/errors.py stays interpreted: app/ and schemas.registry subclass ArbiterError, and a compiled class
+# commands/errors.py stays interpreted: app/ and schemas.wire subclass ArbiterError, and a compiled class
 # refuses methods called on an interpreted subclass (TypeError in ArbiterError.__init__).
 COMPILED = ("commands/", "schemas/binary.py", "schemas/compiled.py", "schemas/codec.py", "schemas/wire.py",
             "schemas/records.py")

@@ -1,4 +1,4 @@
-"""Map an outcome to the Kafka record the sink writes: topic, key, codec bytes and an explicit partition.
+"""Map an outcome to the Kafka record the sink writes: topic, key, codec bytes, an explicit partition and headers.
 
 An outcome whose record would not fit a Kafka record (``app.limits``) is replaced by a ``TOO_LARGE``
 rejection that does: one record must never fail the micro-batch, which Spark would replay forever.
@@ -8,30 +8,36 @@ from __future__ import annotations
 
 from app.limits import FALLBACK_KEEP_BYTES, MESSAGE_CHARS, SizeLimits, clip_utf8
 from app.settings import Settings
+from app.validator.headers import Headers, ce_headers
 from commands import Event, ReasonCode, Rejection, keep_original
 from commands.ids import record_rejection_id
 from commands.rejection import clip
 from schemas import codec
 
-OutputRecord = tuple[str, bytes | None, bytes, int]
+OutputRecord = tuple[str, bytes | None, bytes, int, Headers]
 
 
 def outcome_record(outcome: Event | Rejection, settings: Settings, partition: int) -> OutputRecord:
-    """Return ``(topic, key, value, partition)`` for ``outcome`` decided from a command read at ``partition``.
+    """Return ``(topic, key, value, partition, headers)`` for ``outcome`` decided from a command read at ``partition``.
 
-    The partition is the source command's, so a replayed batch lands every record where the first attempt did.
+    The partition is the source command's, so a replayed batch lands every record where the first attempt did;
+    the headers (``app.validator.headers``) are derived from ``outcome`` alone, so they are the same bytes too.
     """
+    headers = ce_headers(outcome, settings.topic_commands)
     if isinstance(outcome, Event):
-        return settings.topic_events, outcome.object_id.encode("utf-8"), codec.encode_event(outcome), partition
+        return settings.topic_events, outcome.object_id.encode("utf-8"), codec.encode_event(outcome), partition, headers
     if outcome.object_id is not None:
         key: bytes | None = outcome.object_id.encode("utf-8")
     else:
         key = outcome.original.key if outcome.original is not None else None
-    return settings.topic_rejections, key, codec.encode_rejection(outcome), partition
+    return settings.topic_rejections, key, codec.encode_rejection(outcome), partition, headers
 
 
 def record_size(record: OutputRecord) -> int:
-    """Return the key + value bytes of an output record: what ``SizeLimits.max_record_bytes`` bounds."""
+    """Return the key + value bytes of an output record: what ``SizeLimits.max_record_bytes`` bounds.
+
+    Its headers are bounded apart (``app.limits.HEADERS_BYTES``).
+    """
     key = record[1]
     return len(record[2]) + (len(key) if key is not None else 0)
 

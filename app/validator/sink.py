@@ -5,9 +5,10 @@ from __future__ import annotations
 from app import limits
 from app.settings import Settings
 
-# The sink's columns, in order; ``topic`` routes each row, ``partition`` pins it (the source command's partition).
-SINK_COLUMNS = ("topic", "key", "value", "partition")
-SINK_DDL = "topic STRING, key BINARY, value BINARY, partition INT"
+# The sink's columns, in order; ``topic`` routes each row, ``partition`` pins it (the source command's partition),
+# ``headers`` are the outcome's CloudEvents attributes (``app.validator.headers``).
+SINK_COLUMNS = ("topic", "key", "value", "partition", "headers")
+SINK_DDL = "topic STRING, key BINARY, value BINARY, partition INT, headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
 
 
 def sink_options(settings: Settings) -> dict[str, str]:

@@ -14,13 +14,14 @@ from app.settings import Settings
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """One Kafka record as read back: where it is and its bytes."""
+    """One Kafka record as read back: where it is, its bytes and its headers (in order)."""
 
     topic: str
     partition: int
     offset: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 def producer(settings: Settings, **extra: str) -> Producer:
@@ -76,7 +77,7 @@ def read_all(settings: Settings, topic: str, timeout: float = 30) -> list[Record
             for m in c.consume(num_messages=10_000, timeout=0.2):
                 if m.error() is not None:
                     raise BrokerUnavailable(f"reading {topic}: {m.error()}")
-                out.append(Record(topic, m.partition(), m.offset(), m.key(), m.value()))
+                out.append(Record(topic, m.partition(), m.offset(), m.key(), m.value(), tuple(m.headers() or ())))
                 if m.offset() >= ends[m.partition()][1] - 1:
                     todo.discard(m.partition())
         return sorted(out, key=lambda r: (r.partition, r.offset))

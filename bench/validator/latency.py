@@ -24,11 +24,11 @@ from app.settings import Settings
 from app.spark_session import spark_session
 from app.topics import ensure_topics
 from app.validator.job import build_query
-from app.validator.sink import SINK_DDL, sink_options
+from app.validator.sink import sink_options
 from app.validator.source import kafka_source
 from app.validator.topic_io import producer
 from bench.harness import throwaway_broker
-from bench.validator.query_shape import identity
+from bench.validator.query_shape import PASS_THROUGH_DDL, identity
 from bench.validator.workload import records
 from schemas import codec
 
@@ -104,7 +104,7 @@ def copy_query(spark, s: Settings, trigger: str, async_progress: bool, *, python
     """
     src = kafka_source(spark, s).selectExpr(f"'{s.topic_events}' AS topic", "key", "value", "partition")
     if python:
-        src = src.coalesce(spark.sparkContext.defaultParallelism).mapInArrow(identity, SINK_DDL)
+        src = src.coalesce(spark.sparkContext.defaultParallelism).mapInArrow(identity, PASS_THROUGH_DDL)
     return src.writeStream.format("kafka").options(**sink_options(s)) \
         .option("checkpointLocation", s.checkpoint_location).trigger(processingTime=trigger) \
         .option("asyncProgressTrackingEnabled", str(async_progress).lower()).start()

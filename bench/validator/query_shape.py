@@ -29,11 +29,14 @@ import pyarrow as pa
 from app.settings import Settings
 from app.spark_session import spark_session
 from app.topics import ensure_topics
-from app.validator.sink import SINK_DDL, sink_options
+from app.validator.sink import sink_options
 from app.validator.source import kafka_source
 from app.validator.topic_io import produce
 from bench.harness import throwaway_broker
 from bench.validator.workload import records
+
+# The floors copy commands as they are, without headers: the validator's sink schema less its ``headers`` column.
+PASS_THROUGH_DDL = "topic STRING, key BINARY, value BINARY, partition INT"
 
 
 def identity(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -69,7 +72,7 @@ def writer(spark: Any, s: Settings, shape: str) -> Any:  # noqa: ANN401
     src = kafka_source(spark, s).selectExpr(f"'{s.topic_events}' AS topic", "key", "value", "partition")
     if shape == "fb-arrow":
         def each(df: Any, _batch_id: int) -> None:  # noqa: ANN401
-            df.mapInArrow(identity, SINK_DDL).write.format("kafka").options(**sink_options(s)).save()
+            df.mapInArrow(identity, PASS_THROUGH_DDL).write.format("kafka").options(**sink_options(s)).save()
         return src.writeStream.foreachBatch(each)
     if shape == "direct":
         out = src
@@ -77,11 +80,11 @@ def writer(spark: Any, s: Settings, shape: str) -> Any:  # noqa: ANN401
         return src.writeStream.format("noop")
     elif shape == "arrow-coalesced-produce":  # the Python task writes to Kafka itself; Spark's sink is a no-op
         return src.coalesce(spark.sparkContext.defaultParallelism).mapInArrow(
-            Produce(s.kafka_bootstrap), SINK_DDL).writeStream.format("noop")
+            Produce(s.kafka_bootstrap), PASS_THROUGH_DDL).writeStream.format("noop")
     elif shape.startswith("arrow-coalesced"):
-        out = src.coalesce(spark.sparkContext.defaultParallelism).mapInArrow(identity, SINK_DDL)
+        out = src.coalesce(spark.sparkContext.defaultParallelism).mapInArrow(identity, PASS_THROUGH_DDL)
     else:
-        out = src.mapInArrow(identity, SINK_DDL)
+        out = src.mapInArrow(identity, PASS_THROUGH_DDL)
     w = out.writeStream.format("kafka").options(**sink_options(s))
     return w.option("asyncProgressTrackingEnabled", "true") if shape.endswith("-async") else w
 

@@ -34,7 +34,7 @@ from app.validator.sink import SINK_DDL, sink_options
 from app.validator.source import kafka_source, source_options
 from bench.harness import throwaway_broker
 from bench.validator.latency import Probe, _stats, measure
-from bench.validator.query_shape import identity
+from bench.validator.query_shape import PASS_THROUGH_DDL, identity
 from bench.validator.workload import records
 
 VARIANTS = ("passthrough", "passthrough-rt", "floor-rt", "rocksdb-rt")
@@ -53,7 +53,7 @@ def start(spark: Any, s: Settings, variant: str, trigger: str, realtime: str) ->
     else:
         rows = src.selectExpr(f"'{s.topic_events}' AS topic", "key", "value", "partition")
         if variant == "floor-rt":
-            rows = rows.mapInArrow(identity, SINK_DDL)
+            rows = rows.mapInArrow(identity, PASS_THROUGH_DDL)
     writer = rows.writeStream.format("kafka").options(**sink_options(s)).option("checkpointLocation",
                                                                                  s.checkpoint_location)
     if variant.endswith("-rt"):

@@ -298,7 +298,7 @@ def test_both_backends_write_the_same_records_in_the_same_order_as_the_oracle(
     oracle = expected_from_records(read_all(s, s.topic_commands), s.model_copy(update={
         "topic_events": f"events-{tag}", "topic_rejections": f"rejections-{tag}"}))
 
-    reasons = {codec.decode_rejection(v).reason for t, _, v, _ in oracle if t.startswith("rejections")}
+    reasons = {codec.decode_rejection(v).reason for t, _, v, _, _ in oracle if t.startswith("rejections")}
     assert reasons >= REASONS, f"seed {seed}: the workload missed {REASONS - reasons}"
     # rocksdb writes in offset order, as the oracle folds; spark writes each key's group in turn.
     problems = _compare("spark", runs["spark"], "rocksdb", runs["rocksdb"], interleaved=True)

@@ -128,7 +128,7 @@ def test_records_at_the_limits_are_decided_and_always_fit(spark, backend: Settin
     assert len(inputs) == len(api) + len(raw)
     got = topic_outputs(s)
     assert len(got) == len(inputs)  # every record decided, exactly once
-    assert all(record_size((t, k, v, p)) <= bound for t, k, v, p in got)  # type: ignore[arg-type]
+    assert all(record_size(r) <= bound for r in got)  # type: ignore[arg-type]
 
     # Byte for byte what the shared fold computes from the same records (both backends, deterministic).
     by_key: dict[bytes | None, list[InputRecord]] = defaultdict(list)
@@ -137,11 +137,11 @@ def test_records_at_the_limits_are_decided_and_always_fit(spark, backend: Settin
     want = [o for recs in by_key.values() for o in fold(lambda: None, recs, s)[0]]
     assert Counter(got) == Counter(want)
 
-    outcomes = [codec.decode_outcome(v) for _, _, v, _ in got]  # type: ignore[arg-type]
+    outcomes = [codec.decode_outcome(v) for _, _, v, _, _ in got]  # type: ignore[arg-type]
     events = {(e.command_id, e.version): e for e in outcomes if isinstance(e, Event)}
     assert events[(at_limit.command_id, 1)].document == at_limit.document
     assert (follow.command_id, 2) in events and (retry_small.command_id, 1) in events
-    event_a = next(v for t, _, v, _ in got if t == s.topic_events and codec.decode_event(v).version == 1
+    event_a = next(v for t, _, v, _, _ in got if t == s.topic_events and codec.decode_event(v).version == 1
                    and codec.decode_event(v).command_id == at_limit.command_id)
     assert len(event_a) > bound - 1024  # it really is at the limit
 

@@ -11,6 +11,8 @@ from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from cloudevents.core.bindings.kafka import KafkaMessage, from_binary
+from cloudevents.core.formats.json import JSONFormat
 
 from app.settings import Settings
 from app.validator.job import drain
@@ -20,6 +22,7 @@ from commands import (
     Command,
     CreateObject,
     DeleteObject,
+    Event,
     GrantEditor,
     GrantReader,
     ObjectState,
@@ -129,3 +132,36 @@ def test_expired_dedup_entry_and_tombstone_no_longer_match(spark, backend: Setti
     later = [codec.decode_rejection(r.value) for r in read_all(s, s.topic_rejections)][len(first):]
     assert sorted((r.command_id, r.reason) for r in later) == [
         ("t-c1", ReasonCode.ALREADY_EXISTS), ("t-u2", ReasonCode.NOT_FOUND)]
+
+
+def test_every_output_is_a_cloudevent_the_sdk_reads(spark, backend: Settings) -> None:  # noqa: ANN001
+    """Every event and rejection carries CloudEvents' Kafka binary-mode headers; the Python SDK reads them back."""
+    s = backend
+    commands = _life("ce-obj", 12) + _life("ce-other", 10)  # every event type but READER_REVOKED, and rejections
+    send_commands(s, commands)
+    produce(s, [(b"ce-obj", b"\x07not the wire format")])  # a rejection with neither object nor time
+    drain(spark, s, timeout=180)
+    records = [r for t in (s.topic_events, s.topic_rejections) for r in read_all(s, t)]
+    assert len(records) == len(commands) + 1
+    types = set()
+    for r in records:
+        names = [k for k, _ in r.headers]
+        assert len(names) == len(set(names)) and names[0] == "ce_specversion" and names[-1] == "content-type"
+        ce = from_binary(KafkaMessage(dict(r.headers), r.key, r.value or b""), JSONFormat())
+        outcome = codec.decode_outcome(r.value)  # type: ignore[arg-type]
+        assert ce.get_specversion() == "1.0"
+        assert ce.get_source() == f"/arbiter/topics/{s.topic_commands}"
+        assert ce.get_datacontenttype() == "application/avro"
+        assert ce.get_subject() == outcome.object_id
+        if outcome.occurred_at is not None:  # else no ce_time header (checked below): the SDK puts "now" there
+            assert ce.get_time() == outcome.occurred_at
+        if isinstance(outcome, Event):
+            assert r.topic == s.topic_events
+            assert (ce.get_id(), ce.get_type()) == (outcome.event_id, f"arbiter.object.{outcome.type.value.lower()}")
+        else:
+            assert r.topic == s.topic_rejections
+            assert (ce.get_id(), ce.get_type()) == (outcome.rejection_id, "arbiter.command.rejected")
+        types.add(ce.get_type())
+    assert {"arbiter.object.created", "arbiter.object.updated", "arbiter.object.deleted",
+            "arbiter.object.editor_granted", "arbiter.command.rejected"} <= types
+    assert sum("ce_subject" not in dict(r.headers) and "ce_time" not in dict(r.headers) for r in records) == 1

@@ -88,10 +88,10 @@ def test_sequences_match_decide(spark, settings: Settings) -> None:  # noqa: ANN
     want = expected_outputs(commands, settings)
     assert Counter(got) == Counter(want)  # byte for byte, on the partition of the command
     # Per object, events come out in version order on one partition.
-    events = [codec.decode_event(v) for t, _, v, _ in got if t == settings.topic_events]
+    events = [codec.decode_event(v) for t, _, v, _, _ in got if t == settings.topic_events]
     solo_versions = [e.version for e in events if e.object_id == "solo"]
     assert solo_versions == [1, 2, 3, 4, 5]
-    reasons = Counter(codec.decode_rejection(v).reason for t, _, v, _ in got if t == settings.topic_rejections)
+    reasons = Counter(codec.decode_rejection(v).reason for t, _, v, _, _ in got if t == settings.topic_rejections)
     assert {ReasonCode.NOT_FOUND, ReasonCode.DUPLICATE, ReasonCode.FORBIDDEN, ReasonCode.VERSION_CONFLICT,
             ReasonCode.MALFORMED, ReasonCode.DELETED, ReasonCode.IDEMPOTENCY_KEY_REUSED} <= set(reasons)
 
@@ -160,7 +160,7 @@ def test_restart_keeps_state_and_a_replayed_batch_writes_identical_records(spark
     send_commands(settings, again + updates)
     drain(spark, settings, timeout=180)
     after_second = topic_outputs(settings)
-    decoded = [codec.decode_outcome(v) for _, _, v, _ in after_second]
+    decoded = [codec.decode_outcome(v) for _, _, v, _, _ in after_second]
     assert sorted(r.command_id for r in decoded if isinstance(r, Rejection)) == sorted(c.command_id for c in again)
     assert all(r.reason == ReasonCode.ALREADY_EXISTS for r in decoded if isinstance(r, Rejection))
     assert sorted((e.object_id, e.version) for e in decoded if isinstance(e, Event) and e.version == 2) == [

@@ -15,13 +15,14 @@ from app.limits import size_limits
 from app.settings import Settings
 from app.validator.decode import to_command
 from app.validator.fold import limits_for
+from app.validator.headers import ce_headers
 from app.validator.murmur2 import partition_for
 from app.validator.outputs import outcome_record, record_size, too_large
 from app.validator.topic_io import Record, produce, read_all
 from commands import Command, Event, ObjectState, Rejection, decide
 from schemas import codec
 
-Out = tuple[str, bytes | None, bytes | None, int]
+Out = tuple[str, bytes | None, bytes | None, int, tuple[tuple[str, bytes], ...]]
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -36,16 +37,17 @@ def expected_outputs(commands: list[Command], settings: Settings,
         states[cmd.object_id] = d.state
         key = cmd.object_id.encode()
         part = partition_for(key, settings.partitions)
+        headers = ce_headers(d.outcome, settings.topic_commands)
         if isinstance(d.outcome, Event):
-            out.append((settings.topic_events, key, codec.encode_event(d.outcome), part))
+            out.append((settings.topic_events, key, codec.encode_event(d.outcome), part, headers))
         else:
-            out.append((settings.topic_rejections, key, codec.encode_rejection(d.outcome), part))
+            out.append((settings.topic_rejections, key, codec.encode_rejection(d.outcome), part, headers))
     return out
 
 
 def topic_outputs(settings: Settings) -> list[Out]:
-    """Everything on the events and rejections topics, as (topic, key, value, partition)."""
-    return [(r.topic, r.key, r.value, r.partition) for t in (settings.topic_events, settings.topic_rejections)
+    """Everything on the events and rejections topics, as (topic, key, value, partition, headers)."""
+    return [(r.topic, r.key, r.value, r.partition, r.headers) for t in (settings.topic_events, settings.topic_rejections)
             for r in read_all(settings, t)]
 
 
@@ -58,7 +60,7 @@ def decided(settings: Settings) -> tuple[int, set[tuple[str | None, str | None]]
     """Return (output records on events + rejections, distinct (object_id, command_id) they decide)."""
     out = topic_outputs(settings)
     ids: set[tuple[str | None, str | None]] = set()
-    for _, _, value, _ in out:
+    for _, _, value, _, _ in out:
         o = codec.decode_outcome(value)
         ids.add((o.object_id, o.command_id))
     return len(out), ids

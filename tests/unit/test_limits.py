@@ -10,10 +10,13 @@ import pytest
 from app import limits
 from app.limits import (
     FRAME_BYTES,
+    HEADERS_BYTES,
     LIBRDKAFKA_RECORD_OVERHEAD,
+    MARGIN_BYTES,
     LimitsTooSmall,
     avro_max_size,
     clip_utf8,
+    headers_size,
     size_limits,
     varint_size,
 )
@@ -21,7 +24,7 @@ from app.settings import Settings
 from app.validator.decode import to_command
 from app.validator.fold import limits_for
 from app.validator.murmur2 import partition_for
-from app.validator.outputs import outcome_record, record_size
+from app.validator.outputs import OutputRecord, outcome_record, record_size
 from commands import (
     CreateObject,
     DeleteObject,
@@ -42,11 +45,11 @@ S = Settings(partitions=8, topic_events="ev", topic_rejections="rj", topic_comma
 FAR = datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)  # the longest timestamp varint a datetime can give
 
 
-def java_batch_upper_bound(key: bytes | None, value: bytes) -> int:
+def java_batch_upper_bound(key: bytes | None, value: bytes, headers: tuple[tuple[str, bytes], ...] = ()) -> int:
     """What the Java producer checks against max.request.size for one record (estimateSizeInBytesUpperBound)."""
     k = -1 if key is None else len(key)
     key_part = 1 if key is None else varint_size(k) + k
-    return 61 + 21 + key_part + varint_size(len(value)) + len(value) + varint_size(0)
+    return 61 + 21 + key_part + varint_size(len(value)) + len(value) + varint_size(len(headers)) + headers_size(headers)
 
 
 def utf8_id(n_bytes: int, tag: str = "") -> str:
@@ -65,8 +68,8 @@ def utf8_object(n_bytes: int) -> str:
 def test_the_default_chain() -> None:
     sizes = size_limits(M)
     assert FRAME_BYTES == 61 + 21 + 5 + 5 + 1 == 93
-    assert sizes.max_record_bytes == M - 93 - 1024 == 1_047_459
-    assert sizes.max_document_bytes == 1_046_101
+    assert sizes.max_record_bytes == M - 93 - 2048 - 1024 == 1_045_411
+    assert sizes.max_document_bytes == 1_046_101 - 2048
     assert sizes.keep_bytes == 64 * 1024
     assert sizes.max_id_bytes == 256
     assert limits_for(S).max_document_bytes == sizes.max_document_bytes
@@ -133,15 +136,16 @@ def _worst_state(ids: int) -> ObjectState:
     return ObjectState(exists=True, deleted=False, version=2**63 - 2, owner=owner, editors=(utf8_id(ids, "ed"),))
 
 
-def _fits(record: tuple[str, bytes | None, bytes, int], m: int) -> None:
+def _fits(record: OutputRecord, m: int) -> None:
     sizes = size_limits(m)
     assert record_size(record) <= sizes.max_record_bytes
-    assert java_batch_upper_bound(record[1], record[2]) <= m
+    assert headers_size(record[4]) <= HEADERS_BYTES
+    assert java_batch_upper_bound(record[1], record[2], record[4]) <= m - MARGIN_BYTES  # the margin stays slack
 
 
 @pytest.mark.parametrize("m", [64 * 1024, M])
 def test_the_worst_case_events_fit_and_one_byte_more_is_too_large(m: int) -> None:
-    s = S.model_copy(update={"max_message_bytes": m})
+    s = S.model_copy(update={"max_message_bytes": m, "topic_commands": "c" * 249})  # the longest ce_source header
     lim = limits_for(s)
     sizes = size_limits(m)
     d, ids = sizes.max_document_bytes, lim.max_id_bytes
@@ -179,7 +183,7 @@ def test_the_worst_case_events_fit_and_one_byte_more_is_too_large(m: int) -> Non
 @pytest.mark.parametrize("m", [64 * 1024, M])
 def test_the_rejection_of_any_record_on_the_topic_fits(m: int) -> None:
     """Whatever a producer put on the commands topic (up to the topic's maximum), its rejection fits."""
-    s = S.model_copy(update={"max_message_bytes": m})
+    s = S.model_copy(update={"max_message_bytes": m, "topic_commands": "c" * 249})
     sizes = size_limits(m)
     biggest = m - 72  # key + value of the largest record a broker takes into a topic of max.message.bytes=m
     topic = "t" * 249

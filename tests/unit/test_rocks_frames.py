@@ -35,7 +35,7 @@ def settings(tmp_path: Path) -> Settings:
 def old_outputs(outputs: list[OutputRecord]) -> bytes:
     """The outputs framing of earlier versions: signed 32-bit lengths, no header."""
     parts = [_I.pack(len(outputs))]
-    for topic, key, value, partition in outputs:
+    for topic, key, value, partition, _ in outputs:
         parts += [_I.pack(len(topic.encode())), topic.encode()]
         parts += [_I.pack(-1)] if key is None else [_I.pack(len(key)), key]
         parts += [_I.pack(len(value)), value, _I.pack(partition)]
@@ -52,13 +52,28 @@ def old_changelog(batch_id: int, prev: int, entries: list[tuple[bytes, bytes | N
     return body + struct.pack(">I", zlib.crc32(body))
 
 
-def test_outputs_are_framed_with_64_bit_lengths_and_the_32_bit_framing_still_reads() -> None:
-    outs = [("events", b"k", b"v" * 3, 2), ("rejections", None, b"", 0), ("events", b"", b"x" * 70_000, 7)]
+def v2_outputs(outputs: list[OutputRecord]) -> bytes:
+    """The outputs framing before headers: OUTPUTS_V2, 64-bit lengths."""
+    q = struct.Struct(">q").pack
+    parts = [frames.OUTPUTS_V2, q(len(outputs))]
+    for topic, key, value, partition, _ in outputs:
+        parts += [q(len(topic.encode())), topic.encode()]
+        parts += [q(-1)] if key is None else [q(len(key)), key]
+        parts += [q(len(value)), value, _I.pack(partition)]
+    return b"".join(parts)
+
+
+def test_outputs_are_framed_with_64_bit_lengths_and_headers_and_earlier_framings_still_read() -> None:
+    outs: list[OutputRecord] = [
+        ("events", b"k", b"v" * 3, 2, (("ce_id", b"e1"), ("content-type", b"application/avro"))),
+        ("rejections", None, b"", 0, ()), ("events", b"", b"x" * 70_000, 7, (("ce_time", b""), ("h", b"y" * 300)))]
     data = encode_outputs(outs)
-    assert data.startswith(frames.OUTPUTS_V2)
-    assert struct.unpack_from(">q", data, len(frames.OUTPUTS_V2)) == (3,)  # the count, then each length, in 8 bytes
+    assert data.startswith(frames.OUTPUTS_V3)
+    assert struct.unpack_from(">q", data, len(frames.OUTPUTS_V3)) == (3,)  # the count, then each length, in 8 bytes
     assert decode_outputs(data) == outs
-    assert decode_outputs(old_outputs(outs)) == outs
+    headerless = [(t, k, v, p, ()) for t, k, v, p, _ in outs]  # what a version before headers wrote, and re-emits
+    assert decode_outputs(v2_outputs(outs)) == headerless
+    assert decode_outputs(old_outputs(outs)) == headerless
     assert decode_outputs(old_outputs([])) == []
 
 
@@ -109,7 +124,8 @@ def test_a_shard_and_changelogs_written_in_the_32_bit_format_still_restore_and_r
     shutil.rmtree(shard_dir(settings, ckpt, 0))
     replayed = run_task(settings, ckpt, 1, batches[1], NOW)  # restored from the old changelogs, then re-emitted
     assert replayed.restored_from == "empty"  # no snapshot: the local copy is rebuilt from the changelogs alone
-    assert replayed.replayed and replayed.outputs == expected[1]
+    headerless = [(t, k, v, p, ()) for t, k, v, p, _ in expected[1]]  # as the version before headers wrote them
+    assert replayed.replayed and replayed.outputs == headerless
     # A local database whose memo is an old, unchunked value re-emits it too.
     db = rocksdict.Rdict(str(shard_dir(settings, ckpt, 0)), shard_options(16, 4))
     try:
@@ -117,8 +133,8 @@ def test_a_shard_and_changelogs_written_in_the_32_bit_format_still_restore_and_r
         db[M_LOG] = old_changelog(1, 0, [])
     finally:
         db.close()
-    assert run_task(settings, ckpt, 1, batches[1], NOW).outputs == expected[1]
-    assert run_task(settings, ckpt, 2, batches[2], NOW).outputs == expected[2]
+    assert run_task(settings, ckpt, 1, batches[1], NOW).outputs == headerless
+    assert run_task(settings, ckpt, 2, batches[2], NOW).outputs == expected[2]  # a new batch: headers
 
 
 def test_a_changelog_rename_is_followed_by_an_fsync_of_its_directory(

@@ -57,8 +57,8 @@ def test_a_task_with_several_partitions_equals_one_task_per_partition(tmp_path: 
     got = [row for b in shard_step(s, str(tmp_path / "ck1"), 0, NOW, iter([arrow(together)]))
            for row in b.to_pylist()]
     s2 = settings_in(tmp_path, "per-partition")
-    want = [{"topic": t, "key": k, "value": v, "partition": q}
-            for p in (2, 0, 1) for t, k, v, q in run_task(s2, str(tmp_path / "ck2"), 0, per_part[p], NOW).outputs]
+    want = [{"topic": t, "key": k, "value": v, "partition": q, "headers": [{"key": n, "value": d} for n, d in h]}
+            for p in (2, 0, 1) for t, k, v, q, h in run_task(s2, str(tmp_path / "ck2"), 0, per_part[p], NOW).outputs]
     assert got == want
     assert len(got) == 15 and {r["partition"] for r in got} == {0, 1, 2}
 

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 
 from app.settings import Settings
+from app.validator.fold import OutputRecord
 from app.validator.rocks.client import ShardClient, socket_path
 from app.validator.rocks.shard import run_task, shard_dir
 from app.validator.rocks.wire import ShardServerTimeout, read_ipc, table_ipc
@@ -36,12 +37,13 @@ def rows(records: list) -> bytes:  # noqa: ANN001 - InputRecords
     return table_ipc(arrow(records))
 
 
-def outputs(reply_rows: bytes) -> list[tuple[str, bytes | None, bytes, int]]:
+def outputs(reply_rows: bytes) -> list[OutputRecord]:
     if not reply_rows:
         return []
     t = read_ipc(reply_rows)
+    headers = [tuple((h["key"], h["value"]) for h in row) for row in t.column("headers").to_pylist()]
     return list(zip(t.column("topic").to_pylist(), t.column("key").to_pylist(), t.column("value").to_pylist(),
-                    t.column("partition").to_pylist(), strict=True))
+                    t.column("partition").to_pylist(), headers, strict=True))
 
 
 def server_pids(s: Settings, ckpt: str) -> list[int]:

@@ -197,7 +197,7 @@ def test_changelog_and_outputs_framing_round_trip_and_detect_damage() -> None:
         decode_changelog(data[:-5] + b"\xff" + data[-4:])
     with pytest.raises(CheckpointCorrupt):
         decode_changelog(data[:10])
-    outs = [("events", b"k", b"v" * 3, 2), ("rejections", None, b"", 0)]
+    outs = [("events", b"k", b"v" * 3, 2, (("ce_id", b"1"),)), ("rejections", None, b"", 0, ())]
     assert decode_outputs(encode_outputs(outs)) == outs
 
 

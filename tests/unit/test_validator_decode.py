@@ -9,6 +9,7 @@ import pytest
 from app.settings import Settings
 from app.validator.decode import to_command
 from app.validator.fold import InputRecord, fold, limits_for
+from app.validator.headers import ce_headers
 from app.validator.murmur2 import murmur2, partition_for
 from app.validator.outputs import outcome_record
 from commands import (
@@ -88,9 +89,9 @@ def test_a_record_on_the_wrong_partition_is_misrouted() -> None:
 def test_outcome_records_route_by_type_and_keep_the_partition() -> None:
     ev = decide(None, _create()).outcome
     assert isinstance(ev, Event)
-    assert outcome_record(ev, S, 3) == ("ev", b"o1", codec.encode_event(ev), 3)
+    assert outcome_record(ev, S, 3) == ("ev", b"o1", codec.encode_event(ev), 3, ce_headers(ev, S.topic_commands))
     rej = reject_record(OriginalRecord("cmd", 2, 9, b"\xffraw", b"junk"), ReasonCode.MALFORMED, "bad")
-    assert outcome_record(rej, S, 2) == ("rj", b"\xffraw", codec.encode_rejection(rej), 2)
+    assert outcome_record(rej, S, 2) == ("rj", b"\xffraw", codec.encode_rejection(rej), 2, ce_headers(rej, S.topic_commands))
     rej_none = reject_record(OriginalRecord("cmd", 2, 9, None, b"junk"), ReasonCode.MALFORMED, "bad")
     assert outcome_record(rej_none, S, 2)[1] is None
 
@@ -109,7 +110,7 @@ def test_fold_sorts_by_offset_and_never_loads_state_for_poison() -> None:
             InputRecord(key, codec.encode_command(create), "cmd", p, 5)]
     out, state, changed = fold(load, recs, S)
     assert changed and state is not None and state.version == 2 and loads == [1]
-    decoded = [codec.decode_outcome(v) for _, _, v, _ in out]
+    decoded = [codec.decode_outcome(v) for _, _, v, _, _ in out]
     assert [type(d).__name__ for d in decoded] == ["Event", "Rejection", "Event"]
     assert [d.version for d in decoded if isinstance(d, Event)] == [1, 2]
 

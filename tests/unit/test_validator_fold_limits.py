@@ -15,7 +15,7 @@ from app.limits import FALLBACK_KEEP_BYTES, size_limits
 from app.settings import Settings
 from app.validator.fold import InputRecord, fold, limits_for
 from app.validator.murmur2 import partition_for
-from app.validator.outputs import outcome_record, record_size
+from app.validator.outputs import OutputRecord, outcome_record, record_size
 from app.validator.rocks.shard import STATE, ShardStore, open_shard, run_task, shard_dir
 from commands import (
     CreateObject,
@@ -51,10 +51,10 @@ def big_patch() -> str:
     return '{"a":"' + "é" * ((d - 8) // 2) + "x" * ((d - 8) % 2) + '"}'
 
 
-def _decoded(out: list[tuple[str, bytes | None, bytes, int]]) -> list[Event | Rejection]:
+def _decoded(out: list[OutputRecord]) -> list[Event | Rejection]:
     for r in out:
         assert record_size(r) <= BOUND
-    return [codec.decode_outcome(v) for _, _, v, _ in out]
+    return [codec.decode_outcome(v) for _, _, v, _, _ in out]
 
 
 def test_an_accepted_command_whose_event_does_not_fit_is_rejected_and_changes_nothing() -> None:

@@ -3,9 +3,10 @@
 A micro-batch's outputs (and its changelog) can outgrow what one RocksDB value or a signed 32-bit length holds
 (2 GiB): the first batch after a long outage used to fail there on every restart. Outputs are framed with 64-bit
 lengths (``encode_outputs``), and a value is stored as a header at its key plus chunks of at most ``CHUNK_BYTES``
-under ``<key>/<index>`` (``chunk_entries``). Values written by earlier versions — outputs framed with 32-bit
-lengths, one unchunked value — are still read (``read_chunked``, ``decode_outputs``), so a shard or a changelog
-written before this format restores unchanged.
+under ``<key>/<index>`` (``chunk_entries``). Each output keeps its Kafka headers (``OUTPUTS_V3``). Values written
+by earlier versions — outputs without headers (64-bit ``OUTPUTS_V2`` or 32-bit lengths), one unchunked value — are
+still read (``read_chunked``, ``decode_outputs``), so a shard or a changelog written before this format restores
+unchanged; their outputs are re-emitted without headers, as their first attempt wrote them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from app.validator.rocks.checkpoint import CheckpointCorrupt
 CHUNK_BYTES = 64 * 1024 * 1024  # one RocksDB value (and one changelog entry) holds at most this much
 
 OUTPUTS_V2 = b"\xffARBO2"   # 0xff: an old frame starts with its non-negative 32-bit record count, never 0xff
+OUTPUTS_V3 = b"\xffARBO3"   # V2 + each record's headers
 CHUNKED = b"\xffARBCH1"     # a chunked value's header: total length and chunk count follow
 _I = struct.Struct(">i")
 _Q = struct.Struct(">q")
@@ -28,12 +30,12 @@ Entry = tuple[bytes, bytes | None]
 
 
 def encode_outputs(outputs: Sequence[OutputRecord]) -> bytes:
-    """Return output records framed with 64-bit lengths: topic, key or none, value, partition."""
+    """Return output records framed with 64-bit lengths: topic, key or none, value, partition, headers."""
     pack = _Q.pack
-    parts = [OUTPUTS_V2, pack(len(outputs))]
+    parts = [OUTPUTS_V3, pack(len(outputs))]
     append = parts.append
     heads: dict[str, bytes] = {}  # a batch writes to two topics: frame each name once
-    for topic, key, value, partition in outputs:
+    for topic, key, value, partition, headers in outputs:
         head = heads.get(topic)
         if head is None:
             t = topic.encode()
@@ -47,17 +49,26 @@ def encode_outputs(outputs: Sequence[OutputRecord]) -> bytes:
         append(pack(len(value)))
         append(value)
         append(_I.pack(partition))
+        append(_I.pack(len(headers)))
+        for name, data in headers:
+            n = name.encode()
+            append(pack(len(n)))
+            append(n)
+            append(pack(len(data)))
+            append(data)
     return b"".join(parts)
 
 
 def decode_outputs(data: bytes) -> list[OutputRecord]:
-    """Parse ``encode_outputs``' bytes, or the 32-bit framing of earlier versions."""
+    """Parse ``encode_outputs``' bytes, or the headerless framings of earlier versions (64- or 32-bit lengths)."""
+    if data.startswith(OUTPUTS_V3):
+        return _decode(data, len(OUTPUTS_V3), _Q, with_headers=True)
     if data.startswith(OUTPUTS_V2):
         return _decode(data, len(OUTPUTS_V2), _Q)
     return _decode(data, 0, _I)
 
 
-def _decode(data: bytes, pos: int, length: struct.Struct) -> list[OutputRecord]:
+def _decode(data: bytes, pos: int, length: struct.Struct, *, with_headers: bool = False) -> list[OutputRecord]:
     w = length.size
     (n,) = length.unpack_from(data, pos)
     pos += w
@@ -75,7 +86,18 @@ def _decode(data: bytes, pos: int, length: struct.Struct) -> list[OutputRecord]:
         pos += w + vl
         (partition,) = _I.unpack_from(data, pos)
         pos += 4
-        out.append((topic, key, value, partition))
+        headers: list[tuple[str, bytes]] = []
+        if with_headers:
+            (hn,) = _I.unpack_from(data, pos)
+            pos += 4
+            for _ in range(hn):
+                (nl,) = length.unpack_from(data, pos)
+                name = data[pos + w:pos + w + nl].decode()
+                pos += w + nl
+                (dl,) = length.unpack_from(data, pos)
+                headers.append((name, data[pos + w:pos + w + dl]))
+                pos += w + dl
+        out.append((topic, key, value, partition, tuple(headers)))
     return out
 
 

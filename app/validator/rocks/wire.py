@@ -3,7 +3,7 @@
 A request carries one shard's share of a micro-batch as an Arrow IPC stream (the rows exactly as Spark's
 task received them: key, value, topic, partition, offset), plus the batch id, the batch's processing time,
 the settings and the checkpoint. A reply carries the sink rows as an Arrow IPC stream (topic, key, value,
-partition) or an error with its machine-readable code. Arrow on both sides means the task neither builds
+partition, headers) or an error with its machine-readable code. Arrow on both sides means the task neither builds
 nor parses Python objects per row: it slices what Spark gave it and yields what the server sent back.
 """
 
@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from app.errors import ArbiterError
 from app.settings import TASK_SECRET, Settings
-from app.validator.fold import InputRecord
+from app.validator.fold import InputRecord, OutputRecord
 
 MAGIC_REQUEST = b"ARBSQ1"
 MAGIC_REPLY = b"ARBSR1"
@@ -30,7 +30,9 @@ _REP = struct.Struct(">BBI")      # status, replayed, length of the restored-fro
 OK, FAILED = 0, 1
 MAX_FRAME = 1 << 34  # a frame header beyond 16 GiB is damage, not data
 
-OUT_SCHEMA = pa.schema([("topic", pa.string()), ("key", pa.binary()), ("value", pa.binary()), ("partition", pa.int32())])
+HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+OUT_SCHEMA = pa.schema([("topic", pa.string()), ("key", pa.binary()), ("value", pa.binary()), ("partition", pa.int32()),
+                        ("headers", HEADERS_TYPE)])
 
 
 class ShardServerUnavailable(ArbiterError):
@@ -178,14 +180,14 @@ def input_records(table: pa.Table) -> list[InputRecord]:
     return records
 
 
-def output_ipc(outputs: list[tuple[str, bytes | None, bytes, int]]) -> bytes:
+def output_ipc(outputs: list[OutputRecord]) -> bytes:
     """Return sink rows as an Arrow IPC stream in ``OUT_SCHEMA`` (b"" for none)."""
     if not outputs:
         return b""
-    topics, keys, values, partitions = zip(*outputs, strict=True)
+    topics, keys, values, partitions, headers = zip(*outputs, strict=True)
     return table_ipc(pa.RecordBatch.from_arrays(
         [pa.array(topics, pa.string()), pa.array(keys, pa.binary()), pa.array(values, pa.binary()),
-         pa.array(partitions, pa.int32())], schema=OUT_SCHEMA))
+         pa.array(partitions, pa.int32()), pa.array(headers, HEADERS_TYPE)], schema=OUT_SCHEMA))
 
 
 def column_values(col: pa.Array) -> list[Any]:

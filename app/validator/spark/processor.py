@@ -67,8 +67,8 @@ class ValidatorProcessor(StatefulProcessor):
         out, state, changed = fold(self._load, records, self.settings, self.limits)
         if changed and state is not None:
             self._store(state)
-        for topic, k, v, p in out:
-            yield Row(topic=topic, key=k, value=v, partition=p)
+        for topic, k, v, p, h in out:
+            yield Row(topic=topic, key=k, value=v, partition=p, headers=h)
 
     def close(self) -> None:
         freeze_imports_once()  # PySpark's daemon runs a full gc.collect() after each task (app/validator/pyworker.py)
