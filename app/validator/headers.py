@@ -34,21 +34,37 @@ def source(commands_topic: str) -> bytes:
 
 def ce_time(at: datetime) -> bytes:
     """Return ``at`` as RFC 3339 in UTC with microseconds and a ``Z``: ``2025-01-02T03:04:05.000006Z``."""
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ").encode()
+    if at.tzinfo is not UTC:
+        at = at.astimezone(UTC)
+    # %-formatting: a third of strftime's cost, once per output on the validator's hot path
+    return b"%04d-%02d-%02dT%02d:%02d:%02d.%06dZ" % (at.year, at.month, at.day, at.hour, at.minute, at.second,
+                                                      at.microsecond)
+
+
+_SPEC_PAIR = ("ce_specversion", SPEC_VERSION)
+_CONTENT_PAIR = ("content-type", CONTENT_TYPE)
+_EVENT_TYPE_PAIRS = {t: ("ce_type", v) for t, v in _EVENT_TYPES.items()}
+_REJECTED_PAIR = ("ce_type", _REJECTED)
+
+
+@lru_cache(maxsize=8)
+def _source_pair(commands_topic: str) -> Header:
+    return ("ce_source", source(commands_topic))
 
 
 def ce_headers(outcome: Event | Rejection, commands_topic: str) -> Headers:
-    """Return the CloudEvents headers of ``outcome``, decided from a command of ``commands_topic``."""
+    """Return the CloudEvents headers of ``outcome``, decided from a command of ``commands_topic``.
+
+    The constant pairs are shared (built once): this runs once per output on the validator's hot path.
+    """
     if isinstance(outcome, Event):
-        return (("ce_specversion", SPEC_VERSION), ("ce_id", outcome.event_id.encode()),
-                ("ce_type", _EVENT_TYPES[outcome.type]), ("ce_source", source(commands_topic)),
-                ("ce_subject", outcome.object_id.encode("utf-8")), ("ce_time", ce_time(outcome.occurred_at)),
-                ("content-type", CONTENT_TYPE))
-    headers = [("ce_specversion", SPEC_VERSION), ("ce_id", outcome.rejection_id.encode()),
-               ("ce_type", _REJECTED), ("ce_source", source(commands_topic))]
+        return (_SPEC_PAIR, ("ce_id", outcome.event_id.encode()), _EVENT_TYPE_PAIRS[outcome.type],
+                _source_pair(commands_topic), ("ce_subject", outcome.object_id.encode("utf-8")),
+                ("ce_time", ce_time(outcome.occurred_at)), _CONTENT_PAIR)
+    headers = [_SPEC_PAIR, ("ce_id", outcome.rejection_id.encode()), _REJECTED_PAIR, _source_pair(commands_topic)]
     if outcome.object_id is not None:
         headers.append(("ce_subject", outcome.object_id.encode("utf-8")))
     if outcome.occurred_at is not None:
         headers.append(("ce_time", ce_time(outcome.occurred_at)))
-    headers.append(("content-type", CONTENT_TYPE))
+    headers.append(_CONTENT_PAIR)
     return tuple(headers)

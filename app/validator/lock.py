@@ -101,10 +101,22 @@ def job_lock_path(checkpoint: str, rocks_dir: Path) -> Path:
     return rocks_dir / f"job-{digest}.lock"
 
 
+#: How long a job lock held by this very process is waited for: an earlier query of this driver still letting go.
+OWN_RELEASE_WAIT_S = 10.0
+
+
 def acquire_job_lock(checkpoint: str, rocks_dir: Path) -> FileLock:
-    """Take the job lock for ``checkpoint`` or raise ``CheckpointInUse`` at once."""
+    """Take the job lock for ``checkpoint`` or raise ``CheckpointInUse``: at once if another process holds it.
+
+    When this process holds it, an earlier query of this driver on the same checkpoint is still letting go (its
+    watch releases the lock a moment after the query stops, or later on a loaded machine: a ``drain`` right after
+    another failed so under load), so that release is waited for, up to ``OWN_RELEASE_WAIT_S``.
+    """
     lock = FileLock(job_lock_path(checkpoint, rocks_dir))
-    if not lock.try_acquire():
-        raise CheckpointInUse(f"checkpoint {checkpoint} is in use by another validator job (pid {lock.holder()}, "
-                              f"lock {lock.path}); stop it first")
+    deadline = time.monotonic() + OWN_RELEASE_WAIT_S
+    while not lock.try_acquire():
+        if lock.holder() != str(os.getpid()) or time.monotonic() > deadline:
+            raise CheckpointInUse(f"checkpoint {checkpoint} is in use by another validator job (pid {lock.holder()}, "
+                                  f"lock {lock.path}); stop it first")
+        time.sleep(0.05)
     return lock

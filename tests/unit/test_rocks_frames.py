@@ -7,18 +7,24 @@ import os
 import shutil
 import struct
 import zlib
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 import rocksdict
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.settings import Settings
 from app.validator.fold import OutputRecord
+from app.validator.headers import ce_time
 from app.validator.rocks import frames
 from app.validator.rocks.checkpoint import MAGIC_V1, ShardStore, decode_changelog, fsync_dir
 from app.validator.rocks.frames import decode_outputs, encode_outputs
 from app.validator.rocks.memory import shard_options
 from app.validator.rocks.shard import M_LOG, M_OUT, run_task, shard_dir
+from app.validator.rocks.wire import HEADERS_TYPE, headers_array
 from tests.unit.test_rocks_shard import NOW, random_commands, reference
 
 pytestmark = pytest.mark.unit
@@ -63,18 +69,36 @@ def v2_outputs(outputs: list[OutputRecord]) -> bytes:
     return b"".join(parts)
 
 
-def test_outputs_are_framed_with_64_bit_lengths_and_headers_and_earlier_framings_still_read() -> None:
-    outs: list[OutputRecord] = [
-        ("events", b"k", b"v" * 3, 2, (("ce_id", b"e1"), ("content-type", b"application/avro"))),
-        ("rejections", None, b"", 0, ()), ("events", b"", b"x" * 70_000, 7, (("ce_time", b""), ("h", b"y" * 300)))]
+def v3_outputs(outputs: list[OutputRecord]) -> bytes:
+    """The outputs framing that stored each record's headers: OUTPUTS_V3 (briefly written, still read)."""
+    q = struct.Struct(">q").pack
+    parts = [frames.OUTPUTS_V3, q(len(outputs))]
+    for topic, key, value, partition, headers in outputs:
+        parts += [q(len(topic.encode())), topic.encode()]
+        parts += [q(-1)] if key is None else [q(len(key)), key]
+        parts += [q(len(value)), value, _I.pack(partition), _I.pack(len(headers))]
+        for name, data in headers:
+            parts += [q(len(name.encode())), name.encode(), q(len(data)), data]
+    return b"".join(parts)
+
+
+def test_outputs_are_framed_with_64_bit_lengths_headers_derived_and_earlier_framings_still_read(
+        settings: Settings) -> None:
+    """Stored outputs keep no headers: they are derived from each value again, the same bytes (events, rejections,
+    a record that never decoded: no subject, no time)."""
+    outs = reference([random_commands(80, 10, seed=3)], settings)[0]
+    assert {o[0] for o in outs} == {settings.topic_events, settings.topic_rejections}
+    assert any(dict(o[4]).get("ce_subject") is None for o in outs)  # the junk record's rejection
     data = encode_outputs(outs)
-    assert data.startswith(frames.OUTPUTS_V3)
-    assert struct.unpack_from(">q", data, len(frames.OUTPUTS_V3)) == (3,)  # the count, then each length, in 8 bytes
-    assert decode_outputs(data) == outs
+    assert data.startswith(frames.OUTPUTS_V4)
+    assert struct.unpack_from(">q", data, len(frames.OUTPUTS_V4)) == (len(outs),)  # the count, then 8-byte lengths
+    assert b"ce_id" not in data and b"application/avro" not in data  # no header is stored
+    assert decode_outputs(data, settings.topic_commands) == outs
+    assert decode_outputs(v3_outputs(outs), settings.topic_commands) == outs
     headerless = [(t, k, v, p, ()) for t, k, v, p, _ in outs]  # what a version before headers wrote, and re-emits
-    assert decode_outputs(v2_outputs(outs)) == headerless
-    assert decode_outputs(old_outputs(outs)) == headerless
-    assert decode_outputs(old_outputs([])) == []
+    assert decode_outputs(v2_outputs(outs), settings.topic_commands) == headerless
+    assert decode_outputs(old_outputs(outs), settings.topic_commands) == headerless
+    assert decode_outputs(old_outputs([]), settings.topic_commands) == []
 
 
 def test_large_outputs_are_stored_in_bounded_chunks_and_stale_chunks_are_deleted(
@@ -166,3 +190,22 @@ def test_a_value_at_and_past_a_chunk_boundary_round_trips_in_the_fewest_chunks(s
     parts = [v for k, v in writes if k != b"m:out"]
     assert len(parts) == (size + 999) // 1000 and all(len(p) <= 1000 for p in parts)
     assert frames.read_chunked(stored.get, b"m:out") == data
+
+
+_HEADER_ROWS = st.lists(st.lists(st.tuples(st.sampled_from(["ce_id", "ce_type", "ce_time", "content-type", "é"]),
+                                           st.binary(max_size=40)), max_size=8).map(tuple), max_size=30)
+
+
+@given(_HEADER_ROWS)
+def test_headers_built_column_wise_are_what_pa_array_builds(rows: list[tuple[tuple[str, bytes], ...]]) -> None:
+    """``wire.headers_array`` (flat columns and offsets) is the same Arrow array as ``pa.array`` over the rows."""
+    built = headers_array(rows)
+    assert built.type == HEADERS_TYPE
+    assert built.equals(pa.array(rows, HEADERS_TYPE))
+    assert built.to_pylist() == [[{"key": k, "value": v} for k, v in row] for row in rows]
+
+
+@given(st.datetimes(min_value=datetime(1000, 1, 1),  # noqa: DTZ001 - hypothesis bounds are naive
+                    timezones=st.sampled_from([UTC, timezone(timedelta(hours=-7))])))
+def test_ce_time_is_rfc3339_utc_with_microseconds(at: datetime) -> None:
+    assert ce_time(at) == at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ").encode()

@@ -5,11 +5,13 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+from app.validator import lock as lock_module
 from app.validator.lock import CheckpointInUse, FileLock, ShardBusy, acquire_job_lock, job_lock_path
 from app.validator.rocks.memory import shard_options
 
@@ -45,7 +47,9 @@ def test_a_lock_held_by_another_process_is_refused_until_that_process_dies(tmp_p
     assert not mine.held
 
 
-def test_a_second_job_on_one_checkpoint_is_refused_even_in_the_same_process(tmp_path: Path) -> None:
+def test_a_second_job_on_one_checkpoint_is_refused_even_in_the_same_process(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lock_module, "OWN_RELEASE_WAIT_S", 0.3)
     ckpt = str(tmp_path / "ckpt")
     first = acquire_job_lock(ckpt, tmp_path / "rocks")
     with pytest.raises(CheckpointInUse, match="in use by another validator job"):
@@ -65,3 +69,14 @@ def test_job_lock_lives_in_a_local_checkpoint_and_under_rocks_dir_for_a_remote_o
 def test_one_memory_budget_per_process() -> None:
     assert shard_options(16, 4) is shard_options(16, 4)
     assert shard_options(16, 4) is not shard_options(32, 4)
+
+
+def test_a_lock_this_process_is_letting_go_of_is_waited_for(tmp_path: Path) -> None:
+    """A drain right after another in one driver: the first query's watch releases the lock a moment after it
+    stopped (later on a loaded machine); the second waits for that instead of failing CHECKPOINT_IN_USE."""
+    ckpt = str(tmp_path / "ckpt")
+    first = acquire_job_lock(ckpt, tmp_path / "rocks")
+    threading.Timer(0.5, first.release).start()
+    second = acquire_job_lock(ckpt, tmp_path / "rocks")  # raised CHECKPOINT_IN_USE at once before
+    assert second.held and not first.held
+    second.release()

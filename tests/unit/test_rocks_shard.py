@@ -197,8 +197,8 @@ def test_changelog_and_outputs_framing_round_trip_and_detect_damage() -> None:
         decode_changelog(data[:-5] + b"\xff" + data[-4:])
     with pytest.raises(CheckpointCorrupt):
         decode_changelog(data[:10])
-    outs = [("events", b"k", b"v" * 3, 2, (("ce_id", b"1"),)), ("rejections", None, b"", 0, ())]
-    assert decode_outputs(encode_outputs(outs)) == outs
+    outs = reference([random_commands(20, 5, seed=4)], Settings())[0]
+    assert decode_outputs(encode_outputs(outs), Settings().topic_commands) == outs
 
 
 def test_snapshots_upload_only_new_sst_files_and_share_the_rest(settings: Settings, ckpt: str) -> None:

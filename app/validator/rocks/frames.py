@@ -3,10 +3,17 @@
 A micro-batch's outputs (and its changelog) can outgrow what one RocksDB value or a signed 32-bit length holds
 (2 GiB): the first batch after a long outage used to fail there on every restart. Outputs are framed with 64-bit
 lengths (``encode_outputs``), and a value is stored as a header at its key plus chunks of at most ``CHUNK_BYTES``
-under ``<key>/<index>`` (``chunk_entries``). Each output keeps its Kafka headers (``OUTPUTS_V3``). Values written
-by earlier versions — outputs without headers (64-bit ``OUTPUTS_V2`` or 32-bit lengths), one unchunked value — are
-still read (``read_chunked``, ``decode_outputs``), so a shard or a changelog written before this format restores
-unchanged; their outputs are re-emitted without headers, as their first attempt wrote them.
+under ``<key>/<index>`` (``chunk_entries``).
+
+An output's Kafka headers are not stored (``OUTPUTS_V4``): they are a function of its value alone
+(``app.validator.headers``), so ``decode_outputs`` derives them again from the value when a batch is re-emitted,
+the same bytes its first attempt wrote. Storing them (``OUTPUTS_V3``, briefly) more than doubled the bytes a
+batch writes to RocksDB, its changelog and the checkpoint, and cost ~10 µs per command on the peers' stream
+(``bench.validator.shard_task``); deriving them costs an Avro decode per record, on a replay only.
+
+Values written by earlier versions are still read (``read_chunked``, ``decode_outputs``): outputs with stored
+headers (``OUTPUTS_V3``) re-emit those; outputs without headers (64-bit ``OUTPUTS_V2`` or 32-bit lengths) are
+re-emitted without headers, as their first attempt wrote them; one unchunked value is one chunk.
 """
 
 from __future__ import annotations
@@ -15,12 +22,15 @@ import struct
 from collections.abc import Callable, Sequence
 
 from app.validator.fold import OutputRecord
+from app.validator.headers import ce_headers
 from app.validator.rocks.checkpoint import CheckpointCorrupt
+from schemas import codec
 
 CHUNK_BYTES = 64 * 1024 * 1024  # one RocksDB value (and one changelog entry) holds at most this much
 
 OUTPUTS_V2 = b"\xffARBO2"   # 0xff: an old frame starts with its non-negative 32-bit record count, never 0xff
 OUTPUTS_V3 = b"\xffARBO3"   # V2 + each record's headers
+OUTPUTS_V4 = b"\xffARBO4"   # V2's layout; each record's headers derived from its value when read
 CHUNKED = b"\xffARBCH1"     # a chunked value's header: total length and chunk count follow
 _I = struct.Struct(">i")
 _Q = struct.Struct(">q")
@@ -30,12 +40,12 @@ Entry = tuple[bytes, bytes | None]
 
 
 def encode_outputs(outputs: Sequence[OutputRecord]) -> bytes:
-    """Return output records framed with 64-bit lengths: topic, key or none, value, partition, headers."""
+    """Return output records framed with 64-bit lengths: topic, key or none, value, partition (headers: derived)."""
     pack = _Q.pack
-    parts = [OUTPUTS_V3, pack(len(outputs))]
+    parts = [OUTPUTS_V4, pack(len(outputs))]
     append = parts.append
     heads: dict[str, bytes] = {}  # a batch writes to two topics: frame each name once
-    for topic, key, value, partition, headers in outputs:
+    for topic, key, value, partition, _ in outputs:
         head = heads.get(topic)
         if head is None:
             t = topic.encode()
@@ -49,18 +59,15 @@ def encode_outputs(outputs: Sequence[OutputRecord]) -> bytes:
         append(pack(len(value)))
         append(value)
         append(_I.pack(partition))
-        append(_I.pack(len(headers)))
-        for name, data in headers:
-            n = name.encode()
-            append(pack(len(n)))
-            append(n)
-            append(pack(len(data)))
-            append(data)
     return b"".join(parts)
 
 
-def decode_outputs(data: bytes) -> list[OutputRecord]:
-    """Parse ``encode_outputs``' bytes, or the headerless framings of earlier versions (64- or 32-bit lengths)."""
+def decode_outputs(data: bytes, commands_topic: str) -> list[OutputRecord]:
+    """Parse ``encode_outputs``' bytes (headers derived from each value, as decided from ``commands_topic``), or
+    an earlier version's framing: with stored headers, or headerless (64- or 32-bit lengths)."""
+    if data.startswith(OUTPUTS_V4):
+        return [(t, k, v, p, ce_headers(codec.decode_outcome(v), commands_topic))
+                for t, k, v, p, _ in _decode(data, len(OUTPUTS_V4), _Q)]
     if data.startswith(OUTPUTS_V3):
         return _decode(data, len(OUTPUTS_V3), _Q, with_headers=True)
     if data.startswith(OUTPUTS_V2):

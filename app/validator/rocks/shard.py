@@ -226,7 +226,7 @@ class Shard:
                                       f"{_QQ.unpack(span)}: refusing to decide one batch twice")
             if batch_id not in self.store.changelogs():
                 self.store.put_changelog(self._read(M_LOG))
-            return ShardResult(decode_outputs(self._read(M_OUT)), True, self.restored_from)
+            return ShardResult(decode_outputs(self._read(M_OUT), settings.topic_commands), True, self.restored_from)
         if last > batch_id:
             raise ShardStateError(f"shard {records[0].partition} has applied batch {last}, Spark asks for older "
                                   f"batch {batch_id}: the state belongs to another checkpoint or run")
