@@ -98,6 +98,20 @@ def verify_authorization(settings: Settings, authorization: str | None) -> str:
     return verify_token(settings.auth_secret.get_secret_value(), token.strip())
 
 
+def refuse_if_over_rate(state: Any, principal: str) -> None:  # noqa: ANN401 - the app's state
+    """Raise 429 RATE_LIMITED before a single write's body is read if ``principal`` has no write token now.
+
+    Nothing is taken here (``submit`` takes the token once the command is built): an over-rate principal's flood
+    then costs the event loop a token check and an answer per request, not a body read, parse and validation. The
+    batch route is not checked here: its cost is known only from its body (a batch over the burst is 413).
+    """
+    writes = state.quotas.writes
+    wait = writes.wait_for(principal)
+    if wait:
+        state.metrics.rate_limited.labels(writes.name).inc()
+        raise refusal(writes, principal, wait)
+
+
 async def _principal(request: Request) -> str:
     """Return the principal of the request's bearer token (declared in OpenAPI by ``create_app``)."""
     return authenticate(request)

@@ -26,7 +26,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api import json_body
-from app.api.deps import PRINCIPAL_SCOPE_KEY, verify_authorization
+from app.api.deps import PRINCIPAL_SCOPE_KEY, refuse_if_over_rate, verify_authorization
 from app.api.json_body import BODY_SCOPE_KEY, JSON_SCOPE_KEY, is_json
 from app.api.models import IDEMPOTENCY_KEY_PATTERN, OBJECT_ID_PATTERN, CreateRequest, Document
 from app.api.problems import arbiter_error
@@ -140,8 +140,10 @@ class FastWrites:
             elif name == b"prefer":
                 prefer.append(raw.decode("latin-1"))
         # the token before anything else, as on the FastAPI routes: no valid token, no body read
-        principal = verify_authorization(scope["app"].state.settings, authorization)
+        state = scope["app"].state
+        principal = verify_authorization(state.settings, authorization)
         scope[PRINCIPAL_SCOPE_KEY] = principal
+        refuse_if_over_rate(state, principal)  # as the routes do: an over-rate principal's body is never read
         if (idempotency_key is not None and not _IDEMPOTENCY_KEY.fullmatch(idempotency_key)) or (
                 if_match is not None and not _IF_MATCH.fullmatch(if_match)):
             raise _NotCommon

@@ -25,7 +25,8 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 
-from app.api.deps import authenticate
+from app.api.body_limit import BATCH_PATH
+from app.api.deps import authenticate, refuse_if_over_rate
 from app.api.problems import ApiError
 from commands.json_text import DEFAULT_MAX_DEPTH, value_problem
 
@@ -95,7 +96,9 @@ class StrictJsonRoute(APIRoute):
             return handler
 
         async def strict(request: Request) -> Response:
-            authenticate(request)  # before the body: an unauthenticated client costs no parse (issue 25)
+            principal = authenticate(request)  # before the body: an unauthenticated client costs no parse (issue 25)
+            if request.scope["path"] != BATCH_PATH:  # a single write: no token, no body read either
+                refuse_if_over_rate(request.app.state, principal)
             request = _StrictJsonRequest(request.scope, request.receive)
             if is_json(request.headers.get("content-type")) and await request.body():
                 await request.json()  # here, outside FastAPI's body handling, so an ApiError keeps its status

@@ -63,6 +63,16 @@ class TokenBuckets:
         self._sweep(now)
         return wait
 
+    def wait_for(self, principal: str, cost: int = 1) -> float:
+        """Seconds until ``principal`` has ``cost`` tokens (0.0: it has them now); nothing is taken."""
+        if self.rate <= 0:
+            return 0.0
+        bucket = self._buckets.get(principal)
+        if bucket is None:
+            return 0.0 if self.burst >= cost else (cost - self.burst) / self.rate
+        tokens = min(float(self.burst), bucket[0] + (self._clock() - bucket[1]) * self.rate)
+        return 0.0 if tokens >= cost else (cost - tokens) / self.rate
+
     def remaining(self, principal: str) -> int:
         """Whole tokens ``principal`` has now (``burst`` for a principal without a bucket)."""
         bucket = self._buckets.get(principal)

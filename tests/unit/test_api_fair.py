@@ -14,6 +14,7 @@ with warnings.catch_warnings():  # starlette 1.x nudges towards "httpx2"; httpx 
     from fastapi.testclient import TestClient
 
 from app.api.auth import issue_token
+from app.api.deps import ApiContext
 from app.api.main import create_app
 from app.api.quota import TokenBuckets
 from app.settings import Settings
@@ -112,3 +113,38 @@ def test_one_principals_flood_of_outcomes_cannot_evict_anothers() -> None:
     assert kept is not None and kept.kind == "accepted"
     assert len(cache) == 26
     assert cache.lookup("mallory", "flood-999") is not None and cache.lookup("mallory", "flood-974") is None
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_an_over_rate_principals_single_writes_are_429_before_their_bodies_are_read(
+        fast: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flood of a principal without write tokens costs a token check and an answer per request: its bodies are
+    never read or parsed (fast path and FastAPI routes alike); a batch is still judged by its size."""
+    from app.api import json_body
+
+    s = Settings(write_rate=1 / 1024, write_burst=4, api_fast_writes=fast)
+    app = create_app(s)
+    # no producer: nothing here may need one
+    app.state.ctx = ApiContext(s, None, app.state.outcomes, app.state.metrics, app.state.quotas)  # type: ignore[arg-type]
+    parsed: list[bytes] = []
+    real = json_body.parse_body
+    monkeypatch.setattr(json_body, "parse_body", lambda raw: parsed.append(raw) or real(raw))
+
+    def auth(p: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {issue_token(s.auth_secret.get_secret_value(), p, 60)}",
+                "Content-Type": "application/json"}
+
+    assert app.state.quotas.writes.take("mallory", 4) == 0.0  # its burst spent
+    client = TestClient(app)
+    for method, path, body in [("POST", "/objects", b'{"document": {}}'), ("POST", "/objects", b'{"x": NaN'),
+                               ("PATCH", "/objects/a", b'{"n": 1}'), ("DELETE", "/objects/a", b"")]:
+        r = client.request(method, path, content=body, headers=auth("mallory"))
+        assert r.status_code == 429 and r.json()["code"] == "RATE_LIMITED", (method, path, r.text)
+        assert r.headers["ratelimit"].startswith('"writes";r=0;')
+    assert parsed == []
+    batch = b'{"commands": [' + b",".join([b'{"kind": "delete", "object_id": "a"}'] * 5) + b"]}"
+    r = client.post("/commands:batch", content=batch, headers=auth("mallory"))
+    assert r.status_code == 413 and r.json()["code"] == "BODY_TOO_LARGE", r.text  # over the burst: never servable
+    r = client.post("/objects", content=b'{"x": NaN}', headers=auth("alice"))  # another principal: judged as ever
+    assert r.status_code == 422 and parsed == [batch, b'{"x": NaN}'], r.text
+    assert 'arbiter_api_rate_limited_total{policy="writes"} 4.0' in app.state.metrics.render().decode()
