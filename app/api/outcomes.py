@@ -114,11 +114,12 @@ class OutcomeCache:
         """Waiter slots in use."""
         return self._reserved
 
-    def offer(self, outcome: Outcome) -> None:
-        """Record an outcome (from any thread) and wake the waiters of the attempt it decides."""
+    def offer(self, outcome: Outcome, partition: int | None = None, offset: int | None = None) -> None:
+        """Record an outcome read at ``partition``/``offset`` (from any thread) and wake the waiters of the attempt it
+        decides."""
         if self._on_outcome is not None:
             self._on_outcome(outcome)
-        summary = summarize(outcome)
+        summary = summarize(outcome, partition, offset)
         if summary is None or not _answerable(summary):
             return
         principal, cid = summary.principal, summary.command_id
@@ -327,7 +328,7 @@ class OutcomeConsumer:
                     log.warning("outcomes: undecodable record %s[%d]@%d: %s", msg.topic(), msg.partition(),
                                 msg.offset(), e)
                     continue
-                self.cache.offer(outcome)
+                self.cache.offer(outcome, msg.partition(), msg.offset())
 
     def close(self) -> None:
         """Stop the thread and close the consumer."""

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from rocksdict import AccessType, Rdict
 
-from projections.db.store import current_generation, doc_key, iter_gaps, iter_views, options
+from projections.db.port import TP
+from projections.db.store import current_generation, doc_key, iter_gaps, iter_offsets, iter_views, options
 from projections.db.view import ObjectView, StoredView
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,11 @@ class ReadModel:
         """Return objects whose events had a gap or could not be applied (they need attention or a rebuild)."""
         db = self._db_now()
         return iter_gaps(db) if db is not None else {}
+
+    def offsets(self) -> dict[TP, int]:
+        """Return the projection's next offset per partition, stored in the batch with the documents it read."""
+        db = self._db_now()
+        return iter_offsets(db) if db is not None else {}
 
     def ready(self) -> bool:
         """Return True once the projection has created the first generation."""

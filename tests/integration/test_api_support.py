@@ -72,8 +72,24 @@ def live_pipeline(spark: Any, settings: Settings) -> Iterator[None]:  # noqa: AN
 
     What the API answers after this is what ``arbiter run`` would answer: nothing in between is played by a test.
     """
-    s = settings.model_copy(update={"trigger_interval": "100 milliseconds", "projection_sync_writes": False})
-    query = build_query(spark, s)
+    with validator_running(spark, settings), db_projection_running(settings):
+        yield
+
+
+@contextmanager
+def validator_running(spark: Any, settings: Settings) -> Iterator[None]:  # noqa: ANN401 - a SparkSession
+    """Run the real validator's streaming query on ``spark`` until the block ends (no projection)."""
+    query = build_query(spark, settings.model_copy(update={"trigger_interval": "100 milliseconds"}))
+    try:
+        yield
+    finally:
+        query.stop()
+
+
+@contextmanager
+def db_projection_running(settings: Settings) -> Iterator[None]:
+    """Run the real DB projection on a thread into the configured read model until the block ends."""
+    s = settings.model_copy(update={"projection_sync_writes": False})
     runner = Runner(RunnerConfig(bootstrap=s.kafka_bootstrap, topics=(s.topic_events,),
                                  group_id=f"t-db-{s.topic_events}", assign_all=True, lag_interval_s=3600),
                     DbProjection(open_writer(s)))
@@ -86,7 +102,6 @@ def live_pipeline(spark: Any, settings: Settings) -> Iterator[None]:  # noqa: AN
     finally:
         runner.request_stop()
         projection.join(30)
-        query.stop()
         assert not projection.is_alive(), "the DB projection did not stop"
 
 
