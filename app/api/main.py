@@ -27,8 +27,10 @@ from app.api.routes import commands, contract, objects, ops
 from app.api.routes import status as status_routes
 from app.api.secret_policy import require_usable_secret
 from app.limits import for_settings
+from app.read_models import audit_root
 from app.settings import Settings
 from app.status.collector import StatusCollector
+from projections.audit.outcomes import AuditOutcomes
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +83,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
         owned = read_model is None
         app.state.read_model = read_model if read_model is not None else open_read_model(settings)
         app.state.positions = position_watch(settings, app.state.read_model)
+        app.state.durable_outcomes = AuditOutcomes(audit_root(settings))
         app.state.ctx = ApiContext(settings, app.state.producer, app.state.outcomes, metrics, app.state.quotas)
         app.state.status.start_sampling()  # the status page's charts: a point a second whether or not anyone looks
         gauges = asyncio.create_task(_set_gauges(metrics, app.state.outcomes))
@@ -94,6 +97,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
             left = app.state.producer.close()
             if left:
                 log.error("%d commands were still unacknowledged at shutdown", left)
+            app.state.durable_outcomes.close()
             if owned and app.state.read_model is not None and hasattr(app.state.read_model, "close"):
                 app.state.read_model.close()
 

@@ -13,7 +13,7 @@ event or rejection is never the answer to a later one.
 Bounds: at most ``max_bytes`` (estimated) and ``max_entries`` command ids, oldest evicted first, one principal's
 outcomes at most ``share`` of both (its own oldest evicted first); at most ``max_waiters`` concurrent waiters
 (``reserve_waiter``), one principal's at most ``waiter_share`` of them. Only outcomes written after this process started are
-known to ``lookup``; older or evicted ones answer 404 on ``GET /commands/{id}``.
+known to ``lookup``; ``GET /commands/{id}`` looks older or evicted ones up in the audit trail (``durable_lookup``).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
 from app.api.summary import OutcomeSummary, summarize
 from commands import DEFAULT_LIMITS, Event, Rejection
 from commands.command import utf8_size
+from projections.audit.outcomes import AuditOutcomes
 from schemas import codec
 from schemas.wire import DecodeError
 
@@ -233,6 +234,20 @@ class OutcomeCache:
                     waiters.remove(entry)
                     if not waiters:
                         del self._waiters[key]
+
+
+def durable_lookup(audit: AuditOutcomes, principal: str, command_id: str) -> OutcomeSummary | None:
+    """Return the outcome of ``principal``'s command from the audit trail, as ``OutcomeCache.lookup`` would.
+
+    Its event if accepted, else its latest rejection; None for a command the trail does not hold for ``principal``
+    (another principal's included).
+    """
+    summaries = [s for d in audit.decisions(principal, command_id)
+                 if (s := summarize(d.outcome, d.partition, d.offset)) is not None]
+    accepted = next((s for s in summaries if s.kind == "accepted"), None)
+    if accepted is not None or not summaries:
+        return accepted
+    return max(summaries, key=lambda s: s.occurred_at.timestamp() if s.occurred_at else 0.0)
 
 
 def _resolve(fut: asyncio.Future[OutcomeSummary], summary: OutcomeSummary) -> None:

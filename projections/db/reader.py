@@ -9,7 +9,6 @@ lag. A rebuild swaps ``current``; the reader notices the new target on its next 
 from __future__ import annotations
 
 import logging
-import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from rocksdict import AccessType, Rdict
 from projections.db.port import TP
 from projections.db.store import current_generation, doc_key, iter_gaps, iter_offsets, iter_views, options
 from projections.db.view import ObjectView, StoredView
+from projections.rocks import close_secondary
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +96,8 @@ class ReadModel:
         return current_generation(self.root) is not None
 
     def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
-        if self._secondary is not None:
-            shutil.rmtree(self._secondary, ignore_errors=True)
-            self._secondary = None
+        close_secondary(self._db, self._secondary)
+        self._db, self._secondary = None, None
 
     def __enter__(self) -> ReadModel:
         return self
