@@ -14,6 +14,11 @@ def read_model_root(s: Settings) -> Path:
     return s.path(s.read_model_dir) if s.read_model_dir else s.path(s.var_dir) / "read_model"
 
 
+def audit_root(s: Settings) -> Path:
+    """The audit projection's store (``audit_dir``, else ``<var_dir>/audit``): ``GET /commands/{id}`` reads it too."""
+    return s.path(s.audit_dir) if s.audit_dir else s.path(s.var_dir) / "audit"
+
+
 def postgres_conninfo(s: Settings) -> str:
     """``ARBITER_POSTGRES_DSN``, else the local server's (``arbiter postgres start``)."""
     if s.postgres_dsn is not None and s.postgres_dsn.get_secret_value():

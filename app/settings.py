@@ -159,6 +159,8 @@ class Settings(BaseSettings):
     produce_timeout_s: float = Field(default=10.0, gt=0, description="Delivery wait before a write answers 503.")
     retry_after_s: int = Field(default=2, ge=1, description="Retry-After of a 503.")
     wait_max_s: float = Field(default=30.0, ge=0, description="Cap on `Prefer: wait=<seconds>`.")
+    min_position_wait_s: float = Field(default=5.0, ge=0, description="Longest a GET with Arbiter-Min-Position waits "
+                                       "for the read model to pass it before answering 503 POSITION_NOT_REACHED.")
     outcome_cache_size: int = Field(default=200_000, ge=1, description="Most command ids kept for GET /commands/{id}.")
     read_model_dir: Path | None = Field(default=None, description="DB projection's read model; empty = <var_dir>/read_model.")
     # --- read model backend (issue 17) --------------------------------------------------------

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 from typing import cast
 
 from rocksdict import Rdict
@@ -18,3 +20,11 @@ def prefixed(db: Rdict, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
         if not key.startswith(prefix):
             break
         yield key, value
+
+
+def close_secondary(db: Rdict | None, directory: Path | None) -> None:
+    """Close a secondary instance (if open) and delete its own small directory (if any)."""
+    if db is not None:
+        db.close()
+    if directory is not None:
+        shutil.rmtree(directory, ignore_errors=True)

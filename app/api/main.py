@@ -19,6 +19,7 @@ from app.api.memo import Memo
 from app.api.metrics import ApiMetrics, RequestMetrics, mark_dead
 from app.api.models import Problem
 from app.api.outcomes import OutcomeCache, OutcomeConsumer
+from app.api.position import PositionWatch
 from app.api.producer import CommandProducer
 from app.api.quota import Quotas
 from app.api.read_model import open_read_model, read_model_ready
@@ -26,8 +27,10 @@ from app.api.routes import commands, contract, objects, ops
 from app.api.routes import status as status_routes
 from app.api.secret_policy import require_usable_secret
 from app.limits import for_settings
+from app.read_models import audit_root
 from app.settings import Settings
 from app.status.collector import StatusCollector
+from projections.audit.outcomes import AuditOutcomes
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +54,16 @@ async def _set_gauges(metrics: ApiMetrics, outcomes: OutcomeCache) -> None:
         await asyncio.sleep(1.0)
 
 
+def position_watch(settings: Settings, rm: ReadModelPort | None) -> PositionWatch | None:
+    """Return the waits for ``rm``'s offsets on the events topic, or None if it keeps none (no read model)."""
+    offsets = getattr(rm, "offsets", None)
+    if offsets is None:
+        return None
+    topic = settings.topic_events
+    return PositionWatch(lambda: {p: o for (t, p), o in offsets().items() if t == topic},
+                         blocking=bool(getattr(rm, "blocking", False)))
+
+
 def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -> FastAPI:
     """Return the API for ``settings``; the producer and the outcomes consumer start with the app's lifespan.
 
@@ -69,6 +82,8 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
             app.state.outcomes, settings.kafka_config)
         owned = read_model is None
         app.state.read_model = read_model if read_model is not None else open_read_model(settings)
+        app.state.positions = position_watch(settings, app.state.read_model)
+        app.state.durable_outcomes = AuditOutcomes(audit_root(settings))
         app.state.ctx = ApiContext(settings, app.state.producer, app.state.outcomes, metrics, app.state.quotas)
         app.state.status.start_sampling()  # the status page's charts: a point a second whether or not anyone looks
         gauges = asyncio.create_task(_set_gauges(metrics, app.state.outcomes))
@@ -82,6 +97,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
             left = app.state.producer.close()
             if left:
                 log.error("%d commands were still unacknowledged at shutdown", left)
+            app.state.durable_outcomes.close()
             if owned and app.state.read_model is not None and hasattr(app.state.read_model, "close"):
                 app.state.read_model.close()
 
@@ -104,6 +120,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
                               read_rate=settings.read_rate, read_burst=settings.read_burst,
                               max_principals=settings.rate_principals)
     app.state.read_model = read_model
+    app.state.positions = None
     app.state.read_model_probe = Memo(lambda: read_model_ready(app.state.read_model), interval=1.0)
     app.state.outcome_consumer = None
     problems.install(app)

@@ -13,7 +13,7 @@ event or rejection is never the answer to a later one.
 Bounds: at most ``max_bytes`` (estimated) and ``max_entries`` command ids, oldest evicted first, one principal's
 outcomes at most ``share`` of both (its own oldest evicted first); at most ``max_waiters`` concurrent waiters
 (``reserve_waiter``), one principal's at most ``waiter_share`` of them. Only outcomes written after this process started are
-known to ``lookup``; older or evicted ones answer 404 on ``GET /commands/{id}``.
+known to ``lookup``; ``GET /commands/{id}`` looks older or evicted ones up in the audit trail (``durable_lookup``).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
 from app.api.summary import OutcomeSummary, summarize
 from commands import DEFAULT_LIMITS, Event, Rejection
 from commands.command import utf8_size
+from projections.audit.outcomes import AuditOutcomes
 from schemas import codec
 from schemas.wire import DecodeError
 
@@ -114,11 +115,12 @@ class OutcomeCache:
         """Waiter slots in use."""
         return self._reserved
 
-    def offer(self, outcome: Outcome) -> None:
-        """Record an outcome (from any thread) and wake the waiters of the attempt it decides."""
+    def offer(self, outcome: Outcome, partition: int | None = None, offset: int | None = None) -> None:
+        """Record an outcome read at ``partition``/``offset`` (from any thread) and wake the waiters of the attempt it
+        decides."""
         if self._on_outcome is not None:
             self._on_outcome(outcome)
-        summary = summarize(outcome)
+        summary = summarize(outcome, partition, offset)
         if summary is None or not _answerable(summary):
             return
         principal, cid = summary.principal, summary.command_id
@@ -234,6 +236,20 @@ class OutcomeCache:
                         del self._waiters[key]
 
 
+def durable_lookup(audit: AuditOutcomes, principal: str, command_id: str) -> OutcomeSummary | None:
+    """Return the outcome of ``principal``'s command from the audit trail, as ``OutcomeCache.lookup`` would.
+
+    Its event if accepted, else its latest rejection; None for a command the trail does not hold for ``principal``
+    (another principal's included).
+    """
+    summaries = [s for d in audit.decisions(principal, command_id)
+                 if (s := summarize(d.outcome, d.partition, d.offset)) is not None]
+    accepted = next((s for s in summaries if s.kind == "accepted"), None)
+    if accepted is not None or not summaries:
+        return accepted
+    return max(summaries, key=lambda s: s.occurred_at.timestamp() if s.occurred_at else 0.0)
+
+
 def _resolve(fut: asyncio.Future[OutcomeSummary], summary: OutcomeSummary) -> None:
     if not fut.done():
         fut.set_result(summary)
@@ -327,7 +343,7 @@ class OutcomeConsumer:
                     log.warning("outcomes: undecodable record %s[%d]@%d: %s", msg.topic(), msg.partition(),
                                 msg.offset(), e)
                     continue
-                self.cache.offer(outcome)
+                self.cache.offer(outcome, msg.partition(), msg.offset())
 
     def close(self) -> None:
         """Stop the thread and close the consumer."""

@@ -45,6 +45,7 @@ STATUS: dict[str, int] = {
     "UNSERVABLE_DOCUMENT": 503,
     "VIEW_STALE": 503,
     "DOCUMENT_QUARANTINED": 503,
+    "POSITION_NOT_REACHED": 503,
 }
 
 _TITLES: dict[str, str] = {
@@ -65,6 +66,7 @@ _TITLES: dict[str, str] = {
     "UNSERVABLE_DOCUMENT": "The stored document is not RFC 8259 JSON; the read model needs a rebuild",
     "VIEW_STALE": "Events of this object are missing from the read model; its view is not served",
     "DOCUMENT_QUARANTINED": "An event's document could not be applied; the document is not served",
+    "POSITION_NOT_REACHED": "The read model has not yet projected the positions in Arbiter-Min-Position",
 }
 
 

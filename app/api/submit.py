@@ -14,8 +14,11 @@ from fastapi import Response
 from app.api.deps import ApiContext
 from app.api.models import CreateRequest, compact_json
 from app.api.outcomes import OVER_SHARE
+from app.api.position import HEADER as POSITION_HEADER
+from app.api.position import format_position
 from app.api.problems import ApiError, Rejected
 from app.api.quota import refusal
+from app.api.summary import OutcomeSummary
 from app.errors import BrokerUnavailable
 from app.limits import for_settings
 from commands import ACCEPTED, Command, CreateObject, DeleteObject, ReasonCode, UpdateObject
@@ -97,8 +100,11 @@ def _success_status(cmd: Command) -> int:
     return 201 if isinstance(cmd, CreateObject) else 204 if isinstance(cmd, DeleteObject) else 200
 
 
-def _decided(cmd: Command, version: int, event: str | None) -> Response:
+def _decided(cmd: Command, version: int, event: str | None, decision: OutcomeSummary | None) -> Response:
+    """Answer ``cmd`` as accepted at ``version``; ``decision`` (its event's summary, if known) gives its position."""
     headers = {"ETag": f'"{version}"'}
+    if decision is not None and decision.partition is not None and decision.offset is not None:
+        headers[POSITION_HEADER] = format_position(decision.partition, decision.offset)
     status = _success_status(cmd)
     if status == 204:
         return Response(status_code=204, headers=headers)
@@ -163,11 +169,15 @@ async def _submit(cmd: Command, ctx: ApiContext, wait: float | None) -> Response
         outcome = await outcomes.wait(cmd.principal, cmd.command_id, cmd.issued_at, wait)
         metrics.waits.labels("timeout" if outcome is None else "decided").inc()
         if outcome is not None and outcome.kind == "accepted" and outcome.version is not None:
-            return _decided(cmd, outcome.version, outcome.event)
+            return _decided(cmd, outcome.version, outcome.event, outcome)
         if outcome is not None:
             if outcome.reason == ReasonCode.DUPLICATE and outcome.original_outcome == ACCEPTED \
                     and outcome.original_version is not None:
-                return _decided(cmd, outcome.original_version, None)
+                # the original's event, if this process saw it: its position is this retry's position too
+                original = outcomes.lookup(cmd.principal, cmd.command_id)
+                known = original if original is not None and original.kind == "accepted" \
+                    and original.version == outcome.original_version else None
+                return _decided(cmd, outcome.original_version, None, known)
             raise Rejected(outcome, expected_version=cmd.expected_version)
     location = f"/commands/{cmd.command_id}"
     body = {"command_id": cmd.command_id, "object_id": cmd.object_id, "status": "queued",

@@ -27,6 +27,8 @@ class OutcomeSummary:
 
     ``version`` is the version produced (accepted) or the object's version when rejected; ``occurred_at`` is the
     attempt's ``issued_at``; ``original_version`` is set for a DUPLICATE (the first attempt's version).
+    ``partition`` and ``offset`` are where an accepted command's event is on the events topic (its position, for
+    read-your-writes: ``app.api.position``), None for rejections and where unknown.
     """
 
     kind: Literal["accepted", "rejected"]
@@ -40,6 +42,8 @@ class OutcomeSummary:
     message: str | None = None
     original_outcome: str | None = None
     original_version: int | None = None
+    partition: int | None = None
+    offset: int | None = None
     nbytes: int = field(default=0, compare=False)
 
 
@@ -47,13 +51,15 @@ def _size(*texts: str | None) -> int:
     return ENTRY_OVERHEAD + sum(sys.getsizeof(t) for t in texts if t is not None)
 
 
-def summarize(outcome: Event | Rejection) -> OutcomeSummary | None:
-    """Return the summary of ``outcome``, or None if it answers no client (no command id or principal)."""
+def summarize(outcome: Event | Rejection, partition: int | None = None,
+              offset: int | None = None) -> OutcomeSummary | None:
+    """Return the summary of ``outcome`` (an event read at ``partition``/``offset`` of the events topic), or None if
+    it answers no client (no command id or principal)."""
     if outcome.command_id is None or outcome.principal is None:
         return None
     if isinstance(outcome, Event):
         return OutcomeSummary("accepted", outcome.command_id, outcome.principal, outcome.object_id, outcome.version,
-                              outcome.occurred_at, event=outcome.type.value,
+                              outcome.occurred_at, event=outcome.type.value, partition=partition, offset=offset,
                               nbytes=_size(outcome.command_id, outcome.principal, outcome.object_id))
     message = clip(outcome.message, MESSAGE_CHARS)
     return OutcomeSummary("rejected", outcome.command_id, outcome.principal, outcome.object_id,

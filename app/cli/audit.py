@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from app.cli.project import audit_root
+from app.read_models import audit_root
 from app.settings import get_settings
 
 

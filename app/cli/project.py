@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 
 from app.limits import consumer_config
 from app.settings import Settings, get_settings
 from projections.runner import RESET_POSITIONS, Projection, Runner, RunnerConfig
 
 log = logging.getLogger(__name__)
-
-
-def audit_root(s: Settings) -> Path:
-    return s.path(s.audit_dir) if s.audit_dir else s.path(s.var_dir) / "audit"
 
 
 def runner_config(s: Settings, name: str, topics: tuple[str, ...], *, assign_all: bool,
@@ -87,6 +82,7 @@ def _db(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
+    from app.read_models import audit_root
     from projections.audit import AuditProjection
 
     s = get_settings()

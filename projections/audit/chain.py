@@ -124,3 +124,14 @@ def unpack_head(raw: bytes) -> Head:
 def index_key(object_id: str, topic: str, partition: int, seq: int) -> bytes:
     """Key of the by-object index entry pointing at one chain entry."""
     return b"x" + object_id.encode() + b"\x00" + entry_key(topic, partition, seq)
+
+
+def command_prefix(principal: str, command_id: str) -> bytes:
+    """Prefix of the by-command index entries of one principal's command (lengths first: no separator ambiguity)."""
+    p, c = principal.encode(), command_id.encode()
+    return b"c" + struct.pack(">I", len(p)) + p + struct.pack(">I", len(c)) + c
+
+
+def command_key(principal: str, command_id: str, topic: str, partition: int, seq: int) -> bytes:
+    """Key of the by-(principal, command id) index entry pointing at one chain entry."""
+    return command_prefix(principal, command_id) + entry_key(topic, partition, seq)

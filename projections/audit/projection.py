@@ -13,6 +13,7 @@ from projections.audit.chain import (
     RESTART_OFFSET,
     Entry,
     Head,
+    command_key,
     entry_key,
     head_key,
     index_key,
@@ -68,6 +69,10 @@ class AuditProjection(Projection):
             object_id = it.outcome.object_id if it.outcome is not None else _key_text(rec.key)
             if object_id:
                 wb.put(index_key(object_id, rec.topic, rec.partition, entry.seq), b"")
+            outcome = it.outcome
+            if outcome is not None and outcome.principal is not None and outcome.command_id is not None:
+                # what GET /commands/{id} answers from after an API restart (projections.audit.outcomes)
+                wb.put(command_key(outcome.principal, outcome.command_id, rec.topic, rec.partition, entry.seq), b"")
             self._heads[tp] = Head(h, entry.seq + 1, rec.offset + 1)
             touched.add(tp)
             self.appended += 1

@@ -8,11 +8,15 @@ the index without scanning segments.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rocksdict import AccessType, Options, Rdict, WriteBatch, WriteOptions
 
 from projections.audit.chain import Head, head_key, parse_chain_key, unpack_head
 from projections.rocks import prefixed
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 TP = tuple[str, int]
 
@@ -53,3 +57,12 @@ def heads(db: Rdict) -> dict[TP, Head]:
 def head_of(db: Rdict, tp: TP) -> Head | None:
     raw = db.get(head_key(*tp))
     return unpack_head(raw) if raw is not None else None
+
+
+def indexed(db: Rdict, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """Yield ``(entry key, packed entry)`` of every chain entry an index under ``prefix`` points at, in index order."""
+    for k, _ in prefixed(db, prefix):
+        ek = k[len(prefix):]
+        raw = db.get(ek)
+        if raw is not None:
+            yield ek, raw

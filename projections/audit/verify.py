@@ -171,11 +171,7 @@ def history(path: Path, object_id: str) -> list[HistoryEntry]:
     prefix = b"x" + object_id.encode() + b"\x00"
     out: list[HistoryEntry] = []
     with reader(path) as db:
-        for k, _ in prefixed(db, prefix):
-            ek = k[len(prefix):]
-            raw = db.get(ek)
-            if raw is None:
-                continue
+        for ek, raw in store.indexed(db, prefix):
             try:
                 _, entry = unpack_entry(ek, raw)
             except ValueError as e:

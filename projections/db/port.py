@@ -70,6 +70,10 @@ class ReadModelReader(Protocol):
         """Return objects whose events had a gap or could not be applied."""
         ...
 
+    def offsets(self) -> dict[TP, int]:
+        """Return the next offset per partition stored with the documents this reader sees (read-your-writes)."""
+        ...
+
     def ready(self) -> bool:
         """Return True once the projection has created the read model."""
         ...

@@ -9,7 +9,6 @@ lag. A rebuild swaps ``current``; the reader notices the new target on its next 
 from __future__ import annotations
 
 import logging
-import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -17,8 +16,10 @@ from pathlib import Path
 
 from rocksdict import AccessType, Rdict
 
-from projections.db.store import current_generation, doc_key, iter_gaps, iter_views, options
+from projections.db.port import TP
+from projections.db.store import current_generation, doc_key, iter_gaps, iter_offsets, iter_views, options
 from projections.db.view import ObjectView, StoredView
+from projections.rocks import close_secondary
 
 log = logging.getLogger(__name__)
 
@@ -85,17 +86,18 @@ class ReadModel:
         db = self._db_now()
         return iter_gaps(db) if db is not None else {}
 
+    def offsets(self) -> dict[TP, int]:
+        """Return the projection's next offset per partition, stored in the batch with the documents it read."""
+        db = self._db_now()
+        return iter_offsets(db) if db is not None else {}
+
     def ready(self) -> bool:
         """Return True once the projection has created the first generation."""
         return current_generation(self.root) is not None
 
     def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
-        if self._secondary is not None:
-            shutil.rmtree(self._secondary, ignore_errors=True)
-            self._secondary = None
+        close_secondary(self._db, self._secondary)
+        self._db, self._secondary = None, None
 
     def __enter__(self) -> ReadModel:
         return self

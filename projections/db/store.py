@@ -100,11 +100,7 @@ class ReadModelStore:
 
     def offsets(self) -> dict[TP, int]:
         """Return the next offset to read per partition, as last written with the documents."""
-        out: dict[TP, int] = {}
-        for k, v in prefixed(self._db, OFFSET):
-            topic, _, part = k[1:].rpartition(b"\x00")
-            out[(topic.decode(), int(part))] = int(v)
-        return out
+        return iter_offsets(self._db)
 
     def successor(self) -> ReadModelStore | None:
         """If ``current`` now points at another generation (a rebuild), switch to it and delete this one."""
@@ -144,6 +140,14 @@ class ReadModelStore:
 def iter_views(db: Rdict) -> Iterator[tuple[str, ObjectView]]:
     for k, v in prefixed(db, DOC):
         yield k[1:].decode(), ObjectView.from_bytes(v)
+
+
+def iter_offsets(db: Rdict) -> dict[TP, int]:
+    out: dict[TP, int] = {}
+    for k, v in prefixed(db, OFFSET):
+        topic, _, part = k[1:].rpartition(b"\x00")
+        out[(topic.decode(), int(part))] = int(v)
+    return out
 
 
 def iter_gaps(db: Rdict) -> dict[str, str]:

@@ -13,7 +13,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from projections.db.port import ReadModelUnavailable
+from projections.db.port import TP, ReadModelUnavailable
 from projections.db.view import ObjectView, StoredView
 from projections.postgres.rows import COLUMNS, from_row, stored_from_row
 
@@ -34,6 +34,7 @@ class PgReadModel:
         self._get = sql.SQL("SELECT {} FROM {}.documents WHERE id = %s").format(COLUMNS, s)
         self._all = sql.SQL('SELECT {} FROM {}.documents ORDER BY id COLLATE "C"').format(COLUMNS, s)
         self._gaps = sql.SQL("SELECT object_id, detail::text FROM {}.gaps").format(s)
+        self._offsets = sql.SQL("SELECT topic, partition, next_offset FROM {}.offsets").format(s)
         # open=True without waiting: the API starts (and answers 503 on reads) while the database is down.
         self._pool = ConnectionPool(conninfo, min_size=1, max_size=pool_size, open=True, timeout=timeout_s,
                                     configure=_configure, name=f"read-model-reader-{schema}")
@@ -63,6 +64,10 @@ class PgReadModel:
 
     def gaps(self) -> dict[str, str]:
         return {str(oid): str(detail) for oid, detail in self._rows(self._gaps)}
+
+    def offsets(self) -> dict[TP, int]:
+        """Return the projection's next offset per partition, committed in the transaction of its documents."""
+        return {(str(t), int(p)): int(o) for t, p, o in self._rows(self._offsets)}
 
     def ready(self) -> bool:
         try:

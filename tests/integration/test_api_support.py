@@ -22,13 +22,14 @@ with warnings.catch_warnings():  # starlette 1.x nudges towards "httpx2"; httpx 
 
 from app.api.auth import issue_token
 from app.api.main import create_app
-from app.read_models import open_writer, read_model_root
+from app.read_models import audit_root, open_writer, read_model_root
 from app.settings import Settings
 from app.topics import ensure_topics
 from app.validator.job import build_query
+from projections.audit import AuditProjection
 from projections.db import DbProjection
 from projections.db.store import current_generation
-from projections.runner import Runner, RunnerConfig
+from projections.runner import Projection, Runner, RunnerConfig
 from schemas import codec
 
 
@@ -72,22 +73,52 @@ def live_pipeline(spark: Any, settings: Settings) -> Iterator[None]:  # noqa: AN
 
     What the API answers after this is what ``arbiter run`` would answer: nothing in between is played by a test.
     """
-    s = settings.model_copy(update={"trigger_interval": "100 milliseconds", "projection_sync_writes": False})
-    query = build_query(spark, s)
-    runner = Runner(RunnerConfig(bootstrap=s.kafka_bootstrap, topics=(s.topic_events,),
-                                 group_id=f"t-db-{s.topic_events}", assign_all=True, lag_interval_s=3600),
-                    DbProjection(open_writer(s)))
-    projection = threading.Thread(target=runner.run, name="db-projection", daemon=True)
-    projection.start()
+    with validator_running(spark, settings), db_projection_running(settings):
+        yield
+
+
+@contextmanager
+def validator_running(spark: Any, settings: Settings) -> Iterator[None]:  # noqa: ANN401 - a SparkSession
+    """Run the real validator's streaming query on ``spark`` until the block ends (no projection)."""
+    query = build_query(spark, settings.model_copy(update={"trigger_interval": "100 milliseconds"}))
     try:
+        yield
+    finally:
+        query.stop()
+
+
+@contextmanager
+def db_projection_running(settings: Settings) -> Iterator[None]:
+    """Run the real DB projection on a thread into the configured read model until the block ends."""
+    s = settings.model_copy(update={"projection_sync_writes": False})
+    with projection_running(s, DbProjection(open_writer(s)), (s.topic_events,)):
         if s.read_model == "rocksdb":
             assert current_generation(read_model_root(s)) is not None, "the DB projection did not create the read model"
         yield
+
+
+@contextmanager
+def audit_projection_running(settings: Settings) -> Iterator[None]:
+    """Run the real audit projection on a thread into ``audit_root(settings)`` until the block ends."""
+    projection = AuditProjection(audit_root(settings), sync=False)
+    with projection_running(settings, projection, (settings.topic_events, settings.topic_rejections)):
+        yield
+
+
+@contextmanager
+def projection_running(s: Settings, projection: Projection, topics: tuple[str, ...]) -> Iterator[None]:
+    """Run ``projection`` over ``topics`` on a thread (its runner assigned every partition) until the block ends."""
+    runner = Runner(RunnerConfig(bootstrap=s.kafka_bootstrap, topics=topics,
+                                 group_id=f"t-{projection.name}-{s.topic_events}", assign_all=True,
+                                 lag_interval_s=3600), projection)
+    thread = threading.Thread(target=runner.run, name=f"{projection.name}-projection", daemon=True)
+    thread.start()
+    try:
+        yield
     finally:
         runner.request_stop()
-        projection.join(30)
-        query.stop()
-        assert not projection.is_alive(), "the DB projection did not stop"
+        thread.join(30)
+        assert not thread.is_alive(), f"the {projection.name} projection did not stop"
 
 
 def read_until(client: TestClient, path: str, headers: dict[str, str], etag: str, timeout: float = 30.0) -> Any:  # noqa: ANN401

@@ -7,7 +7,7 @@ import time
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
 
 from app.api.deps import ContextDep, PrincipalDep, ReaderDep
@@ -26,6 +26,7 @@ from app.api.models import (
     CommandOutcome,
     compact_json,
 )
+from app.api.outcomes import durable_lookup
 from app.api.problems import PROBLEM_RESPONSES, RATE_LIMITED_RESPONSE, ApiError, status_of
 from app.api.producer import Delivered
 from app.api.quota import refusal
@@ -140,15 +141,18 @@ def _refused(c: Command, e: ApiError | BrokerUnavailable) -> dict[str, Any]:
 
 @router.get("/{command_id}", response_model=CommandOutcome,
             responses={401: PROBLEM_RESPONSES[401], **RATE_LIMITED_RESPONSE,
-                       404: PROBLEM_RESPONSES[401] | {"description": "Outcome not known to this process (yet)"}},
-            summary="The outcome of one of the caller's commands, once this API process has seen it")
-async def command_outcome(command_id: Annotated[str, Path(max_length=200)], principal: ReaderDep,
+                       404: PROBLEM_RESPONSES[401] | {"description": "No outcome known (yet) for the caller's "
+                                                      "command"}},
+            summary="The outcome of one of the caller's commands: this process's cache, else the audit trail")
+async def command_outcome(request: Request, command_id: Annotated[str, Path(max_length=200)], principal: ReaderDep,
                           ctx: ContextDep) -> JSONResponse:
-    # Keyed by (principal, command id): another principal's command is exactly as unknown as no command.
+    # Keyed by (principal, command id) in both places: another principal's command is exactly as unknown as none.
     o = ctx.outcomes.lookup(principal, command_id)
     if o is None:
-        raise ApiError(f"no outcome known for command {command_id!r}: not decided yet, or decided before this "
-                       "API process started or longer ago than its cache holds", code="NOT_FOUND")
+        o = durable_lookup(request.app.state.durable_outcomes, principal, command_id)
+    if o is None:
+        raise ApiError(f"no outcome known for command {command_id!r}: not decided yet, or not (yet) in the audit "
+                       "trail", code="NOT_FOUND")
     body = {"command_id": command_id, "object_id": o.object_id, "status": o.kind, "version": o.version,
             "event": o.event, "reason": o.reason, "message": o.message}
     return JSONResponse(body, headers={"ETag": f'"{o.version}"'} if o.kind == "accepted" else None)

@@ -19,6 +19,7 @@ from app.api.models import (
     CreateRequest,
     Document,
 )
+from app.api.position import HEADER, MIN_HEADER, PositionWatch, parse_min_positions
 from app.api.problems import PROBLEM_RESPONSES, RATE_LIMITED_RESPONSE, ApiError
 from app.api.submit import (
     IF_MATCH_PATTERN,
@@ -53,6 +54,15 @@ IfMatch = Annotated[str, Header(alias="If-Match", pattern=IF_MATCH_PATTERN,
                                        description='Expected version as a strong ETag: "<version>".')]
 Prefer = Annotated[str, Header(alias="Prefer", description="`wait=<seconds>` (RFC 7240) waits for the decision.")]
 
+#: The headers of a write answered with its decision (``Prefer: wait``).
+_DECIDED_HEADERS = {
+    "ETag": {"description": 'The version the command produced: "<version>"', "schema": {"type": "string"}},
+    HEADER: {"description": "Where the decision's event is on the events topic, `events:<partition>:<offset>`; "
+                            f"send it back in {MIN_HEADER} to read this write (absent when unknown)",
+             "schema": {"type": "string", "pattern": r"^events:[0-9]+:[0-9]+$"}},
+}
+_DECIDED = {"model": CommandDecided, "headers": _DECIDED_HEADERS}
+
 _WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
     **PROBLEM_RESPONSES,
     **RATE_LIMITED_RESPONSE,
@@ -70,7 +80,7 @@ async def _write(request: Request, cmd: Command, ctx: ApiContext) -> Response:
 
 
 
-@router.post("", status_code=202, responses={**_WRITE_RESPONSES, 201: {"model": CommandDecided}},
+@router.post("", status_code=202, responses={**_WRITE_RESPONSES, 201: _DECIDED},
              summary="Create an object (the client may choose its id)")
 async def create_object(request: Request, body: CreateRequest, principal: PrincipalDep, ctx: ContextDep,
                         idempotency_key: IdempotencyKey = None, if_match: IfMatch = None,
@@ -78,7 +88,7 @@ async def create_object(request: Request, body: CreateRequest, principal: Princi
     return await _write(request, create_command(principal, body, idempotency_key, if_match), ctx)
 
 
-@router.patch("/{object_id}", status_code=202, responses={**_WRITE_RESPONSES, 200: {"model": CommandDecided}},
+@router.patch("/{object_id}", status_code=202, responses={**_WRITE_RESPONSES, 200: _DECIDED},
               summary="Apply a JSON merge patch (RFC 7386) to an object")
 async def update_object(request: Request, object_id: ObjectIdPath,
                         patch: Annotated[Document, Body(media_type="application/merge-patch+json")],
@@ -87,7 +97,8 @@ async def update_object(request: Request, object_id: ObjectIdPath,
     return await _write(request, update_command(principal, object_id, patch, idempotency_key, if_match), ctx)
 
 
-@router.delete("/{object_id}", status_code=202, responses={**_WRITE_RESPONSES, 204: {"description": "Deleted"}},
+@router.delete("/{object_id}", status_code=202,
+               responses={**_WRITE_RESPONSES, 204: {"description": "Deleted", "headers": _DECIDED_HEADERS}},
                summary="Delete an object for good")
 async def delete_object(request: Request, object_id: ObjectIdPath, principal: PrincipalDep, ctx: ContextDep,
                         idempotency_key: IdempotencyKey = None, if_match: IfMatch = None,
@@ -108,7 +119,7 @@ async def _reader(request: Request, kind: type[GrantReader] | type[RevokeReader]
 
 
 @router.put("/{object_id}/editors/{editor}", status_code=202,
-            responses={**_WRITE_RESPONSES, 200: {"model": CommandDecided}}, summary="Let a principal edit an object")
+            responses={**_WRITE_RESPONSES, 200: _DECIDED}, summary="Let a principal edit an object")
 async def grant_editor(request: Request, object_id: ObjectIdPath, editor: GranteePath, principal: PrincipalDep,
                        ctx: ContextDep,
                        idempotency_key: IdempotencyKey = None, if_match: IfMatch = None,
@@ -118,7 +129,7 @@ async def grant_editor(request: Request, object_id: ObjectIdPath, editor: Grante
 
 
 @router.delete("/{object_id}/editors/{editor}", status_code=202,
-               responses={**_WRITE_RESPONSES, 200: {"model": CommandDecided}},
+               responses={**_WRITE_RESPONSES, 200: _DECIDED},
                summary="Stop a principal from editing an object")
 async def revoke_editor(request: Request, object_id: ObjectIdPath, editor: GranteePath, principal: PrincipalDep,
                         ctx: ContextDep,
@@ -129,7 +140,7 @@ async def revoke_editor(request: Request, object_id: ObjectIdPath, editor: Grant
 
 
 @router.put("/{object_id}/readers/{reader}", status_code=202,
-            responses={**_WRITE_RESPONSES, 200: {"model": CommandDecided}}, summary="Let a principal read an object")
+            responses={**_WRITE_RESPONSES, 200: _DECIDED}, summary="Let a principal read an object")
 async def grant_reader(request: Request, object_id: ObjectIdPath, reader: GranteePath, principal: PrincipalDep,
                        ctx: ContextDep, idempotency_key: IdempotencyKey = None, if_match: IfMatch = None,
                        prefer: Prefer = None) -> Response:
@@ -137,12 +148,27 @@ async def grant_reader(request: Request, object_id: ObjectIdPath, reader: Grante
 
 
 @router.delete("/{object_id}/readers/{reader}", status_code=202,
-               responses={**_WRITE_RESPONSES, 200: {"model": CommandDecided}},
+               responses={**_WRITE_RESPONSES, 200: _DECIDED},
                summary="Stop a principal from reading an object")
 async def revoke_reader(request: Request, object_id: ObjectIdPath, reader: GranteePath, principal: PrincipalDep,
                         ctx: ContextDep, idempotency_key: IdempotencyKey = None, if_match: IfMatch = None,
                         prefer: Prefer = None) -> Response:
     return await _reader(request, RevokeReader, object_id, reader, principal, ctx, idempotency_key, if_match)
+
+
+MinPosition = Annotated[str, Header(alias=MIN_HEADER, description=(
+    f"Positions from {HEADER} (`events:<partition>:<offset>`, comma-separated): answer only once the read model "
+    "has projected past each, waiting at most ARBITER_MIN_POSITION_WAIT_S."))]
+
+
+async def _await_positions(request: Request) -> None:
+    wanted = parse_min_positions(request.headers.getlist(MIN_HEADER))
+    watch: PositionWatch | None = request.app.state.positions
+    settings = request.app.state.settings
+    if watch is None or not await watch.reached(wanted, settings.min_position_wait_s):
+        raise ApiError(f"the read model has not projected up to {MIN_HEADER} within "
+                       f"{settings.min_position_wait_s:g} s (ARBITER_MIN_POSITION_WAIT_S); retry",
+                       code="POSITION_NOT_REACHED", headers={"Retry-After": str(settings.retry_after_s)})
 
 
 def _unknown(object_id: str) -> ApiError:
@@ -158,12 +184,20 @@ def _unknown(object_id: str) -> ApiError:
                        401: PROBLEM_RESPONSES[401], **RATE_LIMITED_RESPONSE,
                        404: PROBLEM_RESPONSES[401] | {"description": "Unknown object, or one the caller may not read"},
                        410: PROBLEM_RESPONSES[401] | {"description": "Deleted object"},
+                       400: PROBLEM_RESPONSES[401] | {"description": "Malformed Arbiter-Min-Position"},
                        503: PROBLEM_RESPONSES[503] | {"description": "Read model not open, the stored document "
                                                       "is not RFC 8259 JSON (UNSERVABLE_DOCUMENT), events of the "
-                                                      "object are missing (VIEW_STALE) or its document could not "
-                                                      "be applied (DOCUMENT_QUARANTINED)"}})
-async def read_object(object_id: ObjectIdPath, principal: ReaderDep, read_model: ReadModelDep,
-                      if_none_match: Annotated[str, Header(alias="If-None-Match")] = None) -> Response:
+                                                      "object are missing (VIEW_STALE), its document could not "
+                                                      "be applied (DOCUMENT_QUARANTINED), or the read model did "
+                                                      "not pass Arbiter-Min-Position within "
+                                                      "ARBITER_MIN_POSITION_WAIT_S (POSITION_NOT_REACHED)"}})
+async def read_object(request: Request, object_id: ObjectIdPath, principal: ReaderDep, read_model: ReadModelDep,
+                      if_none_match: Annotated[str, Header(alias="If-None-Match")] = None,
+                      min_position: MinPosition = None) -> Response:
+    # Positions first, before the object is looked up: the wait depends only on the read model's progress, so an
+    # outsider's answer (after the same wait) stays the 404 of an unknown id.
+    if min_position is not None:
+        await _await_positions(request)
     # A network read model (PostgreSQL) is read on the threadpool so a slow or down database never stalls the event
     # loop; the embedded one answers in microseconds and is read inline.
     # ``lookup`` (both real backends) decodes the document only when it is served: the access check runs on the
