@@ -90,7 +90,8 @@ def api_url(spark, base_settings: Settings,  # noqa: ANN001
     The validator drained before the app starts and is not running while the fuzzer writes: writes are answered
     202 (``wait_max_s`` is short), and the read model stays as the real pipeline filled it, which the role test
     below counts on."""
-    s = module_settings_for(base_settings, tmp_path_factory, "api-openapi", max_body_bytes=64 * 1024, wait_max_s=0.2)
+    s = module_settings_for(base_settings, tmp_path_factory, "api-openapi", max_body_bytes=64 * 1024, wait_max_s=0.2,
+                            min_position_wait_s=0.2)  # a generated Arbiter-Min-Position far ahead: 503 soon
     _fill_read_model(spark, s)
     with served(create_app(s)) as url:
         yield url, s
