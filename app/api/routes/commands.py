@@ -10,7 +10,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path
 from fastapi.responses import JSONResponse
 
-from app.api.deps import ContextDep, PrincipalDep, ReaderDep
+from app.api.auth import SHARE, WRITE
+from app.api.deps import CallerDep, ContextDep, ReaderDep
 from app.api.json_body import StrictJsonRoute
 from app.api.models import (
     BatchCreate,
@@ -77,8 +78,12 @@ BUILD_CHUNK = 256
                  413: PROBLEM_RESPONSES[413] | {
                  "description": "Too many commands, or some were too large and not stored: `results` says which"}},
              summary="Queue many commands in one request; one result per command, in order")
-async def batch(body: BatchRequest, principal: PrincipalDep, ctx: ContextDep) -> JSONResponse:
+async def batch(body: BatchRequest, caller: CallerDep, ctx: ContextDep) -> JSONResponse:
     """One result per command (202 stored, 413 too large, 503 not acknowledged); never a bare 500."""
+    principal = caller.principal
+    sharing = (BatchGrant, BatchRevoke, BatchGrantReader, BatchRevokeReader)
+    for scope in sorted({SHARE if isinstance(c, sharing) else WRITE for c in body.commands}):
+        caller.require(scope)  # the whole batch is refused (403) before any of it is produced
     settings, producer, metrics, writes = ctx.settings, ctx.producer, ctx.metrics, ctx.quotas.writes
     n = len(body.commands)
     most = min(settings.batch_max_commands, writes.burst) if writes.enabled else settings.batch_max_commands

@@ -8,8 +8,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Header, Path, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from app.api.auth import PRINCIPAL_PATTERN
-from app.api.deps import ApiContext, ContextDep, PrincipalDep, ReaderDep, ReadModelDep
+from app.api.auth import PRINCIPAL_PATTERN, scope_for
+from app.api.deps import ApiContext, ContextDep, PrincipalDep, ReaderDep, ReadModelDep, caller_of
 from app.api.json_body import StrictJsonRoute
 from app.api.models import (
     IDEMPOTENCY_KEY_PATTERN,
@@ -60,6 +60,7 @@ _WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 async def _write(request: Request, cmd: Command, ctx: ApiContext) -> Response:
+    caller_of(request).require(scope_for(cmd))  # 403 INSUFFICIENT_SCOPE before anything is produced
     return await submit(cmd, ctx, prefer_wait(request.headers.getlist("prefer"), ctx.settings.wait_max_s))
 
 
