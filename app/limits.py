@@ -51,6 +51,14 @@ OUTCOME_BYTES = 16      # Rejection.original_outcome ("ACCEPTED")
 MESSAGE_CHARS = 1000    # rejection messages built by the validator are clipped to this many characters
 MESSAGE_BYTES = 4 * MESSAGE_CHARS + 3  # UTF-8, plus the ellipsis ``commands.rejection.clip`` appends
 FALLBACK_KEEP_BYTES = 1024  # of the key and value of a command whose outcome did not fit
+# What a command carries of its sender's token (issue 27); the API copies no more than this into a command.
+# Not counted in ``max_document_bytes`` (that would cost every document ~2.4 KiB for the few callers with many groups):
+# a command within ``identity_bytes()`` of the record limit, from such a caller, is refused 413 TOO_LARGE by the
+# API's producer instead.
+MAX_GROUPS = 32         # groups of the sender, sorted, the first 32
+GROUP_NAME_BYTES = 64   # a longer group name is not copied (ASCII: principal characters)
+ISSUER_BYTES = 256      # ARBITER_OIDC_ISSUER URLs and ARBITER_LOCAL_ISSUER_ID are refused longer
+JTI_BYTES = 128         # a longer jti is replaced by its SHA-256 (64 hex characters)
 PAYLOAD_FIELDS = frozenset({"document", "patch", "editor", "reader"})  # at most one is set per event or command
 
 # Java clients' defaults, kept where they are already large enough.
@@ -109,6 +117,9 @@ def avro_max_size(schema: Any, bounds: Mapping[str, int], exclusive: frozenset[s
     if kind in ("string", "bytes"):
         bound = bounds[field]
         return varint_size(bound) + bound
+    if kind == "array":  # blocks: one count varint, the items, then a zero count
+        count = bounds[f"{field}#count"]
+        return varint_size(count) + count * avro_max_size(schema["items"], bounds, exclusive, field) + 1
     if kind == "enum":
         return varint_size(len(schema["symbols"]) - 1)
     if kind == "fixed":
@@ -135,15 +146,23 @@ def event_record_size(payload_bytes: int, id_bytes: int) -> int:
     """Return the most key + value bytes of an event with a payload of ``payload_bytes`` and ids of ``id_bytes``."""
     bounds = {"event_id": UUID_BYTES, "object_id": id_bytes, "command_id": id_bytes, "principal": id_bytes,
               "owner": id_bytes, "editor": id_bytes, "reader": id_bytes,
-              "document": payload_bytes, "patch": payload_bytes}
+              "document": payload_bytes, "patch": payload_bytes, "issuer": ISSUER_BYTES, "jti": JTI_BYTES}
     return id_bytes + HEADER_SIZE + avro_max_size(_schema(EVENT), bounds, PAYLOAD_FIELDS)
 
 
-def command_record_size(payload_bytes: int, id_bytes: int) -> int:
-    """Return the most key + value bytes of a command with a payload of ``payload_bytes`` and ids of ``id_bytes``."""
+def command_record_size(payload_bytes: int, id_bytes: int, *, identity: bool = False) -> int:
+    """Return the most key + value bytes of a command with a payload of ``payload_bytes`` and ids of ``id_bytes``;
+    with ``identity``, its sender's groups, issuer and jti at their bounds too (else none of them)."""
     bounds = {"object_id": id_bytes, "command_id": id_bytes, "principal": id_bytes, "editor": id_bytes,
-              "reader": id_bytes, "document": payload_bytes, "patch": payload_bytes}
+              "reader": id_bytes, "document": payload_bytes, "patch": payload_bytes,
+              "groups#count": MAX_GROUPS if identity else 0, "groups": GROUP_NAME_BYTES,
+              "issuer": ISSUER_BYTES if identity else 0, "jti": JTI_BYTES if identity else 0}
     return id_bytes + HEADER_SIZE + avro_max_size(_schema(COMMAND), bounds, PAYLOAD_FIELDS)
+
+
+def identity_bytes() -> int:
+    """Return the most bytes the sender's groups, issuer and jti add to a command (~2.4 KiB)."""
+    return command_record_size(0, 0, identity=True) - command_record_size(0, 0)
 
 
 def rejection_record_size(keep: int, id_bytes: int) -> int:
@@ -154,7 +173,8 @@ def rejection_record_size(keep: int, id_bytes: int) -> int:
     """
     bounds = {"rejection_id": UUID_BYTES, "message": MESSAGE_BYTES, "command_id": id_bytes, "object_id": id_bytes,
               "principal": id_bytes, "original_outcome": OUTCOME_BYTES, "topic": TOPIC_BYTES, "key": keep,
-              "value": keep, "key_sha256": SHA256_HEX_BYTES, "value_sha256": SHA256_HEX_BYTES}
+              "value": keep, "key_sha256": SHA256_HEX_BYTES, "value_sha256": SHA256_HEX_BYTES,
+              "issuer": ISSUER_BYTES, "jti": JTI_BYTES}
     return max(id_bytes, keep) + HEADER_SIZE + avro_max_size(_schema(REJECTION), bounds)
 
 

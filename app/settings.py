@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -209,14 +212,24 @@ class Settings(BaseSettings):
     oidc_jwks_refresh_min_s: float = Field(default=30, ge=0, description="Least time between two fetches of a "
                                            "JWKS caused by tokens with an unknown kid.")
     oidc_http_timeout_s: float = Field(default=5, gt=0, description="Timeout of discovery and JWKS requests.")
-    oidc_max_groups: int = Field(default=32, ge=0, le=256, description="Most groups of a caller copied into a "
-                                 "command (sorted; a group name is at most 122 characters).")
+    oidc_max_groups: int = Field(default=32, ge=0, le=32, description="Most groups of a caller copied into a "
+                                 "command (sorted; longer names than 64 characters are left out).")
     token_cache_size: int = Field(default=10_000, ge=1, description="Verified tokens kept per API process until "
                                   "they expire (least recently used go first).")
     local_issuer: bool | None = Field(
         default=None, description="Trust Arbiter's own development issuer (keys in <var_dir>/identity); unset = "
         "only when ARBITER_OIDC_ISSUER is empty.")
-    local_issuer_id: str = Field(default="urn:arbiter:local", description="The `iss` of Arbiter's own tokens.")
+    local_issuer_id: str = Field(default="urn:arbiter:local", max_length=256,
+                                 description="The `iss` of Arbiter's own tokens.")
+    # --- signed command records (issue 27: app/signing.py) -------------------------------------------
+    record_keys: dict[str, SecretStr] = Field(
+        default_factory=dict, description='Keys that sign command records, by id (JSON: \'{"k2": "<secret>"}\'); '
+        "empty = one key derived from ARBITER_AUTH_SECRET. Keep the old key here until its records are decided.")
+    record_key_id: str | None = Field(default=None, description="The id of the key that signs (required when "
+                                      "ARBITER_RECORD_KEYS holds several).")
+    allow_unsigned_commands: bool = Field(
+        default=False, description="Let the validator decide command records without a valid signature (other "
+        "producers than Arbiter's); off, they are rejected UNAUTHENTICATED.")
 
     @field_validator("oidc_issuer", "oidc_audience", "oidc_algorithms", mode="before")
     @classmethod
@@ -239,12 +252,23 @@ class Settings(BaseSettings):
     def for_tasks(self) -> Settings:
         """Return these settings without secrets, for everything shipped to Spark tasks (pickled) or shard servers.
 
-        Tasks never sign tokens, open the read model or a Kafka client of their own: the API's signing secret,
+        Tasks never sign tokens, open the read model or a Kafka client of their own: ``ARBITER_AUTH_SECRET``,
         the PostgreSQL DSN (it may carry a password) and the librdkafka pass-through (``sasl.password``, ...)
-        stay on the driver.
+        stay on the driver. Tasks do check command records' signatures, so the record keys go with them (the
+        derived key, not the secret it is derived from).
         """
+        keys = {kid: SecretStr(k) for kid, k in self.record_secrets().items()}
         return self.model_copy(update={"auth_secret": SecretStr(TASK_SECRET), "postgres_dsn": None,
-                                       "kafka_config": {}})
+                                       "kafka_config": {}, "record_keys": keys})
+
+    def record_secrets(self) -> dict[str, str]:
+        """Return the command-record signing keys by id: ``record_keys``, else one (``derived``) derived from
+        ``auth_secret`` by HMAC, so the derived key can go to Spark tasks without the secret (app/signing.py)."""
+        if self.record_keys:
+            return {kid: secret.get_secret_value() for kid, secret in self.record_keys.items()}
+        digest = hmac.new(self.auth_secret.get_secret_value().encode("utf-8"), b"arbiter record signing key v1",
+                          hashlib.sha256).digest()
+        return {"derived": base64.urlsafe_b64encode(digest).decode("ascii")}
 
     def path(self, p: Path) -> Path:
         """Resolve a configured directory against ``home`` unless it is absolute."""

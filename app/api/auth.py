@@ -24,8 +24,6 @@ WRITE, SHARE, READ, OPERATE, METRICS = "arbiter:write", "arbiter:share", "arbite
 SCOPES = frozenset({WRITE, SHARE, READ, OPERATE, METRICS})
 #: What `arbiter token` grants a user by default: everything but operating.
 USER_SCOPES = (READ, WRITE, SHARE)
-#: The prefix of a group grantee: ``group:<name>`` as an editor or reader means every member of ``<name>``.
-GROUP_PREFIX = "group:"
 
 
 def is_principal(text: object) -> bool:

@@ -30,6 +30,7 @@ STATUS: dict[str, int] = {
     ReasonCode.UNSUPPORTED_SCHEMA: 422,
     ReasonCode.MISROUTED: 422,
     ReasonCode.IDEMPOTENCY_KEY_REUSED: 422,
+    ReasonCode.UNAUTHENTICATED: 422,  # a record on the topic, not an HTTP caller: the API always signs
     "UNAUTHORIZED": 401,
     "INSUFFICIENT_SCOPE": 403,
     "IDENTITY_PROVIDER_UNAVAILABLE": 503,

@@ -12,6 +12,7 @@ Verified tokens are kept (bounded LRU) until they expire: a client's next reques
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
@@ -25,8 +26,10 @@ from urllib.parse import urlparse
 
 import jwt
 
-from app.api.auth import GROUP_PREFIX, SCOPES, Caller, Unauthorized, is_principal
+from app.api.auth import SCOPES, Caller, Unauthorized, is_principal
 from app.api.problems import ApiError
+from app.limits import GROUP_NAME_BYTES, ISSUER_BYTES, JTI_BYTES
+from commands.access import GROUP_PREFIX
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +135,8 @@ class TokenVerifier:
         refused = set(algorithms) - ASYMMETRIC
         if refused or not algorithms:
             raise ValueError(f"algorithms {sorted(refused) or '[]'} are not allowed; use some of {sorted(ASYMMETRIC)}")
+        if any(len(i.issuer.encode()) > ISSUER_BYTES for i in issuers):
+            raise ValueError(f"an issuer is longer than {ISSUER_BYTES} bytes")
         if not issuers or not audiences:
             raise ValueError("at least one trusted issuer and one audience are required")
         self._issuers = {i.issuer: i for i in issuers}
@@ -185,6 +190,8 @@ class TokenVerifier:
                                "(1-128 characters of [A-Za-z0-9._@:+-], not starting with 'group:')")
         assert isinstance(principal, str)
         jti = claims.get("jti")
+        if isinstance(jti, str) and len(jti.encode("utf-8", "surrogatepass")) > JTI_BYTES:
+            jti = hashlib.sha256(jti.encode("utf-8", "surrogatepass")).hexdigest()
         return Caller(principal, _scopes(claims), _groups(claims.get(rules.groups_claim), rules.max_groups),
                       trusted.issuer, jti if isinstance(jti, str) else None, float(claims["exp"]))
 
@@ -209,4 +216,4 @@ def _groups(value: object, most: int) -> tuple[str, ...]:
     if not isinstance(value, list):
         return ()
     names = {g.lstrip("/") for g in value if isinstance(g, str)}
-    return tuple(sorted(n for n in names if is_principal(GROUP_PREFIX + n)))[:most]
+    return tuple(sorted(n for n in names if len(n) <= GROUP_NAME_BYTES and is_principal(GROUP_PREFIX + n)))[:most]

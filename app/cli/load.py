@@ -34,6 +34,7 @@ from app.load.workload import (
     summary,
 )
 from app.settings import Settings, get_settings
+from app.signing import signer_for
 from schemas import codec
 from schemas.wire import DecodeError
 
@@ -127,6 +128,7 @@ def _drive_topic(s: Settings, args: argparse.Namespace, work: Workload, tally: T
         if err is not None:
             failed.append(str(err))
 
+    signer = signer_for(s)
     start = time.monotonic()
     sent = 0
     last_draw = 0.0
@@ -136,8 +138,9 @@ def _drive_topic(s: Settings, args: argparse.Namespace, work: Workload, tally: T
             producer.produce(s.topic_commands, key=b"garbage", value=garbage, on_delivery=on_delivery)
         else:
             watcher.sent(cmd.command_id, due)
-            producer.produce(s.topic_commands, key=cmd.object_id.encode(), value=codec.encode_command(cmd),
-                             on_delivery=on_delivery)
+            key, value = cmd.object_id.encode(), codec.encode_command(cmd)
+            producer.produce(s.topic_commands, key=key, value=value, on_delivery=on_delivery,
+                             headers=signer.headers(key, value))  # signed as the API signs
         sent += 1
         producer.poll(0)
         if time.monotonic() - last_draw > 0.3:

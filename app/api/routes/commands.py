@@ -10,7 +10,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path
 from fastapi.responses import JSONResponse
 
-from app.api.auth import SHARE, WRITE
+from app.api.auth import SHARE, WRITE, Caller
 from app.api.deps import CallerDep, ContextDep, ReaderDep
 from app.api.json_body import StrictJsonRoute
 from app.api.models import (
@@ -48,24 +48,30 @@ from schemas import codec
 router = APIRouter(prefix="/commands", tags=["commands"], route_class=StrictJsonRoute)
 
 
-def _command(item: BatchItem, principal: str, issued_at: Any) -> Command:
+def _command(item: BatchItem, caller: Caller, issued_at: Any) -> Command:
     cid = item.idempotency_key or str(uuid.uuid4())
     ev = item.expected_version
+    principal, groups, issuer, jti = caller.principal, caller.groups, caller.issuer, caller.jti
     if isinstance(item, BatchCreate):
         return CreateObject(cid, item.object_id or new_object_id(principal, cid), principal, issued_at, ev,
-                            document=compact_json(item.document))
+                            document=compact_json(item.document), groups=groups, issuer=issuer, jti=jti)
     if isinstance(item, BatchUpdate):
-        return UpdateObject(cid, item.object_id, principal, issued_at, ev, patch=compact_json(item.patch))
+        return UpdateObject(cid, item.object_id, principal, issued_at, ev, patch=compact_json(item.patch),
+                            groups=groups, issuer=issuer, jti=jti)
     if isinstance(item, BatchDelete):
-        return DeleteObject(cid, item.object_id, principal, issued_at, ev)
+        return DeleteObject(cid, item.object_id, principal, issued_at, ev, groups=groups, issuer=issuer, jti=jti)
     if isinstance(item, BatchGrant):
-        return GrantEditor(cid, item.object_id, principal, issued_at, ev, editor=item.editor)
+        return GrantEditor(cid, item.object_id, principal, issued_at, ev, editor=item.editor, groups=groups,
+                           issuer=issuer, jti=jti)
     if isinstance(item, BatchRevoke):
-        return RevokeEditor(cid, item.object_id, principal, issued_at, ev, editor=item.editor)
+        return RevokeEditor(cid, item.object_id, principal, issued_at, ev, editor=item.editor, groups=groups,
+                            issuer=issuer, jti=jti)
     if isinstance(item, BatchGrantReader):
-        return GrantReader(cid, item.object_id, principal, issued_at, ev, reader=item.reader)
+        return GrantReader(cid, item.object_id, principal, issued_at, ev, reader=item.reader, groups=groups,
+                           issuer=issuer, jti=jti)
     assert isinstance(item, BatchRevokeReader)
-    return RevokeReader(cid, item.object_id, principal, issued_at, ev, reader=item.reader)
+    return RevokeReader(cid, item.object_id, principal, issued_at, ev, reader=item.reader, groups=groups,
+                        issuer=issuer, jti=jti)
 
 
 #: Items built and encoded between yields of the event loop: a 1 MiB batch never holds the loop for long.
@@ -104,7 +110,7 @@ async def batch(body: BatchRequest, caller: CallerDep, ctx: ContextDep) -> JSONR
     for i, item in enumerate(body.commands):
         if i and not i % BUILD_CHUNK:
             await asyncio.sleep(0)
-        c = _command(item, principal, issued_at)
+        c = _command(item, caller, issued_at)
         cmds.append(c)
         if c.size > largest:  # what POST /objects answers 413: the validator would reject it TOO_LARGE
             results.append(_refused(c, ApiError(f"the document or patch is {c.size} bytes, over the {largest} whose "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Path, Request, Response
@@ -60,7 +61,9 @@ _WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 async def _write(request: Request, cmd: Command, ctx: ApiContext) -> Response:
-    caller_of(request).require(scope_for(cmd))  # 403 INSUFFICIENT_SCOPE before anything is produced
+    caller = caller_of(request)
+    caller.require(scope_for(cmd))  # 403 INSUFFICIENT_SCOPE before anything is produced
+    cmd = replace(cmd, groups=caller.groups, issuer=caller.issuer, jti=caller.jti)
     return await submit(cmd, ctx, prefer_wait(request.headers.getlist("prefer"), ctx.settings.wait_max_s))
 
 
@@ -163,7 +166,7 @@ def _unknown(object_id: str) -> ApiError:
                                                       "is not RFC 8259 JSON (UNSERVABLE_DOCUMENT), events of the "
                                                       "object are missing (VIEW_STALE) or its document could not "
                                                       "be applied (DOCUMENT_QUARANTINED)"}})
-async def read_object(object_id: ObjectIdPath, principal: ReaderDep, read_model: ReadModelDep,
+async def read_object(request: Request, object_id: ObjectIdPath, principal: ReaderDep, read_model: ReadModelDep,
                       if_none_match: Annotated[str, Header(alias="If-None-Match")] = None) -> Response:
     # A network read model (PostgreSQL) is read on the threadpool so a slow or down database never stalls the event
     # loop; the embedded one answers in microseconds and is read inline.
@@ -171,7 +174,7 @@ async def read_object(object_id: ObjectIdPath, principal: ReaderDep, read_model:
     # roles alone, so an outsider's 404 costs the same as an unknown id's, whatever the document's size.
     get = getattr(read_model, "lookup", read_model.get)
     view = await run_in_threadpool(get, object_id) if getattr(read_model, "blocking", False) else get(object_id)
-    if view is None or not may_read(principal, view.owner, view.editors, view.readers):
+    if view is None or not may_read(principal, view.owner, view.editors, view.readers, caller_of(request).groups):
         raise _unknown(object_id)
     etag = f'"{view.version}"'
     if view.deleted:
