@@ -10,7 +10,8 @@ could exceed it). From ``M``:
   21 bytes, key and value length varints of at most 5 bytes each, a 1-byte header count); ``MARGIN_BYTES``
   is slack on top, so a header added by a future producer or a framing difference between clients never
   decides whether a record fits. The API producer's librdkafka ``message.max.bytes`` refuses a command
-  over this figure too, so a command the API stores always fits its topic.
+  over this figure too, so a command the API stores always fits its topic. Its one header, the record's
+  signature (``app.signing``, at most ``SIGNATURE_HEADER_BYTES``), is allowed on top and comes out of the margin.
 - ``max_document_bytes``: the largest document or patch ``commands.decide`` accepts, so that the event (and
   the command) of such a payload with every id at ``Limits.max_id_bytes`` fits ``max_record_bytes``. The
   overhead is the worst-case Avro size of the newest Event and Command schemas, walked field by field.
@@ -43,6 +44,9 @@ MARGIN_BYTES = 1024
 # librdkafka's RD_KAFKAP_MESSAGE_V2_MAX_OVERHEAD: length 5, attributes 1, timestampDelta 10, offsetDelta 5,
 # key length 5, value length 5, header count 5.
 LIBRDKAFKA_RECORD_OVERHEAD = 36
+# The arbiter-signature header as librdkafka counts it: name and value length varints (5 each), the 17-byte name,
+# a key id of at most 64 characters (app.signing.MAX_KID_CHARS), ":" and 43 base64url characters.
+SIGNATURE_HEADER_BYTES = 5 + 17 + 5 + 64 + 1 + 43
 
 UUID_BYTES = 36         # event_id, rejection_id: uuid5 text
 TOPIC_BYTES = 249       # Kafka's longest topic name (ASCII)
@@ -216,10 +220,11 @@ def topic_config(settings: Settings) -> dict[str, str]:
 def api_producer_config(settings: Settings) -> dict[str, Any]:
     """Return the API producer's librdkafka size option: it refuses a command over ``max_record_bytes`` (key + value).
 
-    librdkafka compares a record's largest wire size, key + value + ``LIBRDKAFKA_RECORD_OVERHEAD``, with
-    ``message.max.bytes`` (``rd_kafka_msg_max_wire_size``).
+    librdkafka compares a record's largest wire size, key + value + headers + ``LIBRDKAFKA_RECORD_OVERHEAD``, with
+    ``message.max.bytes`` (``rd_kafka_msg_max_wire_size``); the one header is the signature.
     """
-    return {"message.max.bytes": for_settings(settings).max_record_bytes + LIBRDKAFKA_RECORD_OVERHEAD}
+    return {"message.max.bytes": for_settings(settings).max_record_bytes + LIBRDKAFKA_RECORD_OVERHEAD
+            + SIGNATURE_HEADER_BYTES}
 
 
 def sink_options(settings: Settings) -> dict[str, str]:

@@ -20,6 +20,7 @@ from functools import lru_cache
 from app.settings import Settings
 
 SIGNATURE_HEADER = "arbiter-signature"
+MAX_KID_CHARS = 64  # app.limits.SIGNATURE_HEADER_BYTES counts on it
 _DOMAIN = b"arbiter-command-record-v1\x00"
 _NO_KEY = b"\xff\xff\xff\xff"
 
@@ -35,6 +36,8 @@ class RecordSigner:
     def __init__(self, keys: Mapping[str, bytes], current: str) -> None:
         if current not in keys:
             raise ValueError(f"record key id {current!r} is not one of {sorted(keys)}")
+        if any(len(kid) > MAX_KID_CHARS or not kid.isascii() or ":" in kid for kid in keys):
+            raise ValueError(f"record key ids must be ASCII, without ':', at most {MAX_KID_CHARS} characters")
         self._keys = {kid.encode(): k for kid, k in keys.items()}
         self._current = current.encode()
 

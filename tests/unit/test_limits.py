@@ -18,6 +18,7 @@ from app.limits import (
     varint_size,
 )
 from app.settings import Settings
+from app.signing import signer_for
 from app.validator.decode import to_command
 from app.validator.fold import limits_for
 from app.validator.murmur2 import partition_for
@@ -83,7 +84,8 @@ def test_every_client_is_configured_from_the_one_setting() -> None:
     assert int(limits.source_options(s)["kafka.fetch.max.bytes"]) >= 8 * M
     assert int(limits.consumer_config(s)["fetch.message.max.bytes"]) >= 8 * M
     assert int(limits.consumer_config(s)["fetch.max.bytes"]) >= 8 * M
-    assert limits.api_producer_config(s)["message.max.bytes"] == sizes.max_record_bytes + LIBRDKAFKA_RECORD_OVERHEAD
+    assert limits.api_producer_config(s)["message.max.bytes"] == sizes.max_record_bytes + LIBRDKAFKA_RECORD_OVERHEAD \
+        + limits.SIGNATURE_HEADER_BYTES  # the record's one header, its signature, on top of key + value
     assert sizes.max_document_bytes > size_limits(M).max_document_bytes
 
 
@@ -169,7 +171,10 @@ def test_the_worst_case_events_fit_and_one_byte_more_is_too_large(m: int) -> Non
 
     # The command itself passes the API producer's check and fits the topic.
     value = codec.encode_command(create)
-    assert len(oid.encode()) + len(value) + LIBRDKAFKA_RECORD_OVERHEAD <= limits.api_producer_config(s)["message.max.bytes"]
+    header = len(signer_for(s).sign(oid.encode(), value)) + len("arbiter-signature") + 2
+    assert header <= limits.SIGNATURE_HEADER_BYTES
+    assert len(oid.encode()) + len(value) + LIBRDKAFKA_RECORD_OVERHEAD + header <= \
+        limits.api_producer_config(s)["message.max.bytes"]
 
     over = CreateObject(cid, oid, who, FAR, document=utf8_object(d + 1), **token)
     rej = decide(None, over, lim).outcome
