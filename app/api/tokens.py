@@ -101,6 +101,13 @@ class TrustedIssuer:
                                           int(self._refresh_min_s)) from e
             return self._jwks
 
+    def warm(self) -> None:
+        """Discover and fetch the JWKS now (at start, off the event loop), so a first request does not wait on it."""
+        try:
+            self._discover().get_jwk_set()
+        except (ProviderUnavailable, jwt.PyJWKClientError, jwt.PyJWKSetError) as e:
+            log.warning("could not fetch the keys of %s yet (the first token will try again): %s", self.issuer, e)
+
     def key(self, kid: str | None) -> jwt.PyJWK:
         """Return the signing key ``kid`` of this issuer's JWKS (refetched on an unknown kid, rate-limited)."""
         if not kid:
@@ -144,6 +151,11 @@ class TokenVerifier:
         self._audiences, self._algorithms, self._rules = list(audiences), list(algorithms), rules
         self._cache: OrderedDict[str, Caller] = OrderedDict()
         self._cache_size = cache_size
+
+    def warm(self) -> None:
+        """Fetch every trusted issuer's keys now; blocking (HTTP), so call it off the event loop."""
+        for issuer in self._issuers.values():
+            issuer.warm()
 
     def verify(self, token: str) -> Caller:
         """Return the ``Caller`` of ``token``; raise ``Unauthorized`` (or ``ProviderUnavailable``, 503)."""

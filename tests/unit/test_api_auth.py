@@ -163,6 +163,16 @@ def test_an_unknown_kid_is_fetched_once_so_a_rotated_key_is_accepted(provider: P
     assert provider.jwks_fetches == 3
 
 
+def test_the_keys_are_fetched_before_the_first_request(provider: Provider, tmp_path: Path) -> None:
+    v = verifier(provider, tmp_path)
+    assert provider.jwks_fetches == 0
+    v.warm()
+    assert provider.jwks_fetches == 1
+    assert v.verify(provider.token()).principal == "alice" and provider.jwks_fetches == 1
+    provider.close()  # a provider that is down at start is logged, not fatal
+    verifier(provider, tmp_path / "other").warm()
+
+
 def test_unknown_kids_refetch_the_jwks_at_most_once_per_refresh_interval(provider: Provider, tmp_path: Path) -> None:
     v = verifier(provider, tmp_path, oidc_jwks_refresh_min_s=3600)
     v.verify(provider.token())
