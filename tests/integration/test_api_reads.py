@@ -10,12 +10,14 @@ from collections.abc import Iterator
 import pytest
 
 from app.settings import Settings
+from app.signing import SIGNATURE_HEADER, signer_for
 from commands import GrantReader, RevokeReader
 from tests.conftest import READ_MODELS, read_model_on
 from tests.integration.test_api_support import (
     TestClient,
     api_client,
     auth,
+    consume_all,
     decided,
     is_problem,
     live_pipeline,
@@ -121,3 +123,8 @@ def test_group_grantees_read_and_write_through_the_whole_pipeline(client: TestCl
     is_problem(client.get("/objects/team", headers=auth(s, "frank", groups=("sales",))), 404, "NOT_FOUND")
     cmd = next(c for c in produced_commands(s, 50) if c.object_id == "team" and c.principal == "dave")
     assert cmd.groups == ("eng",) and cmd.issuer == s.local_issuer_id and cmd.jti
+    # every record the API produced carries a genuine signature header (what lets the validator decide it)
+    checker = signer_for(s)
+    records = [m for m in consume_all(s, s.topic_commands, 50, timeout=5) if m.key() == b"team"]
+    assert len(records) == 6 and all(
+        checker.problem(m.key(), m.value(), dict(m.headers() or [])[SIGNATURE_HEADER]) is None for m in records)
