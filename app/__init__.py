@@ -1,7 +1,8 @@
 """Arbiter's adapters around the pure domain: HTTP, Kafka, Spark and stores, wired from one ``Settings``.
 
 The top of this package holds only the wiring every room uses: ``settings``, ``limits``, ``topics``, ``errors``,
-``read_models`` (which read-model backend the API and projections open) and ``spark_session``. Each room below
+``read_models`` (which read-model backend the API and projections open), ``spark_session`` and ``signing`` (the
+signature of command records: the API signs, the validator checks). Each room below
 holds one job: ``api`` (the HTTP command and query API), ``validator`` (the Spark job), ``contract`` (registry
 subjects and setup, the AsyncAPI document: what downstream consumers rely on), ``status`` (the live
 status page's figures), ``cli`` (the ``arbiter`` command), ``local`` (the embedded broker and PostgreSQL of the

@@ -12,7 +12,8 @@ could exceed it). From ``M``:
   ``HEADERS_BYTES`` holds the headers the validator writes on every output (its CloudEvents attributes,
   ``app.validator.headers``, whose worst case a test checks against it) and room for a trace context.
   The API producer's librdkafka ``message.max.bytes`` refuses a command over this figure too, so a command
-  the API stores always fits its topic.
+  the API stores always fits its topic. A command's one header, the record's signature (``app.signing``, at most
+  ``SIGNATURE_HEADER_BYTES``), is allowed on top and comes out of the margin.
 - ``max_document_bytes``: the largest document or patch ``commands.decide`` accepts, so that the event (and
   the command) of such a payload with every id at ``Limits.max_id_bytes`` fits ``max_record_bytes``. The
   overhead is the worst-case Avro size of the newest Event and Command schemas, walked field by field.
@@ -46,6 +47,9 @@ HEADERS_BYTES = 2048  # an output's Kafka headers: CloudEvents attributes (< 800
 # librdkafka's RD_KAFKAP_MESSAGE_V2_MAX_OVERHEAD: length 5, attributes 1, timestampDelta 10, offsetDelta 5,
 # key length 5, value length 5, header count 5.
 LIBRDKAFKA_RECORD_OVERHEAD = 36
+# The arbiter-signature header as librdkafka counts it: name and value length varints (5 each), the 17-byte name,
+# a key id of at most 64 characters (app.signing.MAX_KID_CHARS), ":" and 43 base64url characters.
+SIGNATURE_HEADER_BYTES = 5 + 17 + 5 + 64 + 1 + 43
 
 UUID_BYTES = 36         # event_id, rejection_id: uuid5 text
 TOPIC_BYTES = 249       # Kafka's longest topic name (ASCII)
@@ -54,6 +58,14 @@ OUTCOME_BYTES = 16      # Rejection.original_outcome ("ACCEPTED")
 MESSAGE_CHARS = 1000    # rejection messages built by the validator are clipped to this many characters
 MESSAGE_BYTES = 4 * MESSAGE_CHARS + 3  # UTF-8, plus the ellipsis ``commands.rejection.clip`` appends
 FALLBACK_KEEP_BYTES = 1024  # of the key and value of a command whose outcome did not fit
+# What a command carries of its sender's token (issue 27); the API copies no more than this into a command.
+# Not counted in ``max_document_bytes`` (that would cost every document ~2.4 KiB for the few callers with many groups):
+# a command within ``identity_bytes()`` of the record limit, from such a caller, is refused 413 TOO_LARGE by the
+# API's producer instead.
+MAX_GROUPS = 32         # groups of the sender, sorted, the first 32
+GROUP_NAME_BYTES = 64   # a longer group name is not copied (ASCII: principal characters)
+ISSUER_BYTES = 256      # ARBITER_OIDC_ISSUER URLs and ARBITER_LOCAL_ISSUER_ID are refused longer
+JTI_BYTES = 128         # a longer jti is replaced by its SHA-256 (64 hex characters)
 PAYLOAD_FIELDS = frozenset({"document", "patch", "editor", "reader"})  # at most one is set per event or command
 
 # Java clients' defaults, kept where they are already large enough.
@@ -112,6 +124,9 @@ def avro_max_size(schema: Any, bounds: Mapping[str, int], exclusive: frozenset[s
     if kind in ("string", "bytes"):
         bound = bounds[field]
         return varint_size(bound) + bound
+    if kind == "array":  # blocks: one count varint, the items, then a zero count
+        count = bounds[f"{field}#count"]
+        return varint_size(count) + count * avro_max_size(schema["items"], bounds, exclusive, field) + 1
     if kind == "enum":
         return varint_size(len(schema["symbols"]) - 1)
     if kind == "fixed":
@@ -147,15 +162,23 @@ def event_record_size(payload_bytes: int, id_bytes: int) -> int:
     """Return the most key + value bytes of an event with a payload of ``payload_bytes`` and ids of ``id_bytes``."""
     bounds = {"event_id": UUID_BYTES, "object_id": id_bytes, "command_id": id_bytes, "principal": id_bytes,
               "owner": id_bytes, "editor": id_bytes, "reader": id_bytes,
-              "document": payload_bytes, "patch": payload_bytes}
+              "document": payload_bytes, "patch": payload_bytes, "issuer": ISSUER_BYTES, "jti": JTI_BYTES}
     return id_bytes + HEADER_SIZE + avro_max_size(_schema(EVENT), bounds, PAYLOAD_FIELDS)
 
 
-def command_record_size(payload_bytes: int, id_bytes: int) -> int:
-    """Return the most key + value bytes of a command with a payload of ``payload_bytes`` and ids of ``id_bytes``."""
+def command_record_size(payload_bytes: int, id_bytes: int, *, identity: bool = False) -> int:
+    """Return the most key + value bytes of a command with a payload of ``payload_bytes`` and ids of ``id_bytes``;
+    with ``identity``, its sender's groups, issuer and jti at their bounds too (else none of them)."""
     bounds = {"object_id": id_bytes, "command_id": id_bytes, "principal": id_bytes, "editor": id_bytes,
-              "reader": id_bytes, "document": payload_bytes, "patch": payload_bytes}
+              "reader": id_bytes, "document": payload_bytes, "patch": payload_bytes,
+              "groups#count": MAX_GROUPS if identity else 0, "groups": GROUP_NAME_BYTES,
+              "issuer": ISSUER_BYTES if identity else 0, "jti": JTI_BYTES if identity else 0}
     return id_bytes + HEADER_SIZE + avro_max_size(_schema(COMMAND), bounds, PAYLOAD_FIELDS)
+
+
+def identity_bytes() -> int:
+    """Return the most bytes the sender's groups, issuer and jti add to a command (~2.4 KiB)."""
+    return command_record_size(0, 0, identity=True) - command_record_size(0, 0)
 
 
 def rejection_record_size(keep: int, id_bytes: int) -> int:
@@ -166,7 +189,8 @@ def rejection_record_size(keep: int, id_bytes: int) -> int:
     """
     bounds = {"rejection_id": UUID_BYTES, "message": MESSAGE_BYTES, "command_id": id_bytes, "object_id": id_bytes,
               "principal": id_bytes, "original_outcome": OUTCOME_BYTES, "topic": TOPIC_BYTES, "key": keep,
-              "value": keep, "key_sha256": SHA256_HEX_BYTES, "value_sha256": SHA256_HEX_BYTES}
+              "value": keep, "key_sha256": SHA256_HEX_BYTES, "value_sha256": SHA256_HEX_BYTES,
+              "issuer": ISSUER_BYTES, "jti": JTI_BYTES}
     return max(id_bytes, keep) + HEADER_SIZE + avro_max_size(_schema(REJECTION), bounds)
 
 
@@ -208,10 +232,11 @@ def topic_config(settings: Settings) -> dict[str, str]:
 def api_producer_config(settings: Settings) -> dict[str, Any]:
     """Return the API producer's librdkafka size option: it refuses a command over ``max_record_bytes`` (key + value).
 
-    librdkafka compares a record's largest wire size, key + value + ``LIBRDKAFKA_RECORD_OVERHEAD``, with
-    ``message.max.bytes`` (``rd_kafka_msg_max_wire_size``).
+    librdkafka compares a record's largest wire size, key + value + headers + ``LIBRDKAFKA_RECORD_OVERHEAD``, with
+    ``message.max.bytes`` (``rd_kafka_msg_max_wire_size``); the one header is the signature.
     """
-    return {"message.max.bytes": for_settings(settings).max_record_bytes + LIBRDKAFKA_RECORD_OVERHEAD}
+    return {"message.max.bytes": for_settings(settings).max_record_bytes + LIBRDKAFKA_RECORD_OVERHEAD
+            + SIGNATURE_HEADER_BYTES}
 
 
 def sink_options(settings: Settings) -> dict[str, str]:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
+import json
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, SecretStr, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 ROOT = Path(__file__).resolve().parent.parent
 PLACEHOLDER_SECRET = "change-me-development-only"  # noqa: S105 - refused outside development
@@ -146,7 +150,8 @@ class Settings(BaseSettings):
         "has its own producer and outcome consumer, so a write's wait is answered by the process that took it.")
     auth_secret: SecretStr = SecretStr(PLACEHOLDER_SECRET)
     # --- API (issue 6: app/api/) --------------------------------------------------------------
-    token_ttl_s: int = Field(default=30 * 24 * 3600, ge=1, description="Lifetime of tokens `arbiter token` signs.")
+    token_ttl_s: int = Field(default=8 * 3600, ge=1, le=7 * 24 * 3600,
+                             description="Lifetime of the development tokens `arbiter token` signs (hours).")
     max_body_bytes: int = Field(default=1024 * 1024, ge=1, description="Largest request body of POST /commands:batch "
                                 "(and the ceiling of every other route's); larger is 413.")
     max_object_body_bytes: int | None = Field(
@@ -194,8 +199,54 @@ class Settings(BaseSettings):
                                 "its further Prefer: wait writes are produced and answered 202 without waiting.")
     outcome_cache_share: float = Field(default=0.25, gt=0, le=1, description="Share of the outcome cache (entries "
                                        "and bytes) one principal's outcomes may hold; beyond it its own oldest go.")
-    operators: list[str] = Field(default_factory=lambda: ["operator"],
-                                 description='Principals that may read /status.json and /metrics (JSON list: \'["ops"]\').')
+    # --- identity (issue 27: app/api/auth.py, tokens.py, local_issuer.py, identity.py) -----------------
+    oidc_issuer: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Trusted OIDC issuers (their `iss`; keys found by discovery), separated "
+        "by spaces or commas; `name=url` names the namespace of its principals (default: the URL's host), which "
+        "prefixes them (`name:sub`) when more than one issuer is trusted. Empty: only Arbiter's own issuer.")
+    oidc_audience: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["arbiter"], description="Accepted `aud` values; the first is the audience of "
+        "Arbiter's own tokens.")
+    oidc_principal_claim: str = Field(default="sub", description="The claim that names the principal.")
+    oidc_groups_claim: str = Field(default="groups", description="The claim that lists the caller's groups.")
+    oidc_algorithms: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["RS256", "ES256", "EdDSA"], description="Accepted JWS algorithms: asymmetric "
+        "only (never none or HS*).")
+    oidc_leeway_s: int = Field(default=60, ge=0, le=600, description="Clock skew allowed on exp, nbf and iat.")
+    oidc_jwks_cache_s: float = Field(default=300, gt=0, description="How long a fetched JWKS is used.")
+    oidc_jwks_refresh_min_s: float = Field(default=30, ge=0, description="Least time between two fetches of a "
+                                           "JWKS caused by tokens with an unknown kid.")
+    oidc_http_timeout_s: float = Field(default=5, gt=0, description="Timeout of discovery and JWKS requests.")
+    oidc_max_groups: int = Field(default=32, ge=0, le=32, description="Most groups of a caller copied into a "
+                                 "command (sorted; longer names than 64 characters are left out).")
+    token_cache_size: int = Field(default=10_000, ge=1, description="Verified tokens kept per API process until "
+                                  "they expire (least recently used go first).")
+    local_issuer: bool | None = Field(
+        default=None, description="Trust Arbiter's own development issuer (keys in <var_dir>/identity); unset = "
+        "only when ARBITER_OIDC_ISSUER is empty.")
+    local_issuer_id: str = Field(default="urn:arbiter:local", max_length=256,
+                                 description="The `iss` of Arbiter's own tokens.")
+    # --- signed command records (issue 27: app/signing.py) -------------------------------------------
+    record_keys: dict[str, SecretStr] = Field(
+        default_factory=dict, description='Keys that sign command records, by id (JSON: \'{"k2": "<secret>"}\'); '
+        "empty = one key derived from ARBITER_AUTH_SECRET. Keep the old key here until its records are decided.")
+    record_key_id: str | None = Field(default=None, description="The id of the key that signs (required when "
+                                      "ARBITER_RECORD_KEYS holds several).")
+    allow_unsigned_commands: bool = Field(
+        default=False, description="Let the validator decide command records without a valid signature (other "
+        "producers than Arbiter's); off, they are rejected UNAUTHENTICATED.")
+
+    @field_validator("oidc_issuer", "oidc_audience", "oidc_algorithms", mode="before")
+    @classmethod
+    def _words(cls, value: Any) -> Any:  # noqa: ANN401 - pydantic's validator signature
+        if isinstance(value, str):
+            text = value.strip()
+            return json.loads(text) if text.startswith("[") else [w for w in text.replace(",", " ").split() if w]
+        return value
+
+    @property
+    def trusts_local_issuer(self) -> bool:
+        return self.local_issuer if self.local_issuer is not None else not self.oidc_issuer
 
     @model_validator(mode="after")
     def _refuse_placeholder_secret(self) -> Settings:
@@ -206,12 +257,23 @@ class Settings(BaseSettings):
     def for_tasks(self) -> Settings:
         """Return these settings without secrets, for everything shipped to Spark tasks (pickled) or shard servers.
 
-        Tasks never sign tokens, open the read model or a Kafka client of their own: the API's signing secret,
+        Tasks never sign tokens, open the read model or a Kafka client of their own: ``ARBITER_AUTH_SECRET``,
         the PostgreSQL DSN (it may carry a password) and the librdkafka pass-through (``sasl.password``, ...)
-        stay on the driver.
+        stay on the driver. Tasks do check command records' signatures, so the record keys go with them (the
+        derived key, not the secret it is derived from).
         """
+        keys = {kid: SecretStr(k) for kid, k in self.record_secrets().items()}
         return self.model_copy(update={"auth_secret": SecretStr(TASK_SECRET), "postgres_dsn": None,
-                                       "kafka_config": {}})
+                                       "kafka_config": {}, "record_keys": keys})
+
+    def record_secrets(self) -> dict[str, str]:
+        """Return the command-record signing keys by id: ``record_keys``, else one (``derived``) derived from
+        ``auth_secret`` by HMAC, so the derived key can go to Spark tasks without the secret (app/signing.py)."""
+        if self.record_keys:
+            return {kid: secret.get_secret_value() for kid, secret in self.record_keys.items()}
+        digest = hmac.new(self.auth_secret.get_secret_value().encode("utf-8"), b"arbiter record signing key v1",
+                          hashlib.sha256).digest()
+        return {"derived": base64.urlsafe_b64encode(digest).decode("ascii")}
 
     def path(self, p: Path) -> Path:
         """Resolve a configured directory against ``home`` unless it is absolute."""

@@ -16,13 +16,20 @@ def utf8_size(text: str) -> int:
 
 @dataclass(frozen=True, slots=True)
 class _CommandBase:
-    """Fields every command carries; ``issued_at`` is normalised to UTC and naive values are refused."""
+    """Fields every command carries; ``issued_at`` is normalised to UTC and naive values are refused.
+
+    ``groups`` are the sender's groups as its verified token named them (copied by the API, bounded), so that a
+    grant to ``group:<name>`` is decided from the command alone; ``issuer`` and ``jti`` say which token sent it.
+    """
 
     command_id: str
     object_id: str
     principal: str
     issued_at: datetime
     expected_version: int | None = None
+    groups: tuple[str, ...] = field(default=(), kw_only=True)
+    issuer: str | None = field(default=None, kw_only=True)
+    jti: str | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         utc = require_utc(self.issued_at, "issued_at")

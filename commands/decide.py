@@ -92,6 +92,8 @@ def _reject(state: ObjectState | None, command: Command, reason: ReasonCode, mes
         current_version=version,
         original_outcome=original.outcome if original is not None else None,
         original_version=original.version if original is not None else None,
+        issuer=command.issuer,
+        jti=command.jti,
     )
     return Decision(rejection, state)
 
@@ -124,7 +126,7 @@ def _accept(state: ObjectState | None, command: Command, etype: EventType, limit
         readers,
     )
     event = Event(event_id(command.object_id, version), etype, command.object_id, version, command.command_id,
-                  command.principal, at, owner, document, patch, editor, reader)
+                  command.principal, at, owner, document, patch, editor, reader, command.issuer, command.jti)
     return Decision(event, new_state)
 
 
@@ -198,7 +200,7 @@ def decide(state: ObjectState | None, command: Command, limits: Limits = DEFAULT
             duplicate = _dedup(state, command, limits)
             if duplicate is not None:
                 return duplicate
-            if not may_read(command.principal, state.owner, state.editors, state.readers):
+            if not may_read(command.principal, state.owner, state.editors, state.readers, command.groups):
                 # Taken, but hidden: the same bytes whether it exists or was deleted, and no version (as NOT_FOUND).
                 return _reject(state, command, ReasonCode.ALREADY_EXISTS, f"object {clip(command.object_id)} "
                                "exists", version=0)
@@ -212,10 +214,10 @@ def decide(state: ObjectState | None, command: Command, limits: Limits = DEFAULT
     if state is None or not (state.exists or state.deleted):
         return _not_found(state, command)
     principal = command.principal
-    if not may_read(principal, state.owner, state.editors, state.readers):
+    if not may_read(principal, state.owner, state.editors, state.readers, command.groups):
         return _not_found(state, command)
     if isinstance(command, UpdateObject):
-        if not may_update(principal, state.owner, state.editors):
+        if not may_update(principal, state.owner, state.editors, command.groups):
             return _reject(state, command, ReasonCode.FORBIDDEN, "only the owner or an editor may do this")
     elif not may_administer(principal, state.owner):
         return _reject(state, command, ReasonCode.FORBIDDEN, "only the owner may do this")

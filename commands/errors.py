@@ -19,6 +19,7 @@ class ReasonCode(StrEnum):
     UNSUPPORTED_SCHEMA = "UNSUPPORTED_SCHEMA"
     MISROUTED = "MISROUTED"
     IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
+    UNAUTHENTICATED = "UNAUTHENTICATED"  # a command record without a valid signature (app/signing.py)
 
 
 class ArbiterError(Exception):

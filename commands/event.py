@@ -40,3 +40,5 @@ class Event:
     patch: str | None = None
     editor: str | None = None
     reader: str | None = None
+    issuer: str | None = None  # the iss and jti of the token that sent the command (the audit trail keeps them)
+    jti: str | None = None

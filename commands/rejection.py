@@ -78,6 +78,8 @@ class Rejection:
     original_outcome: str | None = None
     original_version: int | None = None
     original: OriginalRecord | None = None
+    issuer: str | None = None  # the iss and jti of the token that sent the command (the audit trail keeps them)
+    jti: str | None = None
 
 
 def reject_record(original: OriginalRecord, reason: ReasonCode, message: str, *,

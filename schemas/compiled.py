@@ -80,6 +80,9 @@ def encode_command(out: bytearray, cmd: Command) -> None:
     write_optional_string(out, cmd.patch if isinstance(cmd, UpdateObject) else None)
     write_optional_string(out, cmd.editor if isinstance(cmd, GrantEditor | RevokeEditor) else None)
     write_optional_string(out, cmd.reader if isinstance(cmd, GrantReader | RevokeReader) else None)
+    write_strings(out, cmd.groups)
+    write_optional_string(out, cmd.issuer)
+    write_optional_string(out, cmd.jti)
 
 
 def decode_command(data: bytes) -> Command:
@@ -94,21 +97,26 @@ def decode_command(data: bytes) -> Command:
     patch, pos = read_optional_string(data, pos)
     editor, pos = read_optional_string(data, pos)
     reader, pos = read_optional_string(data, pos)
+    group_list, pos = read_strings(data, pos)
+    issuer, pos = read_optional_string(data, pos)
+    jti, pos = read_optional_string(data, pos)
     _end(data, pos)
     common = (command_id, object_id, principal, records.from_micros(issued_at), expected_version)
+    groups = tuple(group_list)
     if kind is UpdateObject:
-        return UpdateObject(*common, patch=_payload(kind, "patch", patch))
+        return UpdateObject(*common, patch=_payload(kind, "patch", patch), groups=groups, issuer=issuer, jti=jti)
     if kind is CreateObject:
-        return CreateObject(*common, document=_payload(kind, "document", document))
+        return CreateObject(*common, document=_payload(kind, "document", document), groups=groups, issuer=issuer,
+                            jti=jti)
     if kind is DeleteObject:
-        return DeleteObject(*common)
+        return DeleteObject(*common, groups=groups, issuer=issuer, jti=jti)
     if kind is GrantEditor:
-        return GrantEditor(*common, editor=_payload(kind, "editor", editor))
+        return GrantEditor(*common, editor=_payload(kind, "editor", editor), groups=groups, issuer=issuer, jti=jti)
     if kind is RevokeEditor:
-        return RevokeEditor(*common, editor=_payload(kind, "editor", editor))
+        return RevokeEditor(*common, editor=_payload(kind, "editor", editor), groups=groups, issuer=issuer, jti=jti)
     if kind is GrantReader:
-        return GrantReader(*common, reader=_payload(kind, "reader", reader))
-    return RevokeReader(*common, reader=_payload(kind, "reader", reader))
+        return GrantReader(*common, reader=_payload(kind, "reader", reader), groups=groups, issuer=issuer, jti=jti)
+    return RevokeReader(*common, reader=_payload(kind, "reader", reader), groups=groups, issuer=issuer, jti=jti)
 
 
 def _payload(kind: type, name: str, value: str | None) -> str:
@@ -131,6 +139,8 @@ def encode_event(out: bytearray, ev: Event) -> None:
     write_optional_string(out, ev.patch)
     write_optional_string(out, ev.editor)
     write_optional_string(out, ev.reader)
+    write_optional_string(out, ev.issuer)
+    write_optional_string(out, ev.jti)
 
 
 def decode_event(data: bytes) -> Event:
@@ -147,9 +157,11 @@ def decode_event(data: bytes) -> Event:
     patch, pos = read_optional_string(data, pos)
     editor, pos = read_optional_string(data, pos)
     reader, pos = read_optional_string(data, pos)
+    issuer, pos = read_optional_string(data, pos)
+    jti, pos = read_optional_string(data, pos)
     _end(data, pos)
     return Event(event_id, etype, object_id, version, command_id, principal, records.from_micros(occurred_at),
-                 owner, document, patch, editor, reader)
+                 owner, document, patch, editor, reader, issuer, jti)
 
 
 def encode_state(out: bytearray, st: ObjectState) -> None:
@@ -215,8 +227,8 @@ def _symbols(schema: Schema, field: str) -> list[str]:
 
 
 COMPILED: dict[str, CompiledCodec] = {
-    COMMAND: CompiledCodec(_load("command.v2.avsc"), encode_command, decode_command),
-    EVENT: CompiledCodec(_load("event.v2.avsc"), encode_event, decode_event),
+    COMMAND: CompiledCodec(_load("command.v3.avsc"), encode_command, decode_command),
+    EVENT: CompiledCodec(_load("event.v3.avsc"), encode_event, decode_event),
     STATE: CompiledCodec(_load("state.v2.avsc"), encode_state, decode_state),
 }
 

@@ -136,6 +136,9 @@ def command_to_record(cmd: Command) -> Record:
         "patch": cmd.patch if isinstance(cmd, UpdateObject) else None,
         "editor": cmd.editor if isinstance(cmd, GrantEditor | RevokeEditor) else None,
         "reader": cmd.reader if isinstance(cmd, GrantReader | RevokeReader) else None,
+        "groups": list(cmd.groups),
+        "issuer": cmd.issuer,
+        "jti": cmd.jti,
     }
 
 
@@ -151,20 +154,23 @@ def command_from_record(rec: Record) -> Command:
     kind = rec["kind"]
     common = (rec["command_id"], rec["object_id"], rec["principal"], from_micros(rec["issued_at"]),
               rec["expected_version"])
+    groups: tuple[str, ...] = tuple(rec.get("groups") or ())
+    issuer: str | None = rec.get("issuer")
+    jti: str | None = rec.get("jti")
     if kind == "UPDATE":
-        return UpdateObject(*common, patch=_required(rec, "patch"))
+        return UpdateObject(*common, patch=_required(rec, "patch"), groups=groups, issuer=issuer, jti=jti)
     if kind == "CREATE":
-        return CreateObject(*common, document=_required(rec, "document"))
+        return CreateObject(*common, document=_required(rec, "document"), groups=groups, issuer=issuer, jti=jti)
     if kind == "DELETE":
-        return DeleteObject(*common)
+        return DeleteObject(*common, groups=groups, issuer=issuer, jti=jti)
     if kind == "GRANT_EDITOR":
-        return GrantEditor(*common, editor=_required(rec, "editor"))
+        return GrantEditor(*common, editor=_required(rec, "editor"), groups=groups, issuer=issuer, jti=jti)
     if kind == "REVOKE_EDITOR":
-        return RevokeEditor(*common, editor=_required(rec, "editor"))
+        return RevokeEditor(*common, editor=_required(rec, "editor"), groups=groups, issuer=issuer, jti=jti)
     if kind == "GRANT_READER":
-        return GrantReader(*common, reader=_required(rec, "reader"))
+        return GrantReader(*common, reader=_required(rec, "reader"), groups=groups, issuer=issuer, jti=jti)
     if kind == "REVOKE_READER":
-        return RevokeReader(*common, reader=_required(rec, "reader"))
+        return RevokeReader(*common, reader=_required(rec, "reader"), groups=groups, issuer=issuer, jti=jti)
     raise ValueError(f"unknown command kind {kind!r}")
 
 
@@ -174,6 +180,7 @@ def event_to_record(ev: Event) -> Record:
         "event_id": ev.event_id, "type": ev.type.value, "object_id": ev.object_id, "version": ev.version,
         "command_id": ev.command_id, "principal": ev.principal, "occurred_at": micros(ev.occurred_at),
         "owner": ev.owner, "document": ev.document, "patch": ev.patch, "editor": ev.editor, "reader": ev.reader,
+        "issuer": ev.issuer, "jti": ev.jti,
     }
 
 
@@ -181,7 +188,7 @@ def event_from_record(rec: Record) -> Event:
     """Return the event in an Event record."""
     return Event(rec["event_id"], EventType(rec["type"]), rec["object_id"], rec["version"], rec["command_id"],
                  rec["principal"], from_micros(rec["occurred_at"]), rec["owner"], rec["document"], rec["patch"],
-                 rec["editor"], rec.get("reader"))
+                 rec["editor"], rec.get("reader"), rec.get("issuer"), rec.get("jti"))
 
 
 def rejection_to_record(rej: Rejection) -> Record:
@@ -196,6 +203,7 @@ def rejection_to_record(rej: Rejection) -> Record:
         "command_id": rej.command_id, "object_id": rej.object_id, "principal": rej.principal,
         "occurred_at": opt_micros(rej.occurred_at), "current_version": rej.current_version,
         "original_outcome": rej.original_outcome, "original_version": rej.original_version, "original": original,
+        "issuer": rej.issuer, "jti": rej.jti,
     }
 
 
@@ -207,7 +215,8 @@ def rejection_from_record(rec: Record) -> Rejection:
                                                      o.get("key_sha256"), o.get("value_sha256"))
     return Rejection(rec["rejection_id"], ReasonCode(rec["reason"]), rec["message"], rec["command_id"],
                      rec["object_id"], rec["principal"], opt_from_micros(rec["occurred_at"]),
-                     rec["current_version"], rec["original_outcome"], rec["original_version"], original)
+                     rec["current_version"], rec["original_outcome"], rec["original_version"], original,
+                     rec.get("issuer"), rec.get("jti"))
 
 
 def state_to_record(st: ObjectState) -> Record:

@@ -1,66 +1,100 @@
-"""Bearer tokens: HMAC-SHA256-signed ``<payload>.<signature>``, the principal in the payload, nothing else trusted.
+"""Who is calling: the ``Caller`` of a bearer token, the scopes each action needs, and the 401/403 errors (RFC 6750).
 
-A token is ``base64url(json {"sub": principal, "iat": s, "exp": s}) + "." + base64url(hmac_sha256(secret, payload))``.
-It is stateless: any API process with the same ``ARBITER_AUTH_SECRET`` verifies it; rotating the secret
-revokes every token. Principals are 1-128 characters of ``[A-Za-z0-9._@:+-]``.
+``authenticate_header(authorization, verifier)`` is the one entry point: it takes the raw ``Authorization`` header
+value and the ``TokenVerifier`` kept on ``app.state.verifier`` and returns a ``Caller`` or raises ``Unauthorized``.
+It needs no Starlette request, so a plain-ASGI route can call it as well as ``app.api.deps.authenticate``.
+Principals are 1-128 characters of ``[A-Za-z0-9._@:+-]`` (not ``.`` or ``..``).
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import hashlib
-import hmac
-import json
 import re
-import time
+from dataclasses import dataclass
+from typing import Protocol
 
+from commands import Command, CreateObject, DeleteObject, UpdateObject
 from commands.errors import ArbiterError
 
 PRINCIPAL_PATTERN = r"^[A-Za-z0-9_@:+\-][A-Za-z0-9._@:+\-]{0,127}$"  # not "." or "..": URLs would lose them
 _PRINCIPAL = re.compile(PRINCIPAL_PATTERN)
 
+#: The scopes a token may carry (``scope``, space-separated, or ``scp``) and what each lets its holder do.
+WRITE, SHARE, READ, OPERATE, METRICS = "arbiter:write", "arbiter:share", "arbiter:read", "arbiter:operate", \
+    "arbiter:metrics"
+SCOPES = frozenset({WRITE, SHARE, READ, OPERATE, METRICS})
+#: What `arbiter token` grants a user by default: everything but operating.
+USER_SCOPES = (READ, WRITE, SHARE)
+
+
+def is_principal(text: object) -> bool:
+    """Return True if ``text`` is a string that follows the principal character rules."""
+    return isinstance(text, str) and _PRINCIPAL.match(text) is not None
+
 
 class Unauthorized(ArbiterError):
-    """A request without a valid bearer token."""
+    """A request without a valid bearer token: 401 with ``WWW-Authenticate: Bearer error="..."`` (RFC 6750 §3.1)."""
 
     code = "UNAUTHORIZED"
 
+    def __init__(self, message: str, *, error: str | None = "invalid_token") -> None:
+        super().__init__(message)
+        self.error = error  # None: no credentials at all, so no error code (RFC 6750 §3.1)
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-def _sign(secret: str, payload: str) -> str:
-    return _b64(hmac.new(secret.encode("utf-8"), payload.encode("utf-8"), hashlib.sha256).digest())
-
-
-def issue_token(secret: str, principal: str, ttl_s: int, *, now: float | None = None) -> str:
-    """Return a token for ``principal`` valid for ``ttl_s`` seconds."""
-    if not _PRINCIPAL.match(principal):
-        raise ArbiterError(f"principal {principal!r} does not match {PRINCIPAL_PATTERN}", code="MALFORMED")
-    iat = int(time.time() if now is None else now)
-    payload = _b64(json.dumps({"sub": principal, "iat": iat, "exp": iat + ttl_s}, separators=(",", ":")).encode())
-    return f"{payload}.{_sign(secret, payload)}"
+    @property
+    def www_authenticate(self) -> str:
+        if self.error is None:
+            return 'Bearer realm="arbiter"'
+        detail = self.message.replace("\\", "").replace('"', "'")
+        return f'Bearer realm="arbiter", error="{self.error}", error_description="{detail}"'
 
 
-def verify_token(secret: str, token: str, *, now: float | None = None) -> str:
-    """Return the token's principal; raise ``Unauthorized`` if it is forged, malformed or expired."""
-    payload, dot, signature = token.partition(".")
-    # Compare bytes: compare_digest refuses non-ASCII str, and a forged header may carry any latin-1.
-    if not dot or not hmac.compare_digest(_sign(secret, payload).encode(), signature.encode("utf-8", "replace")):
-        raise Unauthorized("bearer token signature is invalid")
-    try:
-        claims = json.loads(_unb64(payload))
-        principal, exp = claims["sub"], claims["exp"]
-    except (ValueError, KeyError, TypeError, binascii.Error) as e:
-        raise Unauthorized("bearer token payload is malformed") from e
-    if not isinstance(principal, str) or not _PRINCIPAL.match(principal) or not isinstance(exp, int):
-        raise Unauthorized("bearer token payload is malformed")
-    if exp <= (time.time() if now is None else now):
-        raise Unauthorized("bearer token has expired")
-    return principal
+class InsufficientScope(ArbiterError):
+    """A valid token without the scope an action needs: 403 ``insufficient_scope`` (RFC 6750 §3.1)."""
+
+    code = "INSUFFICIENT_SCOPE"
+
+    def __init__(self, scope: str) -> None:
+        super().__init__(f"the bearer token lacks the scope {scope!r}")
+        self.scope = scope
+
+    @property
+    def www_authenticate(self) -> str:
+        return f'Bearer realm="arbiter", error="insufficient_scope", scope="{self.scope}"'
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sent a request, as its verified token says: never built from anything the client sent unsigned."""
+
+    principal: str
+    scopes: frozenset[str]
+    groups: tuple[str, ...]
+    issuer: str
+    jti: str | None
+    expires_at: float
+
+    def require(self, scope: str) -> None:
+        """Raise ``InsufficientScope`` unless the token carries ``scope``."""
+        if scope not in self.scopes:
+            raise InsufficientScope(scope)
+
+
+def scope_for(command: Command) -> str:
+    """Return the scope a command needs: ``arbiter:write`` to create, update or delete, ``arbiter:share`` to grant."""
+    return WRITE if isinstance(command, CreateObject | UpdateObject | DeleteObject) else SHARE
+
+
+class TokenVerifierLike(Protocol):
+    """What ``authenticate_header`` needs of ``app.api.tokens.TokenVerifier``."""
+
+    def verify(self, token: str) -> Caller: ...
+
+
+def authenticate_header(authorization: str | None, verifier: TokenVerifierLike) -> Caller:
+    """Return the ``Caller`` of an ``Authorization: Bearer <token>`` header value; raise ``Unauthorized``."""
+    scheme, _, token = (authorization or "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
+        raise Unauthorized("an Authorization: Bearer <token> header is required",
+                           error=None if not authorization else "invalid_request")
+    return verifier.verify(token)

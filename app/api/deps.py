@@ -1,4 +1,4 @@
-"""Dependencies of the routes as ``Annotated`` aliases: the app context, the read model, the principal, operators."""
+"""Dependencies of the routes as ``Annotated`` aliases: the app context, the read model, the caller and its scopes."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, Request
 
-from app.api.auth import Unauthorized, verify_token
+from app.api.auth import METRICS, OPERATE, READ, Caller, authenticate_header
 from app.api.metrics import ApiMetrics
 from app.api.outcomes import OutcomeCache
 from app.api.problems import ApiError
@@ -69,33 +69,27 @@ async def _read_model(request: Request) -> ReadModelPort:
     return rm
 
 
-#: Where ``authenticate`` leaves the principal in the ASGI scope, so a request's token is verified once.
-PRINCIPAL_SCOPE_KEY = "arbiter.principal"
+#: Where ``authenticate`` leaves the ``Caller`` in the ASGI scope, so a request's token is verified once.
+CALLER_SCOPE_KEY = "arbiter.caller"
 
 
 def authenticate(request: Request) -> str:
     """Return the principal of the request's bearer token, verified once per request; raise ``Unauthorized``.
 
-    ``StrictJsonRoute`` calls it before it reads a body, so a client without a valid token never gets its body
-    read, parsed or validated; the ``PrincipalDep`` of the same request then finds the principal in the scope.
+    A thin wrapper over ``app.api.auth.authenticate_header``: the ``Caller`` (principal, scopes, groups, issuer,
+    jti) is left in ``request.scope[CALLER_SCOPE_KEY]``, where ``caller_of`` finds it. ``StrictJsonRoute`` calls
+    it before it reads a body, so a client without a valid token never gets its body read, parsed or validated.
     """
-    known: str | None = request.scope.get(PRINCIPAL_SCOPE_KEY)
-    if known is not None:
-        return known
-    principal = verify_authorization(request.app.state.settings, request.headers.get("authorization"))
-    request.scope[PRINCIPAL_SCOPE_KEY] = principal
-    return principal
+    return caller_of(request).principal
 
 
-def verify_authorization(settings: Settings, authorization: str | None) -> str:
-    """Return the principal of an ``Authorization`` header's bearer token; raise ``Unauthorized``.
-
-    Needs no request object: ``app.api.fast_writes`` calls it with the raw header value.
-    """
-    scheme, _, token = (authorization or "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise Unauthorized("an Authorization: Bearer <token> header is required")
-    return verify_token(settings.auth_secret.get_secret_value(), token.strip())
+def caller_of(request: Request) -> Caller:
+    """Return the request's ``Caller``, verifying its bearer token the first time; raise ``Unauthorized``."""
+    known: Caller | None = request.scope.get(CALLER_SCOPE_KEY)
+    if known is None:
+        known = authenticate_header(request.headers.get("authorization"), request.app.state.verifier)
+        request.scope[CALLER_SCOPE_KEY] = known
+    return known
 
 
 def refuse_if_over_rate(state: Any, principal: str) -> None:  # noqa: ANN401 - the app's state
@@ -117,9 +111,17 @@ async def _principal(request: Request) -> str:
     return authenticate(request)
 
 
+async def _caller(request: Request) -> Caller:
+    """Return the request's ``Caller``; routes check the scope of each command they build (``auth.scope_for``)."""
+    return caller_of(request)
+
+
 async def _reader(request: Request) -> str:
-    """Return the principal, after taking one token of its read bucket: 429 RATE_LIMITED when it has none."""
-    principal = authenticate(request)
+    """Return the principal if its token has ``arbiter:read``, after taking one token of its read bucket: 429
+    RATE_LIMITED when it has none."""
+    caller = caller_of(request)
+    caller.require(READ)
+    principal = caller.principal
     reads = request.app.state.quotas.reads
     wait = reads.take(principal)
     if wait:
@@ -129,11 +131,18 @@ async def _reader(request: Request) -> str:
 
 
 async def _operator(request: Request) -> str:
-    """Return the principal if it is one of ``ARBITER_OPERATORS``: 401 without a valid token, else 403."""
-    principal = await _principal(request)
-    if principal not in request.app.state.settings.operators:
-        raise ApiError(f"{principal!r} is not an operator (ARBITER_OPERATORS)", code="FORBIDDEN")
-    return principal
+    """Return the principal if its token has ``arbiter:operate``: 401 without a valid token, else 403."""
+    caller = caller_of(request)
+    caller.require(OPERATE)
+    return caller.principal
+
+
+async def _scraper(request: Request) -> str:
+    """Return the principal if its token has ``arbiter:metrics`` (the scraper's) or ``arbiter:operate``."""
+    caller = caller_of(request)
+    if METRICS not in caller.scopes:
+        caller.require(OPERATE)
+    return caller.principal
 
 
 ContextDep = Annotated[ApiContext, Depends(_context)]
@@ -142,3 +151,7 @@ PrincipalDep = Annotated[str, Depends(_principal)]
 #: The principal of a read (``GET /objects/{id}``, ``GET /commands/{id}``), charged to its read bucket.
 ReaderDep = Annotated[str, Depends(_reader)]
 OperatorDep = Annotated[str, Depends(_operator)]
+#: The principal of a ``/metrics`` scrape: ``arbiter:metrics`` (a scraper's token) or ``arbiter:operate``.
+ScraperDep = Annotated[str, Depends(_scraper)]
+#: The caller of a write route, whose scopes are checked against each command it builds.
+CallerDep = Annotated[Caller, Depends(_caller)]

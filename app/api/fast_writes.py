@@ -3,7 +3,7 @@
 Why: a single write spent ~60 % of the API's ~430 µs of CPU in FastAPI's and Starlette's generic machinery
 (routing, dependency solving, request objects, validation plumbing), measured with py-spy (issue 25). This middleware
 takes the common case of those three routes past it, with the same parts the FastAPI routes use: the bearer token
-checked first (``deps.verify_authorization``), the strict body parse (``json_body.parse_body``), the same pydantic
+checked first (``auth.authenticate_header``), the strict body parse (``json_body.parse_body``), the same pydantic
 models, the same command builders and ``submit`` (quotas, waiter shares, produce, ``Prefer: wait``), and the same
 problem rendering (``problems.arbiter_error``).
 
@@ -26,7 +26,8 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api import json_body
-from app.api.deps import PRINCIPAL_SCOPE_KEY, refuse_if_over_rate, verify_authorization
+from app.api.auth import authenticate_header
+from app.api.deps import CALLER_SCOPE_KEY, refuse_if_over_rate
 from app.api.json_body import BODY_SCOPE_KEY, JSON_SCOPE_KEY, is_json
 from app.api.models import IDEMPOTENCY_KEY_PATTERN, OBJECT_ID_PATTERN, CreateRequest, Document
 from app.api.problems import arbiter_error
@@ -34,6 +35,7 @@ from app.api.submit import (
     IF_MATCH_PATTERN,
     create_command,
     delete_command,
+    for_caller,
     prefer_wait,
     submit,
     update_command,
@@ -141,8 +143,9 @@ class FastWrites:
                 prefer.append(raw.decode("latin-1"))
         # the token before anything else, as on the FastAPI routes: no valid token, no body read
         state = scope["app"].state
-        principal = verify_authorization(state.settings, authorization)
-        scope[PRINCIPAL_SCOPE_KEY] = principal
+        caller = authenticate_header(authorization, state.verifier)
+        scope[CALLER_SCOPE_KEY] = caller
+        principal = caller.principal
         refuse_if_over_rate(state, principal)  # as the routes do: an over-rate principal's body is never read
         if (idempotency_key is not None and not _IDEMPOTENCY_KEY.fullmatch(idempotency_key)) or (
                 if_match is not None and not _IF_MATCH.fullmatch(if_match)):
@@ -168,7 +171,8 @@ class FastWrites:
                                          if_match)
             except ValidationError as e:
                 raise _NotCommon from e
-        ctx = scope["app"].state.ctx
+        cmd = for_caller(cmd, caller)  # 403 INSUFFICIENT_SCOPE, as on the routes; groups, issuer, jti copied in
+        ctx = state.ctx
         response = await submit(cmd, ctx, prefer_wait(prefer, ctx.settings.wait_max_s))
         await response(scope, receive, send)
 

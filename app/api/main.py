@@ -15,6 +15,7 @@ from app.api import problems
 from app.api.body_limit import BodyLimit, object_body_limit
 from app.api.deps import ApiContext, ReadModelPort
 from app.api.fast_writes import FastWrites
+from app.api.identity import build_verifier, local_issuer
 from app.api.memo import Memo
 from app.api.metrics import ApiMetrics, RequestMetrics, mark_dead
 from app.api.models import Problem
@@ -23,7 +24,7 @@ from app.api.position import PositionWatch
 from app.api.producer import CommandProducer
 from app.api.quota import Quotas
 from app.api.read_model import open_read_model, read_model_ready
-from app.api.routes import commands, contract, objects, ops
+from app.api.routes import commands, contract, identity, objects, ops
 from app.api.routes import status as status_routes
 from app.api.secret_policy import require_usable_secret
 from app.limits import for_settings
@@ -38,8 +39,10 @@ DESCRIPTION = """\
 Commands about shared objects go onto Kafka keyed by object id; a validator decides each one.
 Writes answer **202** once the broker acknowledged the command (`Location: /commands/{id}`), or the
 decision itself with `Prefer: wait=<seconds>`. Every error is `application/problem+json` with a `code`.
-Authenticate with `Authorization: Bearer <token>` (`arbiter token <principal>`). Objects are read by their
-owner, editors and readers only; `/status.json` and `/metrics` by the principals in `ARBITER_OPERATORS`.
+Authenticate with `Authorization: Bearer <JWT>` of a trusted OIDC issuer (or `arbiter token <principal>` in
+development). Scopes: `arbiter:write` (create, update, delete), `arbiter:share` (grants), `arbiter:read`,
+`arbiter:operate` (`/status.json`, `/metrics`), `arbiter:metrics` (`/metrics` only). Objects are read by their
+owner, editors and readers only (a grantee `group:<name>` stands for the members of that group).
 """
 
 #: Paths that need a bearer token (declared in the OpenAPI document).
@@ -75,6 +78,10 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # The providers' keys are fetched before the first request: a fetch blocks (urllib), and on the event loop
+        # it would hold every request for up to ARBITER_OIDC_HTTP_TIMEOUT_S. A later refetch (an unknown kid, at
+        # most once per ARBITER_OIDC_JWKS_REFRESH_MIN_S) still runs inline.
+        await asyncio.to_thread(app.state.verifier.warm)
         app.state.producer = CommandProducer(settings)
         app.state.broker_probe = Memo(app.state.producer.broker_reachable, interval=1.0)
         app.state.outcome_consumer = OutcomeConsumer(
@@ -106,6 +113,8 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
                   redirect_slashes=False)
     app.state.settings = settings
     app.state.metrics = metrics
+    app.state.local_issuer = local_issuer(settings) if settings.trusts_local_issuer else None
+    app.state.verifier = build_verifier(settings)
     app.state.status = StatusCollector(settings)
     app.state.status_memo = status_routes.status_memo(lambda: app.state.status.snapshot())
 
@@ -128,6 +137,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
     app.include_router(commands.router)
     app.include_router(ops.router)
     app.include_router(status_routes.router)
+    app.include_router(identity.router)
     contract.mount(app)  # /registry (read-only schema registry) and /asyncapi.json
     app.add_middleware(FastWrites, enabled=settings.api_fast_writes)  # inside the metrics and the body limit
     app.add_middleware(RequestMetrics, metrics=metrics)
@@ -142,7 +152,8 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
             schemas.pop("HTTPValidationError", None)
             schemas.pop("ValidationError", None)
             schema["components"]["securitySchemes"] = {"bearer": {
-                "type": "http", "scheme": "bearer", "description": "`arbiter token <principal>` prints one."}}
+                "type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                "description": "A JWT of a trusted issuer; `arbiter token <principal>` prints a development one."}}
             for path, item in schema["paths"].items():
                 if path.startswith(_SECURED):
                     for op in item.values():

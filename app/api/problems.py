@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from app.api.auth import InsufficientScope, Unauthorized
 from app.api.summary import OutcomeSummary
 from commands.errors import ArbiterError, ReasonCode
 
@@ -29,7 +30,10 @@ STATUS: dict[str, int] = {
     ReasonCode.UNSUPPORTED_SCHEMA: 422,
     ReasonCode.MISROUTED: 422,
     ReasonCode.IDEMPOTENCY_KEY_REUSED: 422,
+    ReasonCode.UNAUTHENTICATED: 422,  # a record on the topic, not an HTTP caller: the API always signs
     "UNAUTHORIZED": 401,
+    "INSUFFICIENT_SCOPE": 403,
+    "IDENTITY_PROVIDER_UNAVAILABLE": 503,
     "BAD_REQUEST": 400,
     "INVALID_JSON": 400,
     "INVALID_REQUEST": 422,
@@ -59,6 +63,8 @@ _TITLES: dict[str, str] = {
     ReasonCode.MALFORMED: "The command is malformed",
     ReasonCode.IDEMPOTENCY_KEY_REUSED: "The Idempotency-Key was already used for a different request",
     "UNAUTHORIZED": "A valid bearer token is required",
+    "INSUFFICIENT_SCOPE": "The bearer token lacks the scope this needs",
+    "IDENTITY_PROVIDER_UNAVAILABLE": "The identity provider's keys could not be fetched; retry later",
     "BROKER_UNAVAILABLE": "The command could not be stored; retry with the same Idempotency-Key",
     "READ_MODEL_UNAVAILABLE": "The read model is not open",
     "TOO_MANY_WAITERS": "Too many requests are waiting for decisions; nothing was produced, retry later",
@@ -123,8 +129,10 @@ def arbiter_error(request: Request, exc: Exception) -> JSONResponse:
                        expected_version=exc.expected_version)
     headers, extra = (exc.headers, exc.extra) if isinstance(exc, ApiError) else ({}, {})
     status = status_of(exc.code)
-    if status == 401:
-        headers = {"WWW-Authenticate": 'Bearer realm="arbiter"', **headers}
+    if isinstance(exc, Unauthorized | InsufficientScope):  # RFC 6750 §3: the error code in WWW-Authenticate
+        headers = {"WWW-Authenticate": exc.www_authenticate}
+        if isinstance(exc, InsufficientScope):
+            extra = {"scope": exc.scope}
     return problem(status, exc.code, exc.message, instance=request.url.path, headers=headers, **extra)
 
 
@@ -167,7 +175,10 @@ def install(app: FastAPI) -> None:
 
 PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
     status: {"description": text, "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
-    for status, text in [(400, "Bad request (e.g. invalid JSON, bad If-Match)"), (401, "Missing or bad bearer token"),
+    for status, text in [(400, "Bad request (e.g. invalid JSON, bad If-Match)"),
+                         (401, "Missing or bad bearer token (WWW-Authenticate says why, RFC 6750)"),
+                         (403, "INSUFFICIENT_SCOPE: the token lacks the scope this needs (or, after Prefer: "
+                               "wait, FORBIDDEN)"),
                          (413, "Body larger than ARBITER_MAX_BODY_BYTES"),
                          (422, "Request does not match the schema, or its JSON is not RFC 8259 (NaN, Infinity, numbers "
                                "beyond a double, lone surrogates, nesting deeper than 32 levels)"),

@@ -21,6 +21,7 @@ from app import limits
 from app.api.problems import ApiError
 from app.errors import BrokerUnavailable
 from app.settings import Settings
+from app.signing import signer_for
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,7 @@ class CommandProducer:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.topic = settings.topic_commands
+        self._sign = signer_for(settings).headers  # every command record carries its signature (app/signing.py)
         self._config = producer_config(settings)
         self._fatal: KafkaError | None = None
         self._producer = self._new_producer()
@@ -162,7 +164,7 @@ class CommandProducer:
         """Queue one record, waiting while the local queue is full; librdkafka's refusals raise ``KafkaException``."""
         while True:
             try:
-                producer.produce(self.topic, value, key, on_delivery=callback)
+                producer.produce(self.topic, value, key, on_delivery=callback, headers=self._sign(key, value))
                 return
             except BufferError:  # local queue full: let the poller serve reports, which frees it
                 await asyncio.sleep(0.005)
@@ -190,7 +192,7 @@ class CommandProducer:
         n = len(records)
         batch = _Batch(self, n)
         producer = self._live()
-        produce, topic = producer.produce, self.topic
+        produce, topic, sign = producer.produce, self.topic, self._sign
         self._track(n)  # before the first await, so reports are served while the loop below waits
         i = 0
         try:
@@ -198,9 +200,10 @@ class CommandProducer:
                 if i and not i % PRODUCE_CHUNK:
                     await asyncio.sleep(0)
                 cb = partial(batch.report, i)
+                k = key.encode("utf-8")
                 try:
                     try:
-                        produce(topic, value, key.encode("utf-8"), on_delivery=cb)
+                        produce(topic, value, k, on_delivery=cb, headers=sign(k, value))
                     except BufferError:
                         await self._produce(producer, key.encode("utf-8"), value, cb)
                 except KafkaException as e:

@@ -1,8 +1,9 @@
 """Which ``ARBITER_AUTH_SECRET`` the API may start with: a real one, or a weak one only on a development loopback.
 
-Whoever knows the secret can sign a token for any principal, so the placeholder (it is in this repository) or a
-short secret (guessable offline from any token) is refused unless ``ARBITER_ENVIRONMENT=development`` and the API
-binds only to loopback (127.0.0.0/8, ::1, ``localhost``), where nobody else can reach it.
+Whoever knows the secret can derive the key that signs command records (``app/signing.py``) and so put
+commands on the topic as any principal, so the placeholder (it is in this repository) or a short secret is
+refused unless ``ARBITER_ENVIRONMENT=development`` and the API binds only to loopback (127.0.0.0/8, ::1,
+``localhost``), where nobody else can reach it.
 """
 
 from __future__ import annotations

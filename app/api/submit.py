@@ -6,11 +6,13 @@ import json
 import re
 import time
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import Response
 
+from app.api.auth import Caller, scope_for
 from app.api.deps import ApiContext
 from app.api.models import CreateRequest, compact_json
 from app.api.outcomes import OVER_SHARE
@@ -94,6 +96,15 @@ _encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, indent=None, sep
 
 def _json(body: dict[str, Any], status: int, headers: dict[str, str]) -> Response:
     return Response(_encode(body).encode("utf-8"), status_code=status, headers=headers, media_type="application/json")
+
+
+def for_caller(cmd: Command, caller: Caller) -> Command:
+    """Return ``cmd`` as ``caller`` may send it: 403 INSUFFICIENT_SCOPE without the scope its kind needs; else with
+    the caller's groups, token issuer and ``jti`` copied in (the validator decides group grants from the command
+    alone; the audit trail records issuer and ``jti``). Every write route and ``app.api.fast_writes`` go through it.
+    """
+    caller.require(scope_for(cmd))
+    return replace(cmd, groups=caller.groups, issuer=caller.issuer, jti=caller.jti)
 
 
 def _success_status(cmd: Command) -> int:

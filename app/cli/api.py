@@ -1,4 +1,4 @@
-"""``arbiter api`` serves the Command API with uvicorn; ``arbiter token <principal>`` prints a bearer token.
+"""``arbiter api`` serves the Command API with uvicorn; ``arbiter token <principal>`` prints a development JWT.
 
 Tokens are printed by ``arbiter token`` (and by ``arbiter run``'s development summary on loopback), never by
 ``arbiter api``: its output is a log (``var/logs/api.log`` under ``arbiter run``) and a token there is a credential
@@ -26,17 +26,31 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--port", type=int, help="port (default ARBITER_API_PORT)")
     p.add_argument("--workers", type=int, help="uvicorn worker processes (default ARBITER_API_WORKERS)")
     p.set_defaults(handler=_api)
-    t = sub.add_parser("token", help="print a bearer token for a principal, signed with ARBITER_AUTH_SECRET")
+    t = sub.add_parser("token", help="print a JWT for a principal from Arbiter's development issuer "
+                       "(key pair in <var_dir>/identity)")
     t.add_argument("principal")
-    t.add_argument("--ttl", type=int, help="lifetime in seconds (default ARBITER_TOKEN_TTL_S)")
+    t.add_argument("--ttl", type=int, help="lifetime in seconds (default ARBITER_TOKEN_TTL_S, 8 hours)")
+    t.add_argument("--scope", action="append", help="a scope to grant, repeatable (default: arbiter:read, "
+                   "arbiter:write, arbiter:share; arbiter:operate for the status page; arbiter:metrics alone for "
+                   "a Prometheus scraper)")
+    t.add_argument("--group", action="append", default=[], help="a group the principal is in, repeatable")
+    t.add_argument("--new-key", action="store_true", help="first add a key pair that signs from now on (the "
+                   "older ones stay valid until their files are removed)")
     t.set_defaults(handler=_token)
 
 
 def _token(args: argparse.Namespace) -> int:
-    from app.api.auth import issue_token
+    from app.api.auth import SCOPES
+    from app.api.identity import dev_token, local_issuer
 
     s = get_settings()
-    print(issue_token(s.auth_secret.get_secret_value(), args.principal, args.ttl or s.token_ttl_s))
+    unknown = set(args.scope or ()) - SCOPES
+    if unknown:
+        raise SystemExit(f"unknown scopes {sorted(unknown)}; known: {sorted(SCOPES)}")
+    if args.new_key:
+        local_issuer(s).new_key()
+    scopes = tuple(args.scope) if args.scope else None
+    print(dev_token(s, args.principal, scopes, args.ttl, tuple(args.group)))
     return 0
 
 

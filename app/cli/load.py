@@ -16,7 +16,8 @@ from collections import defaultdict
 
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 
-from app.api.auth import issue_token
+from app.api.auth import USER_SCOPES
+from app.api.identity import local_issuer
 from app.errors import BrokerUnavailable, SetupError
 from app.load.openloop import Answer, Sample, Summary, drive, summarize
 from app.load.workload import (
@@ -33,6 +34,7 @@ from app.load.workload import (
     summary,
 )
 from app.settings import Settings, get_settings
+from app.signing import signer_for
 from schemas import codec
 from schemas.wire import DecodeError
 
@@ -126,6 +128,7 @@ def _drive_topic(s: Settings, args: argparse.Namespace, work: Workload, tally: T
         if err is not None:
             failed.append(str(err))
 
+    signer = signer_for(s)
     start = time.monotonic()
     sent = 0
     last_draw = 0.0
@@ -135,8 +138,9 @@ def _drive_topic(s: Settings, args: argparse.Namespace, work: Workload, tally: T
             producer.produce(s.topic_commands, key=b"garbage", value=garbage, on_delivery=on_delivery)
         else:
             watcher.sent(cmd.command_id, due)
-            producer.produce(s.topic_commands, key=cmd.object_id.encode(), value=codec.encode_command(cmd),
-                             on_delivery=on_delivery)
+            key, value = cmd.object_id.encode(), codec.encode_command(cmd)
+            producer.produce(s.topic_commands, key=key, value=value, on_delivery=on_delivery,
+                             headers=signer.headers(key, value))  # signed as the API signs
         sent += 1
         producer.poll(0)
         if time.monotonic() - last_draw > 0.3:
@@ -163,7 +167,7 @@ def _drive_api(s: Settings, args: argparse.Namespace, work: Workload, tally: Tal
 async def _api_run(s: Settings, args: argparse.Namespace, work: Workload, tally: Tally, prefer: float | None,
                    timeout: float, count: int) -> Summary:
     base = args.api or f"http://{s.api_host}:{s.api_port}"
-    secret = s.auth_secret.get_secret_value()
+    issuer = local_issuer(s)
     tokens: dict[str, str] = {}
     sent = [0]
 
@@ -171,7 +175,7 @@ async def _api_run(s: Settings, args: argparse.Namespace, work: Workload, tally:
         cmd, _garbage = work.next()  # no garbage in API mode; called in index order, before the first await
         assert cmd is not None
         if cmd.principal not in tokens:
-            tokens[cmd.principal] = issue_token(secret, cmd.principal, 3600)
+            tokens[cmd.principal] = issuer.issue(cmd.principal, 3600, scopes=USER_SCOPES)
         method, path, body = api_request(cmd)
         headers = api_headers(tokens[cmd.principal], method, cmd.command_id, cmd.expected_version, prefer)
         sent[0] += 1

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import httpx
 
-from app.api.auth import issue_token
+from app.api.auth import OPERATE, READ
+from app.api.identity import dev_token
 from app.api.secret_policy import is_loopback
 from app.local.kafka_broker import LocalBroker
 from app.local.postgres_server import LocalPostgres
@@ -111,12 +112,11 @@ def _run(args: argparse.Namespace) -> int:
             _scenario(s, api_url)
         print(f"\nAPI docs: {api_url}/docs")
         if s.environment == "development" and is_loopback(s.api_host):  # tokens only on a development terminal
-            secret = s.auth_secret.get_secret_value()
-            if s.operators:
-                print(f"Status page: {api_url}/#token={issue_token(secret, s.operators[0], 86400)}")
-            print(f"Development token (principal alice): {issue_token(secret, 'alice', 86400)}")
+            if s.trusts_local_issuer:
+                print(f"Status page: {api_url}/#token={dev_token(s, 'operator', (OPERATE, READ))}")
+                print(f"Development token (principal alice): {dev_token(s, 'alice')}")
         else:
-            print(f"Status page: {api_url}/#token=<token of one of ARBITER_OPERATORS, from `arbiter token`>")
+            print(f"Status page: {api_url}/#token=<a token with the scope arbiter:operate>")
         if args.exit_after_scenario:
             return 0
         print("Serving; press Ctrl-C to stop every process started here. A component that exits is restarted "

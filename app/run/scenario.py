@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from app.api.auth import issue_token
+from app.api.identity import dev_token
 from app.settings import Settings
 from commands import ReasonCode
 from schemas import codec
@@ -40,8 +40,7 @@ class Scenario:
     def __init__(self, settings: Settings, base_url: str) -> None:
         self.s = settings
         self.http = httpx.Client(base_url=base_url, timeout=60.0)
-        secret = settings.auth_secret.get_secret_value()
-        self.tokens = {p: issue_token(secret, p, 3600) for p in ("alice", "bob", "mallory", "eve")}
+        self.tokens = {p: dev_token(settings, p, ttl_s=3600) for p in ("alice", "bob", "mallory", "eve")}
         self.rows: list[Step] = []
         tag = uuid.uuid4().hex[:6]
         self.doc, self.notes = f"plan-{tag}", f"notes-{tag}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from app.limits import MESSAGE_CHARS, clip_utf8
+from app.signing import RecordSigner
 from app.validator.murmur2 import partition_for
 from commands import (
     DEFAULT_LIMITS,
@@ -22,7 +23,8 @@ QUOTED_BYTES = 200  # of a key quoted in a message
 
 def to_command(key: bytes | None, value: bytes | None, topic: str, partition: int, offset: int,
                *, partitions: int | None = None, keep: int = KEEP_BYTES,
-               id_bytes: int = DEFAULT_LIMITS.max_id_bytes) -> Command | Rejection:
+               id_bytes: int = DEFAULT_LIMITS.max_id_bytes, signature: bytes | None = None,
+               checker: RecordSigner | None = None) -> Command | Rejection:
     """Decode ``value``; reject undecodable bytes, unknown schemas, a key that is not the object id, or a misrouted record.
 
     With ``partitions`` given, a record whose partition is not murmur2(key) mod ``partitions`` is
@@ -30,6 +32,8 @@ def to_command(key: bytes | None, value: bytes | None, topic: str, partition: in
     ``keep`` bytes each of the key and value (with their full lengths and SHA-256), an object id clipped to
     ``id_bytes`` and a message of at most ``app.limits.MESSAGE_CHARS`` characters, so it fits on its topic
     whatever a producer put on the commands topic (``app.limits.size_limits`` sizes ``keep``).
+    With a ``checker``, a command whose ``signature`` (its ``arbiter-signature`` header) is missing or does not
+    match its key and value is ``UNAUTHENTICATED`` (``app.signing``): its principal cannot be trusted.
     """
     # The common case (bytes in, a command for this key and partition out) builds nothing else: the
     # OriginalRecord is only needed by a rejection.
@@ -53,6 +57,11 @@ def to_command(key: bytes | None, value: bytes | None, topic: str, partition: in
                        f"object {clip(command.object_id)!r} belongs to partition "
                        f"{partition_for(object_key, partitions)} of {partitions}, not {partition}",
                        clip_utf8(command.object_id, id_bytes))
+    if checker is not None:
+        problem = checker.problem(key, value, signature)
+        if problem is not None:
+            return _reject(key, value, topic, partition, offset, keep, ReasonCode.UNAUTHENTICATED, problem,
+                           clip_utf8(command.object_id, id_bytes))
     return command
 
 

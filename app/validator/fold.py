@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 from app.limits import size_limits
 from app.settings import Settings
+from app.signing import checker_for
 from app.validator.decode import to_command
 from app.validator.outputs import OutputRecord, outcome_record, record_size, too_large
 from commands import Limits, ObjectState, Rejection, decide
@@ -37,6 +38,7 @@ class InputRecord(NamedTuple):
     topic: str
     partition: int
     offset: int
+    signature: bytes | None = None  # the record's arbiter-signature header (app.signing)
 
 
 def fold(load: Callable[[], ObjectState | None], records: Iterable[InputRecord], settings: Settings,
@@ -52,6 +54,7 @@ def fold(load: Callable[[], ObjectState | None], records: Iterable[InputRecord],
     """
     limits = limits or limits_for(settings)
     partitions = settings.partitions
+    checker = checker_for(settings)
     sizes = size_limits(settings.max_message_bytes)
     bound, keep = sizes.max_record_bytes, sizes.keep_bytes
     out: list[OutputRecord] = []
@@ -61,11 +64,11 @@ def fold(load: Callable[[], ObjectState | None], records: Iterable[InputRecord],
     state: ObjectState | None = None
     for rec in records if ordered else sorted(records, key=_position):
         item = to_command(rec.key, rec.value, rec.topic, rec.partition, rec.offset, partitions=partitions,
-                          keep=keep, id_bytes=sizes.max_id_bytes)
+                          keep=keep, id_bytes=sizes.max_id_bytes, signature=rec.signature, checker=checker)
         if isinstance(item, Rejection):
             output = outcome_record(item, settings, rec.partition)
             if record_size(output) > bound:  # by construction it fits; kept as the one guarantee for every output
-                output = too_large(item, record_size(output), sizes, settings, *rec)
+                output = too_large(item, record_size(output), sizes, settings, *rec[:5])
             append(output)
             continue
         if not loaded:
@@ -74,7 +77,7 @@ def fold(load: Callable[[], ObjectState | None], records: Iterable[InputRecord],
         output = outcome_record(decision.outcome, settings, rec.partition)
         key = output[1]
         if len(output[2]) + (len(key) if key is not None else 0) > bound:  # record_size, inline: once per command
-            output = too_large(decision.outcome, record_size(output), sizes, settings, *rec)  # state not advanced
+            output = too_large(decision.outcome, record_size(output), sizes, settings, *rec[:5])  # state not advanced
         elif decision.accepted:
             changed = True
             state = decision.state

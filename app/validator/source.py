@@ -1,4 +1,4 @@
-"""Spark's Kafka source on the commands topic, keeping key, value and the record's coordinates."""
+"""Spark's Kafka source on the commands topic, keeping key, value, the record's coordinates and its signature."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import os
 
 from app import limits
 from app.settings import Settings
+from app.signing import SIGNATURE_HEADER
 
 # How many times over a micro-batch's records are held at once, at worst: the Python worker's Arrow table and the
 # run it sends, the server's request frame, its decoded records, the outputs, their framing, the changelog, the
@@ -42,7 +43,7 @@ def source_options(settings: Settings, *, available_now: bool = False) -> dict[s
         "subscribe": settings.topic_commands,
         "startingOffsets": settings.starting_offsets,
         "failOnDataLoss": "true",
-        "includeHeaders": "false",
+        "includeHeaders": "true",  # for the one header read here: signature_column()
         # The executors' cached consumers pre-fetch past each batch's range; with the default 500 ms that fetch
         # waits at the broker and every next task waits for it: ~2 s per live micro-batch of 8 partitions on
         # 2 cores (docs/benchmarks.md, "Latency"). 10 ms bounds that wait; it costs nothing between batches.
@@ -62,9 +63,15 @@ def source_options(settings: Settings, *, available_now: bool = False) -> dict[s
     return opts
 
 
+def signature_column() -> str:
+    """Return the SQL of the ``signature`` column: the value of the record's first ``arbiter-signature`` header
+    (``app.signing``), null when it has none. The headers themselves go no further than this column."""
+    return f"try_element_at(filter(headers, h -> h.key = '{SIGNATURE_HEADER}'), 1).value AS signature"
+
+
 def kafka_source(spark, settings: Settings, *, available_now: bool = False):  # noqa: ANN001, ANN201 - untyped pyspark
-    """Return the streaming DataFrame of ``commands``: key, value, topic, partition, offset, timestamp."""
+    """Return the streaming DataFrame of ``commands``: key, value, topic, partition, offset, timestamp, signature."""
     reader = spark.readStream.format("kafka")
     for k, v in source_options(settings, available_now=available_now).items():
         reader = reader.option(k, v)
-    return reader.load().select("key", "value", "topic", "partition", "offset", "timestamp")
+    return reader.load().selectExpr("key", "value", "topic", "partition", "offset", "timestamp", signature_column())

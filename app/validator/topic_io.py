@@ -10,6 +10,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from app.errors import BrokerUnavailable
 from app.settings import Settings
+from app.signing import signer_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,8 +33,11 @@ def producer(settings: Settings, **extra: str) -> Producer:
 
 
 def produce(settings: Settings, records: Iterable[tuple[bytes | None, bytes | None]], topic: str | None = None,
-            partition: int | None = None) -> list[tuple[int, int]]:
-    """Produce ``(key, value)`` pairs in order to ``topic`` (default: commands); return their (partition, offset)."""
+            partition: int | None = None, *, sign: bool = True) -> list[tuple[int, int]]:
+    """Produce ``(key, value)`` pairs in order to ``topic`` (default: commands); return their (partition, offset).
+
+    Records for the commands topic are signed as the API signs them (``app.signing``) unless ``sign`` is False.
+    """
     placed: list[tuple[int, int]] = []
     errors: list[str] = []
 
@@ -46,10 +50,12 @@ def produce(settings: Settings, records: Iterable[tuple[bytes | None, bytes | No
     p = producer(settings)
     target = topic or settings.topic_commands
     extra = {} if partition is None else {"partition": partition}
+    signer = signer_for(settings) if sign and target == settings.topic_commands else None
     for key, value in records:
+        headers = signer.headers(key, value) if signer is not None and value is not None else None
         while True:
             try:
-                p.produce(target, key=key, value=value, on_delivery=on_delivery, **extra)
+                p.produce(target, key=key, value=value, on_delivery=on_delivery, headers=headers, **extra)
                 break
             except BufferError:  # the local queue is full: let deliveries drain, then retry this record
                 p.poll(0.1)

@@ -25,7 +25,7 @@ from pathlib import Path
 import httpx
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from app.api.auth import issue_token
+from app.api.identity import dev_token
 from app.api.producer import producer_config
 from app.local.kafka_broker import LocalBroker, free_port
 from app.settings import Settings
@@ -211,7 +211,7 @@ def main() -> None:
         ensure_topics(s)
         port = free_port()
         server = start_server(s, port, args.workers, work / "server.log")
-        token = issue_token(SECRET, "bench", 3600)
+        token = dev_token(s, "bench", ttl_s=3600)  # the server trusts the development issuer of its var_dir
         auth = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         print(f"# bench.api: {os.cpu_count()} CPUs, load avg {os.getloadavg()[0]:.1f}, {args.workers} uvicorn worker(s), "
               f"{args.partitions} partitions, {args.connections} connections", flush=True)

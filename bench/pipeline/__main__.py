@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-from app.api.auth import issue_token
+from app.api.identity import dev_token
 from bench.pipeline.baseline import raw_produce_rate
 from bench.pipeline.decisions import DecisionWatcher
 from bench.pipeline.floor import floor_line, measure_floor
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         watcher = DecisionWatcher(stack.settings())
         watcher.start()
         principals = [f"bench-{k}" for k in range(args.clients)]
-        tokens = [issue_token(stack.secret, p, 24 * 3600) for p in principals]
+        tokens = [dev_token(stack.settings(), p, ttl_s=24 * 3600) for p in principals]
         print(f"first decision after {first_decision(stack, watcher, tokens[0]):.1f}s", flush=True)
         run_id = uuid.uuid4().hex[:6]
         if args.warmup > 0:

@@ -33,6 +33,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 
 from app.settings import Settings
+from app.signing import signer_for
 from app.topics import ensure_topics
 from app.validator.topic_io import producer
 from bench.harness import throwaway_broker
@@ -175,11 +176,12 @@ def run_config(cfg: Config, base: Settings, work: Path, recs: list[tuple[bytes, 
                             stderr=subprocess.STDOUT, start_new_session=True, cwd=tree)
     outcomes = Outcomes(s)
     prod = producer(s)
+    signer = signer_for(s)  # the validator rejects unsigned commands (app/signing.py)
     lines = []
     try:
         pos = 0
         for key, value in recs[:warm]:
-            prod.produce(s.topic_commands, key=key, value=value)
+            prod.produce(s.topic_commands, key=key, value=value, headers=signer.headers(key, value))
         prod.flush(30)
         pos = warm
         deadline = time.monotonic() + 180
@@ -191,7 +193,7 @@ def run_config(cfg: Config, base: Settings, work: Path, recs: list[tuple[bytes, 
         n = int(max(rates) * settle)
         for key, value in recs[pos:pos + n]:
             at = time.perf_counter() + 1 / max(rates)
-            prod.produce(s.topic_commands, key=key, value=value)
+            prod.produce(s.topic_commands, key=key, value=value, headers=signer.headers(key, value))
             while (now := time.perf_counter()) < at:
                 prod.poll(min(at - now, 0.05))
         pos += n
@@ -206,7 +208,7 @@ def run_config(cfg: Config, base: Settings, work: Path, recs: list[tuple[bytes, 
                 at = t0 + i / rate
                 while (now := time.perf_counter()) < at:
                     prod.poll(min(at - now, 0.05))
-                prod.produce(s.topic_commands, key=key, value=value)
+                prod.produce(s.topic_commands, key=key, value=value, headers=signer.headers(key, value))
                 sent[codec.decode_command(value).command_id] = at
                 prod.poll(0)
             while (now := time.perf_counter()) < t0 + seconds:

@@ -21,6 +21,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 
 from app.settings import Settings
+from app.signing import signer_for
 from app.spark_session import spark_session
 from app.topics import ensure_topics
 from app.validator.job import build_query
@@ -58,8 +59,10 @@ class Probe:
             if err is None:
                 acked[codec.decode_command(msg.value()).command_id] = time.perf_counter()
 
+        signer = signer_for(self.settings)  # the validator rejects unsigned commands (app/signing.py)
         for key, value in recs:
-            self.producer.produce(self.settings.topic_commands, key=key, value=value, on_delivery=on_delivery)
+            self.producer.produce(self.settings.topic_commands, key=key, value=value, on_delivery=on_delivery,
+                                  headers=signer.headers(key, value))
         self.producer.flush(30)
         seen: dict[str, float] = {}
         deadline = time.perf_counter() + timeout

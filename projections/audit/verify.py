@@ -146,12 +146,15 @@ class HistoryEntry:
     principal: str | None
     where: str
     detail: str = ""
+    issuer: str | None = None  # the iss and jti of the token that sent the command (issue 27; None before it)
+    jti: str | None = None
 
     def __str__(self) -> str:
         at = self.occurred_at.isoformat() if self.occurred_at else "-"
         ver = f"v{self.version}" if self.version is not None else "-"
+        token = f" token={self.issuer}#{self.jti or '-'}" if self.issuer else ""
         return (f"{at}  {self.outcome:<11} {self.what:<16} {ver:<5} command={self.command_id or '-'} "
-                f"by={self.principal or '-'} at {self.where}{'  ' + self.detail if self.detail else ''}")
+                f"by={self.principal or '-'}{token} at {self.where}{'  ' + self.detail if self.detail else ''}")
 
 
 def _history_entry(entry: Entry) -> HistoryEntry:
@@ -161,9 +164,10 @@ def _history_entry(entry: Entry) -> HistoryEntry:
     except DecodeError as e:
         return HistoryEntry(None, "UNDECODABLE", e.reason.value, None, None, None, where, str(e))
     if isinstance(out, Event):
-        return HistoryEntry(out.occurred_at, "ACCEPTED", out.type.value, out.version, out.command_id, out.principal, where)
+        return HistoryEntry(out.occurred_at, "ACCEPTED", out.type.value, out.version, out.command_id, out.principal,
+                            where, issuer=out.issuer, jti=out.jti)
     return HistoryEntry(out.occurred_at, "REJECTED", out.reason.value, out.current_version, out.command_id,
-                        out.principal, where, out.message)
+                        out.principal, where, out.message, out.issuer, out.jti)
 
 
 def history(path: Path, object_id: str) -> list[HistoryEntry]:

@@ -8,8 +8,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from pydantic import SecretStr
 
+from app.api.auth import OPERATE
 from app.settings import Settings
 from schemas import codec
 from tests.conftest import READ_MODELS
@@ -47,7 +47,8 @@ def wait(settings: Settings, who: str, **extra: str) -> dict[str, str]:
 
 def test_writes_without_a_valid_token_are_401_and_produce_nothing(client: TestClient, module_settings: Settings) -> None:
     body = {"id": "sneaky", "document": {}}
-    forged = auth(module_settings.model_copy(update={"auth_secret": SecretStr("not-the-secret")}), "alice")
+    elsewhere = module_settings.path(module_settings.var_dir) / "another-issuer"  # another key pair, same iss
+    forged = auth(module_settings.model_copy(update={"var_dir": elsewhere}), "alice")
     for headers in ({}, {"Authorization": "Bearer nonsense"}, {"Authorization": "Basic YWxpY2U6eA=="}, forged):
         r = client.post("/objects", json=body, headers=headers)
         is_problem(r, 401, "UNAUTHORIZED")
@@ -186,15 +187,16 @@ def test_ops_endpoints(client: TestClient) -> None:
     spec = client.get("/openapi.json").json()
     assert "/commands:batch" in spec["paths"] and "Problem" in spec["components"]["schemas"]
 
-def test_metrics_and_status_are_for_operators_only(client: TestClient, module_settings: Settings) -> None:
+def test_metrics_and_status_need_the_operate_scope(client: TestClient, module_settings: Settings) -> None:
+    operator = auth(module_settings, "operator", (OPERATE,))
     for path in ("/metrics", "/status.json"):
         is_problem(client.get(path), 401, "UNAUTHORIZED")
-        is_problem(client.get(path, headers=auth(module_settings, "alice")), 403, "FORBIDDEN")
-        assert client.get(path, headers=auth(module_settings, "operator")).status_code == 200, path
-    metrics = client.get("/metrics", headers=auth(module_settings, "operator"))
+        is_problem(client.get(path, headers=auth(module_settings, "alice")), 403, "INSUFFICIENT_SCOPE")
+        assert client.get(path, headers=operator).status_code == 200, path
+    metrics = client.get("/metrics", headers=operator)
     assert metrics.headers["content-type"].startswith("text/plain")
     assert "arbiter_api_outcomes_cached_bytes" in metrics.text and "arbiter_api_waiters" in metrics.text
-    assert client.get("/status.json", headers=auth(module_settings, "operator")).json()["broker"] == "up"
+    assert client.get("/status.json", headers=operator).json()["broker"] == "up"
     page = client.get("/")  # the page itself is open; its script sends the token
     assert page.status_code == 200 and "Authorization" in client.get("/status.js").text
 

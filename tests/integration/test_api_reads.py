@@ -10,12 +10,14 @@ from collections.abc import Iterator
 import pytest
 
 from app.settings import Settings
+from app.signing import SIGNATURE_HEADER, signer_for
 from commands import GrantReader, RevokeReader
 from tests.conftest import READ_MODELS, read_model_on
 from tests.integration.test_api_support import (
     TestClient,
     api_client,
     auth,
+    consume_all,
     decided,
     is_problem,
     live_pipeline,
@@ -100,3 +102,29 @@ def test_reader_routes_and_batch_kinds_produce_reader_commands(client: TestClien
         (GrantReader, "rd-1", "carol", "alice"), (RevokeReader, "rd-1", "carol", "alice"),
         (GrantReader, "rd-2", "dave", "alice"), (RevokeReader, "rd-2", "dave", "alice")]
     assert cmds[0].command_id == "g1" and cmds[1].expected_version == 2 and cmds[2].command_id == "g2"
+
+
+def test_group_grantees_read_and_write_through_the_whole_pipeline(client: TestClient,
+                                                                  module_settings: Settings) -> None:
+    """group:eng as editor and group:ops as reader: members (by their token's groups) write and read; the validator
+    decides from the groups the API copied into each command, the read model's roles answer the reads."""
+    s = module_settings
+    alice = wait(s, "alice")
+    decided(client.post("/objects", json={"id": "team", "document": {"t": 0}}, headers=alice), 201, '"1"')
+    decided(client.put("/objects/team/editors/group:eng", headers=alice), 200, '"2"')
+    decided(client.put("/objects/team/readers/group:ops", headers=alice), 200, '"3"')
+    dave = {**auth(s, "dave", groups=("eng",)), "Prefer": "wait=60"}
+    erin = {**auth(s, "erin", groups=("ops",)), "Prefer": "wait=60"}
+    decided(client.patch("/objects/team", json={"t": 1}, headers=dave), 200, '"4"')
+    is_problem(client.patch("/objects/team", json={"t": 2}, headers=erin), 403, "FORBIDDEN")
+    is_problem(client.patch("/objects/team", json={"t": 2}, headers=wait(s, "dave")), 404, "NOT_FOUND")  # no group
+    read_until(client, "/objects/team", auth(s, "erin", groups=("ops",)), '"4"')
+    assert client.get("/objects/team", headers=auth(s, "dave", groups=("eng",))).json() == {"t": 1}
+    is_problem(client.get("/objects/team", headers=auth(s, "frank", groups=("sales",))), 404, "NOT_FOUND")
+    cmd = next(c for c in produced_commands(s, 50) if c.object_id == "team" and c.principal == "dave")
+    assert cmd.groups == ("eng",) and cmd.issuer == s.local_issuer_id and cmd.jti
+    # every record the API produced carries a genuine signature header (what lets the validator decide it)
+    checker = signer_for(s)
+    records = [m for m in consume_all(s, s.topic_commands, 50, timeout=5) if m.key() == b"team"]
+    assert len(records) == 6 and all(
+        checker.problem(m.key(), m.value(), dict(m.headers() or [])[SIGNATURE_HEADER]) is None for m in records)

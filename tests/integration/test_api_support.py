@@ -20,7 +20,8 @@ with warnings.catch_warnings():  # starlette 1.x nudges towards "httpx2"; httpx 
     warnings.simplefilter("ignore", StarletteDeprecationWarning)
     from fastapi.testclient import TestClient
 
-from app.api.auth import issue_token
+from app.api.auth import OPERATE, USER_SCOPES
+from app.api.identity import dev_token
 from app.api.main import create_app
 from app.read_models import audit_root, open_writer, read_model_root
 from app.settings import Settings
@@ -166,12 +167,17 @@ def cli_api_env(settings: Settings, port: int) -> dict[str, str]:
     return env
 
 
-def token(settings: Settings, principal: str) -> str:
-    return issue_token(settings.auth_secret.get_secret_value(), principal, 3600)
+def token(settings: Settings, principal: str, scopes: tuple[str, ...] | None = None,
+          groups: tuple[str, ...] = ()) -> str:
+    """A development JWT: a user's scopes by default, and ``arbiter:operate`` too for the tests' "operator"."""
+    if scopes is None:
+        scopes = USER_SCOPES + ((OPERATE,) if principal == "operator" else ())
+    return dev_token(settings, principal, scopes, 3600, groups)
 
 
-def auth(settings: Settings, principal: str = "alice") -> dict[str, str]:
-    return {"Authorization": f"Bearer {token(settings, principal)}"}
+def auth(settings: Settings, principal: str = "alice", scopes: tuple[str, ...] | None = None,
+         groups: tuple[str, ...] = ()) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token(settings, principal, scopes, groups)}"}
 
 
 @contextmanager

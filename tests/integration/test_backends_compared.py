@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from app.limits import size_limits
 from app.settings import Settings
+from app.signing import signer_for
 from app.topics import ensure_topics
 from app.validator.fold import limits_for
 from app.validator.job import drain
@@ -204,10 +205,13 @@ class Workload:
 
 
 def _send(s: Settings, items: list[Item]) -> None:
+    """Produce every item signed as the API signs (app.signing), so the oracle need not judge signatures."""
     errors: list[str] = []
     p = producer(s, **{"message.max.bytes": str(MAX_MESSAGE_BYTES)})  # a batch must fit the topics' limit too
+    signer = signer_for(s)
     for it in items:  # one idempotent producer: each partition keeps the list's order
-        p.produce(s.topic_commands, key=it.key, value=it.value, partition=it.partition,
+        headers = signer.headers(it.key, it.value) if it.value is not None else None
+        p.produce(s.topic_commands, key=it.key, value=it.value, partition=it.partition, headers=headers,
                   on_delivery=lambda err, _m: errors.append(str(err)) if err else None)
         p.poll(0)
     assert p.flush(60) == 0 and not errors, errors[:3]

@@ -161,9 +161,10 @@ def _watch_status_page(api: str, shots: Path, settings: Settings) -> list[tuple[
     """Open the status page in headless Chromium; return the figures seen over time; fail on console errors."""
     from selenium.webdriver.common.by import By
 
-    from app.api.auth import issue_token
+    from app.api.auth import OPERATE
+    from app.api.identity import dev_token
 
-    operator = issue_token(settings.auth_secret.get_secret_value(), settings.operators[0], 600)
+    operator = dev_token(settings, "operator", (OPERATE,), 600)
     assert httpx.get(f"{api}/status.json", timeout=5).status_code == 401  # the status data is for operators
     assert httpx.get(f"{api}/status.json", timeout=5,
                      headers={"Authorization": f"Bearer {operator}"}).status_code == 200

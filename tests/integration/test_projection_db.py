@@ -211,7 +211,7 @@ def _freeze_events(oid: str) -> tuple[list[Event], list[Event]]:
 
 def test_a_document_no_backend_may_hold_freezes_nothing_live_or_rebuilt(read_model_settings: Settings) -> None:
     """Roles and the deletion land after an event whose document cannot be applied; reads fail closed meanwhile."""
-    from app.api.auth import issue_token
+    from app.api.identity import dev_token
     from app.api.main import create_app
     from tests.integration.test_api_support import TestClient
 
@@ -224,7 +224,7 @@ def test_a_document_no_backend_may_hold_freezes_nothing_live_or_rebuilt(read_mod
         return projection
 
     def read(principal: str) -> tuple[int, str]:
-        token = issue_token(s.auth_secret.get_secret_value(), principal, 60)
+        token = dev_token(s, principal, ttl_s=60)
         with TestClient(create_app(s)) as client:  # the app opens its own reader, as `arbiter api` does
             r = client.get("/objects/frozen", headers={"Authorization": f"Bearer {token}"})
         return r.status_code, r.json()["code"] if r.status_code != 200 else "OK"

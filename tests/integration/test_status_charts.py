@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from app.api.auth import OPERATE
 from app.api.main import create_app
 from app.settings import Settings
 from commands import Command, CreateObject, UpdateObject
@@ -61,7 +62,7 @@ def test_charts_draw_and_move_with_load(api: str, settings: Settings, tmp_path: 
     producer.start()
     try:
         with chromium(tmp_path / "profile") as driver:
-            driver.get(f"{api}/#token={token(settings, settings.operators[0])}")
+            driver.get(f"{api}/#token={token(settings, 'operator', (OPERATE,))}")
             time.sleep(6)
             before = {c: chart_points(driver, c) for c in CHARTS}
             shot1 = driver.find_element(By.ID, "chart_flow").screenshot_as_png

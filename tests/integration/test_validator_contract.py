@@ -165,3 +165,42 @@ def test_every_output_is_a_cloudevent_the_sdk_reads(spark, backend: Settings) ->
     assert {"arbiter.object.created", "arbiter.object.updated", "arbiter.object.deleted",
             "arbiter.object.editor_granted", "arbiter.command.rejected"} <= types
     assert sum("ce_subject" not in dict(r.headers) and "ce_time" not in dict(r.headers) for r in records) == 1
+
+
+def test_unsigned_forged_and_other_key_records_are_rejected_unauthenticated(spark, backend: Settings) -> None:  # noqa: ANN001
+    """Only records signed by Arbiter's producers are decided; the rest are rejected UNAUTHENTICATED, keeping their
+    original coordinates, and change nothing; the stream goes on (issue 27)."""
+    from confluent_kafka import Producer
+    from pydantic import SecretStr
+
+    from app.signing import SIGNATURE_HEADER, signer_for
+
+    s = backend
+    key = b"sig-obj"
+    send_commands(s, [CreateObject("sig-c", "sig-obj", "alice", _at(0), document="{}")])
+    placed: list[tuple[int, int]] = []
+
+    def raw(value: bytes, headers: list[tuple[str, bytes]] | None) -> None:
+        p = Producer({"bootstrap.servers": s.kafka_bootstrap, "partitioner": "murmur2_random"})
+        p.produce(s.topic_commands, key=key, value=value, headers=headers,
+                  on_delivery=lambda err, msg: placed.append((msg.partition(), msg.offset())))
+        assert p.flush(30) == 0
+
+    unsigned = codec.encode_command(UpdateObject("sig-u1", "sig-obj", "alice", _at(1), patch='{"x": 1}'))
+    raw(unsigned, None)
+    genuine = codec.encode_command(UpdateObject("sig-u2", "sig-obj", "bob", _at(2), patch='{"x": 2}'))
+    forged = codec.encode_command(UpdateObject("sig-u2", "sig-obj", "alice", _at(2), patch='{"x": 2}'))
+    raw(forged, [(SIGNATURE_HEADER, signer_for(s).sign(key, genuine))])  # bob's signature, principal changed
+    attacker = s.model_copy(update={"record_keys": {"derived": SecretStr("not-the-key-" + "x" * 32)}})
+    other_key = codec.encode_command(UpdateObject("sig-u3", "sig-obj", "alice", _at(3), patch='{"x": 3}'))
+    raw(other_key, signer_for(attacker).headers(key, other_key))  # the right key id, another key
+    send_commands(s, [UpdateObject("sig-u4", "sig-obj", "alice", _at(4), patch='{"x": 4}')])
+    drain(spark, s, timeout=180)
+
+    rejections = [codec.decode_rejection(r.value) for r in read_all(s, s.topic_rejections)]
+    refused = [r for r in rejections if r.reason is ReasonCode.UNAUTHENTICATED]
+    assert [(r.original.value, r.original.partition, r.original.offset) for r in refused] == [  # type: ignore[union-attr]
+        (unsigned, *placed[0]), (forged, *placed[1]), (other_key, *placed[2])]
+    assert all(r.object_id == "sig-obj" for r in refused)
+    events = [codec.decode_event(r.value) for r in read_all(s, s.topic_events)]
+    assert [(e.command_id, e.version) for e in events] == [("sig-c", 1), ("sig-u4", 2)]  # the forged changed nothing

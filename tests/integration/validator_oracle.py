@@ -150,8 +150,9 @@ def expected_from_records(records: list[Record], settings: Settings) -> list[Out
     """What the validator must write for the raw ``records`` of the commands topic, garbage and misrouted included.
 
     Its own loop, not ``app.validator.fold``: every record in (partition, offset) order is decoded
-    (``to_command``), decided against its object's state by ``commands.decide``, encoded, and replaced by a
-    ``TOO_LARGE`` rejection when it does not fit a record; only accepted commands advance the state.
+    (``to_command``, without a signature check: the callers' records are all signed), decided against its
+    object's state by ``commands.decide``, encoded, and replaced by a ``TOO_LARGE`` rejection when it does not
+    fit a record; only accepted commands advance the state.
     """
     sizes, limits = size_limits(settings.max_message_bytes), limits_for(settings)
     states: dict[str, ObjectState | None] = {}

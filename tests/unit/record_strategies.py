@@ -72,3 +72,12 @@ def record_strategies(texts: Strategy, times: st.SearchStrategy[datetime], longs
                            st.none() | texts, st.none() | texts, st.none() | times, opt_longs, st.none() | texts,
                            opt_longs, st.none() | originals)
     return RecordStrategies(commands, events, recents, states, rejections)
+
+
+def signature(key: bytes | None, value: bytes) -> bytes:
+    """The ``arbiter-signature`` header Arbiter's producers put on a command record, under the settings' default
+    (development) key, as every test's ``Settings`` without ``record_keys`` has it (``app.signing``)."""
+    from app.settings import Settings
+    from app.signing import signer_for
+
+    return signer_for(Settings()).sign(key, value)

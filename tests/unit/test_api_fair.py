@@ -13,8 +13,8 @@ with warnings.catch_warnings():  # starlette 1.x nudges towards "httpx2"; httpx 
     warnings.simplefilter("ignore", StarletteDeprecationWarning)
     from fastapi.testclient import TestClient
 
-from app.api.auth import issue_token
 from app.api.deps import ApiContext
+from app.api.identity import dev_token
 from app.api.main import create_app
 from app.api.quota import TokenBuckets
 from app.settings import Settings
@@ -81,7 +81,7 @@ def test_a_principal_over_its_read_rate_is_429_with_ratelimit_fields_and_another
     app = create_app(s, read_model=NoObjects())
 
     def auth(p: str) -> dict[str, str]:
-        return {"Authorization": f"Bearer {issue_token(s.auth_secret.get_secret_value(), p, 60)}"}
+        return {"Authorization": f"Bearer {dev_token(s, p, ttl_s=60)}"}
 
     client = TestClient(app)
     assert [client.get("/objects/x", headers=auth("mallory")).status_code for _ in range(3)] == [404] * 3
@@ -131,7 +131,7 @@ def test_an_over_rate_principals_single_writes_are_429_before_their_bodies_are_r
     monkeypatch.setattr(json_body, "parse_body", lambda raw: parsed.append(raw) or real(raw))
 
     def auth(p: str) -> dict[str, str]:
-        return {"Authorization": f"Bearer {issue_token(s.auth_secret.get_secret_value(), p, 60)}",
+        return {"Authorization": f"Bearer {dev_token(s, p, ttl_s=60)}",
                 "Content-Type": "application/json"}
 
     assert app.state.quotas.writes.take("mallory", 4) == 0.0  # its burst spent

@@ -52,5 +52,6 @@ def test_status_mapping() -> None:
     assert all(400 <= status_of(c) < 500 for c in ReasonCode)  # no reason code is ever a 5xx
     assert {c for c, s in STATUS.items() if s >= 500} <= {"BROKER_UNAVAILABLE", "READ_MODEL_UNAVAILABLE",
                                                           "TOO_MANY_WAITERS", "UNSERVABLE_DOCUMENT",
-                                                          "VIEW_STALE", "DOCUMENT_QUARANTINED", "POSITION_NOT_REACHED"}
+                                                          "VIEW_STALE", "DOCUMENT_QUARANTINED", "POSITION_NOT_REACHED",
+                                                          "IDENTITY_PROVIDER_UNAVAILABLE"}
     assert {s for s in STATUS.values() if s >= 500} == {503}

@@ -17,7 +17,7 @@ with warnings.catch_warnings():  # starlette 1.x nudges towards "httpx2"; httpx 
     from fastapi.testclient import TestClient
 
 from app.api import json_body
-from app.api.auth import issue_token
+from app.api.identity import dev_token
 from app.api.main import create_app
 from app.api.memo import Memo
 from app.limits import for_settings
@@ -42,7 +42,7 @@ def client() -> Iterator[TestClient]:
 
 
 def auth(principal: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {issue_token(SETTINGS.auth_secret.get_secret_value(), principal, 60)}"}
+    return {"Authorization": f"Bearer {dev_token(SETTINGS, principal, ttl_s=60)}"}
 
 
 @pytest.mark.parametrize("headers", NO_TOKEN)

@@ -13,7 +13,7 @@ with warnings.catch_warnings():  # starlette 1.x nudges towards "httpx2"; httpx 
     warnings.simplefilter("ignore", StarletteDeprecationWarning)
     from fastapi.testclient import TestClient
 
-from app.api.auth import issue_token
+from app.api.identity import dev_token
 from app.api.main import create_app
 from app.settings import Settings
 from tests.unit.fake_read_model import FakeReadModel, View
@@ -47,7 +47,7 @@ def client(read_model: FakeReadModel) -> Iterator[TestClient]:
 
 
 def auth(principal: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {issue_token(SETTINGS.auth_secret.get_secret_value(), principal, 60)}"}
+    return {"Authorization": f"Bearer {dev_token(SETTINGS, principal, ttl_s=60)}"}
 
 
 @pytest.mark.parametrize("object_id", ["shared", "tomb", "quarantined", "stale"])

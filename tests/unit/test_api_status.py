@@ -10,14 +10,15 @@ from typing import Any
 import httpx
 import pytest
 
-from app.api.auth import issue_token
+from app.api.auth import OPERATE
+from app.api.identity import dev_token
 from app.api.main import create_app
 from app.api.memo import Memo
 from app.settings import Settings
 
 pytestmark = pytest.mark.unit
 
-SETTINGS = Settings(operators=["ops"])
+SETTINGS = Settings()
 
 
 class SlowCollector:
@@ -39,7 +40,8 @@ class SlowCollector:
 
 
 def bearer(principal: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {issue_token(SETTINGS.auth_secret.get_secret_value(), principal, 60)}"}
+    scopes = (OPERATE,) if principal == "ops" else None
+    return {"Authorization": f"Bearer {dev_token(SETTINGS, principal, scopes, ttl_s=60)}"}
 
 
 async def _get_many(app: Any, n: int, headers: dict[str, str]) -> list[httpx.Response]:  # noqa: ANN401
@@ -65,7 +67,7 @@ def test_status_json_needs_an_operator() -> None:
     for r in (nobody, bad):
         assert r.status_code == 401 and r.headers["www-authenticate"].startswith("Bearer")
         assert r.headers["content-type"] == "application/problem+json" and r.json()["code"] == "UNAUTHORIZED"
-    assert alice.status_code == 403 and alice.json()["code"] == "FORBIDDEN"
+    assert alice.status_code == 403 and alice.json()["code"] == "INSUFFICIENT_SCOPE"
     assert app.state.status.calls == 0
 
 

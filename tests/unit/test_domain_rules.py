@@ -405,3 +405,38 @@ def test_nesting_at_the_depth_limit_and_large_finite_numbers_are_accepted() -> N
     deep = '{"a":' + "[" * 30 + "{}" + "]" * 30 + "}"  # 32 levels: the limit
     assert decide(None, CreateObject("c", "o1", "alice", T0, document=deep)).accepted
     assert decide(None, CreateObject("c", "o1", "alice", T0, document='{"a": 1e308, "b": "[[[[{{{{"}')).accepted
+
+
+def test_a_group_grantee_lets_the_groups_members_read_and_edit_from_the_command_alone() -> None:
+    """group:<name> as editor or reader holds for any command whose groups name it; decided from the command."""
+    s = created()
+    s = decide(s, GrantEditor("g1", "o1", "alice", at(0.1), editor="group:eng")).state
+    s = decide(s, GrantReader("g2", "o1", "alice", at(0.2), reader="group:ops")).state
+    assert s is not None
+    patch = '{"b": 2}'
+    engineer = UpdateObject("u1", "o1", "dave", at(1), patch=patch, groups=("eng", "misc"))
+    d = decide(s, engineer)
+    assert d.accepted and d.state is not None and d.state.version == s.version + 1
+    assert decide(s, engineer) == d  # deterministic: the same command, the same decision
+    operator = UpdateObject("u2", "o1", "erin", at(1), patch=patch, groups=("ops",))
+    assert rejected(s, operator).reason is ReasonCode.FORBIDDEN  # readers see it, may not edit it
+    outsider = UpdateObject("u3", "o1", "dave", at(1), patch=patch)  # the same principal without the group
+    assert rejected(s, outsider).reason is ReasonCode.NOT_FOUND
+    assert rejected(s, UpdateObject("u4", "o1", "dave", at(1), patch=patch, groups=("group:eng",))).reason \
+        is ReasonCode.NOT_FOUND  # a group's name, not a grantee string
+    for admin in (DeleteObject("d1", "o1", "dave", at(1), groups=("eng",)),
+                  GrantReader("g3", "o1", "dave", at(1), reader="x", groups=("eng",))):
+        assert rejected(s, admin).reason is ReasonCode.FORBIDDEN  # ownership is never a group's
+
+
+def test_commands_carry_groups_issuer_and_jti_and_older_commands_read_with_none() -> None:
+    cmd = UpdateObject("u", "o1", "dave", T0, patch="{}", groups=("eng", "ops"), issuer="https://idp/realms/a",
+                       jti="j-1")
+    assert codec.decode_command(codec.encode_command(cmd)) == cmd
+    v2 = SchemaCatalog.repository().by_id(1002)
+    assert v2 is not None
+    buf = io.BytesIO()
+    buf.write(header(1002))
+    plain = {k: v for k, v in records.command_to_record(cmd).items() if k not in ("groups", "issuer", "jti")}
+    fastavro.schemaless_writer(buf, v2.parsed, plain)  # what an API before issue 27 wrote
+    assert codec.decode_command(buf.getvalue()) == replace(cmd, groups=(), issuer=None, jti=None)

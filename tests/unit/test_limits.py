@@ -21,6 +21,7 @@ from app.limits import (
     varint_size,
 )
 from app.settings import Settings
+from app.signing import signer_for
 from app.validator.decode import to_command
 from app.validator.fold import limits_for
 from app.validator.murmur2 import partition_for
@@ -69,7 +70,7 @@ def test_the_default_chain() -> None:
     sizes = size_limits(M)
     assert FRAME_BYTES == 61 + 21 + 5 + 5 + 1 == 93
     assert sizes.max_record_bytes == M - 93 - 2048 - 1024 == 1_045_411
-    assert sizes.max_document_bytes == 1_046_101 - 2048
+    assert sizes.max_document_bytes == 1_046_101 - 2048 - 390  # output headers; events carry issuer and jti
     assert sizes.keep_bytes == 64 * 1024
     assert sizes.max_id_bytes == 256
     assert limits_for(S).max_document_bytes == sizes.max_document_bytes
@@ -86,7 +87,8 @@ def test_every_client_is_configured_from_the_one_setting() -> None:
     assert int(limits.source_options(s)["kafka.fetch.max.bytes"]) >= 8 * M
     assert int(limits.consumer_config(s)["fetch.message.max.bytes"]) >= 8 * M
     assert int(limits.consumer_config(s)["fetch.max.bytes"]) >= 8 * M
-    assert limits.api_producer_config(s)["message.max.bytes"] == sizes.max_record_bytes + LIBRDKAFKA_RECORD_OVERHEAD
+    assert limits.api_producer_config(s)["message.max.bytes"] == sizes.max_record_bytes + LIBRDKAFKA_RECORD_OVERHEAD \
+        + limits.SIGNATURE_HEADER_BYTES  # the record's one header, its signature, on top of key + value
     assert sizes.max_document_bytes > size_limits(M).max_document_bytes
 
 
@@ -151,7 +153,8 @@ def test_the_worst_case_events_fit_and_one_byte_more_is_too_large(m: int) -> Non
     d, ids = sizes.max_document_bytes, lim.max_id_bytes
     oid, cid, who = utf8_id(ids, "obj"), utf8_id(ids, "cmd"), utf8_id(ids, "who")
 
-    create = CreateObject(cid, oid, who, FAR, expected_version=0, document=utf8_object(d))
+    token = {"issuer": "i" * limits.ISSUER_BYTES, "jti": "j" * limits.JTI_BYTES}  # events carry both (issue 27)
+    create = CreateObject(cid, oid, who, FAR, expected_version=0, document=utf8_object(d), **token)
     assert create.size == d
     ev = decide(None, create, lim).outcome
     assert isinstance(ev, Event)
@@ -160,21 +163,24 @@ def test_the_worst_case_events_fit_and_one_byte_more_is_too_large(m: int) -> Non
     assert record_size(rec) > sizes.max_record_bytes - 32  # the bound is tight, not a guess far below the limit
 
     state = _worst_state(ids)
-    update = UpdateObject(cid, oid, state.owner, FAR, expected_version=2**63 - 2, patch=utf8_object(d))
+    update = UpdateObject(cid, oid, state.owner, FAR, expected_version=2**63 - 2, patch=utf8_object(d), **token)
     ev = decide(state, update, lim).outcome
     assert isinstance(ev, Event) and ev.version == 2**63 - 1
     _fits(outcome_record(ev, s, 3), m)
 
-    grant = GrantReader(cid, oid, state.owner, FAR, reader=utf8_id(ids, "rd"))
+    grant = GrantReader(cid, oid, state.owner, FAR, reader=utf8_id(ids, "rd"), **token)
     ev = decide(state, grant, lim).outcome
     assert isinstance(ev, Event)
     _fits(outcome_record(ev, s, 3), m)
 
     # The command itself passes the API producer's check and fits the topic.
     value = codec.encode_command(create)
-    assert len(oid.encode()) + len(value) + LIBRDKAFKA_RECORD_OVERHEAD <= limits.api_producer_config(s)["message.max.bytes"]
+    header = len(signer_for(s).sign(oid.encode(), value)) + len("arbiter-signature") + 2
+    assert header <= limits.SIGNATURE_HEADER_BYTES
+    assert len(oid.encode()) + len(value) + LIBRDKAFKA_RECORD_OVERHEAD + header <= \
+        limits.api_producer_config(s)["message.max.bytes"]
 
-    over = CreateObject(cid, oid, who, FAR, document=utf8_object(d + 1))
+    over = CreateObject(cid, oid, who, FAR, document=utf8_object(d + 1), **token)
     rej = decide(None, over, lim).outcome
     assert isinstance(rej, Rejection) and rej.reason is ReasonCode.TOO_LARGE
     _fits(outcome_record(rej, s, 3), m)

@@ -54,3 +54,24 @@ def test_a_malformed_entry_is_a_value_error() -> None:
         unpack_entry(entry_key("t", 0, 0), raw + b"x")
     with pytest.raises(ValueError, match="shorter"):
         unpack_entry(entry_key("t", 0, 0), raw[:10])
+
+
+def test_the_audit_history_names_the_token_that_sent_each_command() -> None:
+    """Events and rejections carry the issuer and jti the API copied into the command (issue 27)."""
+    from datetime import UTC, datetime
+
+    from commands import CreateObject, UpdateObject, decide
+    from projections.audit.chain import Entry
+    from projections.audit.verify import _history_entry
+    from schemas import codec
+
+    at = datetime(2025, 1, 1, tzinfo=UTC)
+    create = CreateObject("c1", "o", "alice", at, document="{}", issuer="https://idp/realms/a", jti="j-1")
+    made = decide(None, create)
+    refused = decide(made.state, UpdateObject("u1", "o", "mallory", at, patch="{}", issuer="urn:arbiter:local",
+                                              jti="j-2")).outcome
+    seen = [_history_entry(Entry("t", 0, i, i, 0, b"o", value))
+            for i, value in enumerate([codec.encode_event(made.outcome), codec.encode_rejection(refused)])]  # type: ignore[arg-type]
+    assert [(h.outcome, h.issuer, h.jti) for h in seen] == [("ACCEPTED", "https://idp/realms/a", "j-1"),
+                                                            ("REJECTED", "urn:arbiter:local", "j-2")]
+    assert "token=https://idp/realms/a#j-1" in str(seen[0])

@@ -42,7 +42,8 @@ def arrow(records: list[InputRecord]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
         [pa.array([r.key for r in records], pa.binary()), pa.array([r.value for r in records], pa.binary()),
          pa.array([r.topic for r in records], pa.string()), pa.array([r.partition for r in records], pa.int32()),
-         pa.array([r.offset for r in records], pa.int64())], names=["key", "value", "topic", "partition", "offset"])
+         pa.array([r.offset for r in records], pa.int64()), pa.array([r.signature for r in records], pa.binary())],
+        names=["key", "value", "topic", "partition", "offset", "signature"])
 
 
 def settings_in(tmp_path: Path, name: str) -> Settings:

@@ -25,6 +25,7 @@ from app.validator.rocks.shard import (
 )
 from commands import CreateObject, DeleteObject, GrantEditor, UpdateObject
 from schemas import codec
+from tests.unit.record_strategies import signature
 
 pytestmark = pytest.mark.unit
 
@@ -46,7 +47,8 @@ def ckpt(tmp_path: Path) -> str:
 
 def rec(cmd: object, offset: int, value: bytes | None = None, key: bytes | None = None) -> InputRecord:
     k = key if key is not None else cmd.object_id.encode()  # type: ignore[attr-defined]
-    return InputRecord(k, value if value is not None else codec.encode_command(cmd), TOPIC, 0, offset)  # type: ignore[arg-type]
+    v = value if value is not None else codec.encode_command(cmd)  # type: ignore[arg-type]
+    return InputRecord(k, v, TOPIC, 0, offset, signature(k, v))
 
 
 def random_commands(n: int, objects: int, seed: int, start: int = 0) -> list[InputRecord]:
@@ -110,7 +112,7 @@ def test_out_of_order_or_mixed_partitions_fail_loudly(settings: Settings, ckpt: 
     batch = random_commands(5, 3, seed=1)
     with pytest.raises(ShardOrderError, match="out of offset order"):
         run_task(settings, ckpt, 0, [batch[1], batch[0]], NOW)
-    other = InputRecord(batch[1].key, batch[1].value, TOPIC, 1, 99)
+    other = InputRecord(batch[1].key, batch[1].value, TOPIC, 1, 99, batch[1].signature)
     with pytest.raises(ShardOrderError, match="minPartitions"):
         run_task(settings, ckpt, 0, [batch[0], other], NOW)
     assert not ShardStore(ckpt, 0).changelogs()
@@ -357,7 +359,7 @@ def test_state_cache_hit_still_forgets_dedup_entries_after_their_ttl(settings: S
     s = settings.model_copy(update={"dedup_ttl_ms": 1000})
     update = rec(UpdateObject("u1", "o1", "alice", T0, patch='{"a": 1}'), 1)
     batches = [[rec(CreateObject("c1", "o1", "alice", T0, document="{}"), 0), update],
-               [InputRecord(update.key, update.value, TOPIC, 0, 2)]]  # the same command, resent after the TTL
+               [InputRecord(update.key, update.value, TOPIC, 0, 2, update.signature)]]  # the same command, resent after the TTL
     outputs = []
     shard = open_shard(tmp_path / "warm", ShardStore(str(tmp_path / "c"), 0), 0, s)
     try:

@@ -24,6 +24,7 @@ from commands import (
     reject_record,
 )
 from schemas import codec
+from tests.unit.record_strategies import signature
 
 pytestmark = pytest.mark.unit
 
@@ -105,9 +106,10 @@ def test_fold_sorts_by_offset_and_never_loads_state_for_poison() -> None:
     def load():  # noqa: ANN202
         loads.append(1)
 
-    recs = [InputRecord(key, codec.encode_command(update), "cmd", p, 7),
+    u, c = codec.encode_command(update), codec.encode_command(create)
+    recs = [InputRecord(key, u, "cmd", p, 7, signature(key, u)),
             InputRecord(key, b"junk", "cmd", p, 6),
-            InputRecord(key, codec.encode_command(create), "cmd", p, 5)]
+            InputRecord(key, c, "cmd", p, 5, signature(key, c))]
     out, state, changed = fold(load, recs, S)
     assert changed and state is not None and state.version == 2 and loads == [1]
     decoded = [codec.decode_outcome(v) for _, _, v, _, _ in out]
@@ -121,3 +123,34 @@ def test_fold_sorts_by_offset_and_never_loads_state_for_poison() -> None:
 
 def test_limits_carry_the_dedup_ttl() -> None:
     assert limits_for(S.model_copy(update={"dedup_ttl_ms": 1500})).dedup_ttl.total_seconds() == 1.5
+
+
+def test_a_command_without_a_genuine_signature_is_unauthenticated_unless_unsigned_producers_are_allowed() -> None:
+    from pydantic import SecretStr
+
+    from app.signing import checker_for, signer_for
+
+    cmd = CreateObject("c", "o", "alice", datetime(2025, 1, 1, tzinfo=UTC), document="{}")
+    key, value = b"o", codec.encode_command(cmd)
+    p = partition_for(key, S.partitions)
+    checker = checker_for(S)
+    assert checker is not None
+
+    def decoded(sig: bytes | None, check: object = checker) -> object:
+        return to_command(key, value, "cmd", p, 3, partitions=S.partitions, signature=sig, checker=check)  # type: ignore[arg-type]
+
+    assert decoded(signature(key, value)) == cmd
+    for sig in (None, b"", b"derived:AAAA", b"nokid", b"other:" + signature(key, value).split(b":")[1],
+                signature(b"p", value), signature(key, value + b" ")):
+        rej = decoded(sig)
+        assert isinstance(rej, Rejection) and rej.reason is ReasonCode.UNAUTHENTICATED, sig
+        assert rej.original is not None and (rej.original.offset, rej.original.value) == (3, value)
+    assert decoded(None, checker_for(S.model_copy(update={"allow_unsigned_commands": True}))) == cmd
+    # rotation with overlap: the new key signs, a record signed with the old one is still genuine
+    old = S.model_copy(update={"record_keys": {"k1": SecretStr("a" * 32)}})
+    both = S.model_copy(update={"record_keys": {"k1": SecretStr("a" * 32), "k2": SecretStr("b" * 32)},
+                                "record_key_id": "k2"})
+    assert signer_for(both).sign(key, value).startswith(b"k2:")
+    assert decoded(signer_for(old).sign(key, value), signer_for(both)) == cmd
+    assert isinstance(decoded(signer_for(old).sign(key, value), signer_for(
+        S.model_copy(update={"record_keys": {"k2": SecretStr("b" * 32)}}))), Rejection)  # k1 retired

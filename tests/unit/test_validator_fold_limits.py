@@ -28,6 +28,7 @@ from commands import (
     decide,
 )
 from schemas import codec
+from tests.unit.record_strategies import signature
 
 pytestmark = pytest.mark.unit
 
@@ -43,7 +44,8 @@ LEGACY = ObjectState(exists=True, deleted=False, version=3, owner="o" * 3000, ed
 
 def rec(cmd: object, offset: int, key: bytes | None = None) -> InputRecord:
     k = key if key is not None else cmd.object_id.encode()  # type: ignore[attr-defined]
-    return InputRecord(k, codec.encode_command(cmd), "cmd", 0, offset)  # type: ignore[arg-type]
+    v = codec.encode_command(cmd)  # type: ignore[arg-type]
+    return InputRecord(k, v, "cmd", 0, offset, signature(k, v))
 
 
 def big_patch() -> str:
@@ -130,7 +132,7 @@ def test_the_rocksdb_shard_rejects_and_does_not_store_an_event_that_does_not_fit
 
     update = UpdateObject("u1", "obj", "bob", AT, patch=big_patch())
     create = CreateObject("c1", "new", "alice", AT, document="{}")
-    result = run_task(s, ckpt, 0, [rec(update, 0), InputRecord(b"new", codec.encode_command(create), "cmd", 0, 1)],
+    result = run_task(s, ckpt, 0, [rec(update, 0), rec(create, 1)],
                       now_ms=2)
     first, second = _decoded(result.outputs)
     assert isinstance(first, Rejection) and first.reason is ReasonCode.TOO_LARGE

@@ -10,7 +10,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
 
-from app.api.deps import ContextDep, PrincipalDep, ReaderDep
+from app.api.auth import SHARE, WRITE, Caller
+from app.api.deps import CallerDep, ContextDep, ReaderDep
 from app.api.json_body import StrictJsonRoute
 from app.api.models import (
     BatchCreate,
@@ -48,24 +49,30 @@ from schemas import codec
 router = APIRouter(prefix="/commands", tags=["commands"], route_class=StrictJsonRoute)
 
 
-def _command(item: BatchItem, principal: str, issued_at: Any) -> Command:
+def _command(item: BatchItem, caller: Caller, issued_at: Any) -> Command:
     cid = item.idempotency_key or str(uuid.uuid4())
     ev = item.expected_version
+    principal, groups, issuer, jti = caller.principal, caller.groups, caller.issuer, caller.jti
     if isinstance(item, BatchCreate):
         return CreateObject(cid, item.object_id or new_object_id(principal, cid), principal, issued_at, ev,
-                            document=compact_json(item.document))
+                            document=compact_json(item.document), groups=groups, issuer=issuer, jti=jti)
     if isinstance(item, BatchUpdate):
-        return UpdateObject(cid, item.object_id, principal, issued_at, ev, patch=compact_json(item.patch))
+        return UpdateObject(cid, item.object_id, principal, issued_at, ev, patch=compact_json(item.patch),
+                            groups=groups, issuer=issuer, jti=jti)
     if isinstance(item, BatchDelete):
-        return DeleteObject(cid, item.object_id, principal, issued_at, ev)
+        return DeleteObject(cid, item.object_id, principal, issued_at, ev, groups=groups, issuer=issuer, jti=jti)
     if isinstance(item, BatchGrant):
-        return GrantEditor(cid, item.object_id, principal, issued_at, ev, editor=item.editor)
+        return GrantEditor(cid, item.object_id, principal, issued_at, ev, editor=item.editor, groups=groups,
+                           issuer=issuer, jti=jti)
     if isinstance(item, BatchRevoke):
-        return RevokeEditor(cid, item.object_id, principal, issued_at, ev, editor=item.editor)
+        return RevokeEditor(cid, item.object_id, principal, issued_at, ev, editor=item.editor, groups=groups,
+                            issuer=issuer, jti=jti)
     if isinstance(item, BatchGrantReader):
-        return GrantReader(cid, item.object_id, principal, issued_at, ev, reader=item.reader)
+        return GrantReader(cid, item.object_id, principal, issued_at, ev, reader=item.reader, groups=groups,
+                           issuer=issuer, jti=jti)
     assert isinstance(item, BatchRevokeReader)
-    return RevokeReader(cid, item.object_id, principal, issued_at, ev, reader=item.reader)
+    return RevokeReader(cid, item.object_id, principal, issued_at, ev, reader=item.reader, groups=groups,
+                        issuer=issuer, jti=jti)
 
 
 #: Items built and encoded between yields of the event loop: a 1 MiB batch never holds the loop for long.
@@ -78,8 +85,12 @@ BUILD_CHUNK = 256
                  413: PROBLEM_RESPONSES[413] | {
                  "description": "Too many commands, or some were too large and not stored: `results` says which"}},
              summary="Queue many commands in one request; one result per command, in order")
-async def batch(body: BatchRequest, principal: PrincipalDep, ctx: ContextDep) -> JSONResponse:
+async def batch(body: BatchRequest, caller: CallerDep, ctx: ContextDep) -> JSONResponse:
     """One result per command (202 stored, 413 too large, 503 not acknowledged); never a bare 500."""
+    principal = caller.principal
+    sharing = (BatchGrant, BatchRevoke, BatchGrantReader, BatchRevokeReader)
+    for scope in sorted({SHARE if isinstance(c, sharing) else WRITE for c in body.commands}):
+        caller.require(scope)  # the whole batch is refused (403) before any of it is produced
     settings, producer, metrics, writes = ctx.settings, ctx.producer, ctx.metrics, ctx.quotas.writes
     n = len(body.commands)
     most = min(settings.batch_max_commands, writes.burst) if writes.enabled else settings.batch_max_commands
@@ -100,7 +111,7 @@ async def batch(body: BatchRequest, principal: PrincipalDep, ctx: ContextDep) ->
     for i, item in enumerate(body.commands):
         if i and not i % BUILD_CHUNK:
             await asyncio.sleep(0)
-        c = _command(item, principal, issued_at)
+        c = _command(item, caller, issued_at)
         cmds.append(c)
         if c.size > largest:  # what POST /objects answers 413: the validator would reject it TOO_LARGE
             results.append(_refused(c, ApiError(f"the document or patch is {c.size} bytes, over the {largest} whose "

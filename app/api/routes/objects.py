@@ -9,7 +9,7 @@ from fastapi import APIRouter, Body, Header, Path, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from app.api.auth import PRINCIPAL_PATTERN
-from app.api.deps import ApiContext, ContextDep, PrincipalDep, ReaderDep, ReadModelDep
+from app.api.deps import ApiContext, ContextDep, PrincipalDep, ReaderDep, ReadModelDep, caller_of
 from app.api.json_body import StrictJsonRoute
 from app.api.models import (
     IDEMPOTENCY_KEY_PATTERN,
@@ -27,6 +27,7 @@ from app.api.submit import (
     create_command,
     delete_command,
     expected_version,
+    for_caller,
     now,
     prefer_wait,
     submit,
@@ -76,6 +77,7 @@ _WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 async def _write(request: Request, cmd: Command, ctx: ApiContext) -> Response:
+    cmd = for_caller(cmd, caller_of(request))  # 403 INSUFFICIENT_SCOPE before anything is produced
     return await submit(cmd, ctx, prefer_wait(request.headers.getlist("prefer"), ctx.settings.wait_max_s))
 
 
@@ -204,7 +206,7 @@ async def read_object(request: Request, object_id: ObjectIdPath, principal: Read
     # roles alone, so an outsider's 404 costs the same as an unknown id's, whatever the document's size.
     get = getattr(read_model, "lookup", read_model.get)
     view = await run_in_threadpool(get, object_id) if getattr(read_model, "blocking", False) else get(object_id)
-    if view is None or not may_read(principal, view.owner, view.editors, view.readers):
+    if view is None or not may_read(principal, view.owner, view.editors, view.readers, caller_of(request).groups):
         raise _unknown(object_id)
     etag = f'"{view.version}"'
     if view.deleted:

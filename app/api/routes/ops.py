@@ -1,4 +1,4 @@
-"""Operations routes: ``/healthz`` (open, cheap) and ``/metrics`` (Prometheus text, operators only)."""
+"""Operations routes: ``/healthz`` (open, cheap) and ``/metrics`` (Prometheus text; scopes arbiter:metrics/operate)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from app.api.deps import ContextDep, OperatorDep
+from app.api.deps import ContextDep, ScraperDep
 from app.api.memo import Memo
 from app.api.models import Health
 from app.api.problems import PROBLEM_RESPONSES
@@ -36,9 +36,10 @@ async def healthz(request: Request) -> JSONResponse:
                         status_code=200 if ok else 503)
 
 
-@router.get("/metrics", response_class=Response, summary="Prometheus text exposition; operators only",
+@router.get("/metrics", response_class=Response, summary="Prometheus text exposition; scope arbiter:metrics or arbiter:operate",
             responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {}}}, 401: PROBLEM_RESPONSES[401],
-                       403: PROBLEM_RESPONSES[401] | {"description": "The principal is not in ARBITER_OPERATORS"}})
-async def metrics(ctx: ContextDep, operator: OperatorDep) -> Response:
+                       403: PROBLEM_RESPONSES[401] | {
+                           "description": "INSUFFICIENT_SCOPE: the token has neither arbiter:metrics nor arbiter:operate"}})
+async def metrics(ctx: ContextDep, operator: ScraperDep) -> Response:
     ctx.metrics.gauges(len(ctx.outcomes), ctx.outcomes.nbytes, ctx.outcomes.waiting)
     return Response(ctx.metrics.render(), media_type=CONTENT_TYPE_LATEST)

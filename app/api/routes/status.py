@@ -1,6 +1,6 @@
-"""``GET /`` (the status page), ``/status.js``, ``/vendor/*`` (uPlot) and ``/status.json`` (its figures, operators only).
+"""``GET /`` (the status page), ``/status.js``, ``/vendor/*`` (uPlot) and ``/status.json`` (its figures, scope arbiter:operate).
 
-The page and its script are open; the figures need an operator's bearer token (``ARBITER_OPERATORS``): the
+The page and its script are open; the figures need a bearer token with the scope ``arbiter:operate``: the
 script takes it from the page's address (``/#token=<token>``) and keeps it in ``sessionStorage``. However many
 clients poll, the figures are computed at most once per second (``app.api.memo.Memo``).
 """
@@ -58,7 +58,7 @@ def status_memo(snapshot: Callable[[], dict[str, Any]]) -> Memo[bytes]:
 @router.get("/status.json", summary="Live figures of the pipeline (the status page's data); operators only",
             responses={200: {"content": {"application/json": {"schema": {"type": "object"}}}},
                        401: PROBLEM_RESPONSES[401],
-                       403: PROBLEM_RESPONSES[401] | {"description": "The principal is not in ARBITER_OPERATORS"}})
+                       403: PROBLEM_RESPONSES[401] | {"description": "INSUFFICIENT_SCOPE: the token lacks arbiter:operate"}})
 async def status_json(request: Request, operator: OperatorDep) -> Response:
     memo: Memo[bytes] = request.app.state.status_memo
     return Response(await memo.get(), media_type="application/json", headers={"Cache-Control": "no-store"})

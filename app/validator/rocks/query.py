@@ -185,7 +185,7 @@ def build_query(spark: Any, settings: Settings, *, available_now: bool = False) 
     uri = checkpoint_uri(settings)
     name = query_name(settings)
     source = kafka_source(spark, settings, available_now=available_now).select(
-        "key", "value", "topic", "partition", "offset")
+        "key", "value", "topic", "partition", "offset", "signature")
     tasks = shard_tasks(settings, str(spark.sparkContext.master), spark.sparkContext.defaultParallelism)
     if tasks < settings.partitions:
         source = source.coalesce(tasks)  # whole partitions per task, each in offset order: no shuffle

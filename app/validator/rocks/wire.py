@@ -79,8 +79,11 @@ class Reply:
 
 
 def settings_bytes(settings: Settings) -> bytes:
-    """Return the settings the shard step needs, as JSON; no secret (``Settings.for_tasks``) is in them."""
-    return json.dumps(settings.for_tasks().model_dump(mode="json", exclude={"auth_secret"}), sort_keys=True).encode()
+    """Return the settings the shard step needs, as JSON: ``Settings.for_tasks``, the record keys their only secret."""
+    tasks = settings.for_tasks()
+    fields = tasks.model_dump(mode="json", exclude={"auth_secret"})
+    fields["record_keys"] = tasks.record_secrets()  # the shard step checks command signatures: the keys go along
+    return json.dumps(fields, sort_keys=True).encode()
 
 
 def settings_from(data: bytes) -> Settings:
@@ -173,12 +176,15 @@ def read_ipc(data: bytes) -> pa.Table:
 
 
 def input_records(table: pa.Table) -> list[InputRecord]:
-    """Return the rows of a task's input table (key, value, topic, partition, offset) as ``InputRecord``s."""
+    """Return the rows of a task's input table (key, value, topic, partition, offset[, signature]) as
+    ``InputRecord``s."""
     records: list[InputRecord] = []
     for b in table.to_batches():
+        names = b.schema.names
+        signatures = b.column("signature").to_pylist() if "signature" in names else [None] * b.num_rows
         records += map(InputRecord, b.column("key").to_pylist(), b.column("value").to_pylist(),
                        column_values(b.column("topic")), int_values(b.column("partition")),
-                       int_values(b.column("offset")))
+                       int_values(b.column("offset")), signatures)
     return records
 
 

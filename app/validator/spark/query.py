@@ -59,7 +59,7 @@ def start(spark: Any, settings: Settings, uri: str, *, available_now: bool) -> A
     from app.validator.spark.processor import ValidatorProcessor
 
     src = kafka_source(spark, settings, available_now=available_now).selectExpr(
-        "coalesce(key, X'') AS gkey", "key", "value", "topic", "partition", "offset")
+        "coalesce(key, X'') AS gkey", "key", "value", "topic", "partition", "offset", "signature")
     outcomes = src.groupBy("gkey").transformWithState(
         statefulProcessor=ValidatorProcessor(settings), outputStructType=SINK_DDL, outputMode="Append",
         timeMode="ProcessingTime")

@@ -1,0 +1,97 @@
+"""Signatures of command records, so the principal of a command on the topic cannot be forged by other producers.
+
+Arbiter's producers (the API, ``app.validator.topic_io``) add a Kafka header ``arbiter-signature: <kid>:<mac>``
+to each command record: ``mac`` is base64url HMAC-SHA256, under the key ``kid`` of ``ARBITER_RECORD_KEYS``, over a
+domain tag, the record's key (length-prefixed) and its value. The validator checks it (``app.validator.decode``)
+and rejects an unsigned or mis-signed command as ``UNAUTHENTICATED`` unless ``ARBITER_ALLOW_UNSIGNED_COMMANDS``.
+Keys rotate with overlap: add the new key, make it ``ARBITER_RECORD_KEY_ID`` (it signs), remove the old one once
+no record signed with it is left to decide. Without ``ARBITER_RECORD_KEYS`` one key, ``derived``, is derived from
+``ARBITER_AUTH_SECRET`` (which then stays on the driver: only the derived key goes to Spark tasks).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+from collections.abc import Mapping
+from functools import lru_cache
+
+from app.settings import Settings
+
+SIGNATURE_HEADER = "arbiter-signature"
+MAX_KID_CHARS = 64  # app.limits.SIGNATURE_HEADER_BYTES counts on it
+_DOMAIN = b"arbiter-command-record-v1\x00"
+_NO_KEY = b"\xff\xff\xff\xff"
+
+
+def _message(key: bytes | None, value: bytes) -> bytes:
+    head = _NO_KEY if key is None else len(key).to_bytes(4, "big")
+    return b"".join((_DOMAIN, head, key or b"", value))
+
+
+class RecordSigner:
+    """Sign command records with the current key; check them against every key still trusted."""
+
+    def __init__(self, keys: Mapping[str, bytes], current: str) -> None:
+        if current not in keys:
+            raise ValueError(f"record key id {current!r} is not one of {sorted(keys)}")
+        if any(len(kid) > MAX_KID_CHARS or not kid.isascii() or ":" in kid for kid in keys):
+            raise ValueError(f"record key ids must be ASCII, without ':', at most {MAX_KID_CHARS} characters")
+        self._keys = {kid.encode(): k for kid, k in keys.items()}
+        self._current = current.encode()
+
+    def _mac(self, secret: bytes, key: bytes | None, value: bytes) -> bytes:
+        return base64.urlsafe_b64encode(hmac.new(secret, _message(key, value), hashlib.sha256).digest()).rstrip(b"=")
+
+    def sign(self, key: bytes | None, value: bytes) -> bytes:
+        """Return the ``arbiter-signature`` header value of a record."""
+        return self._current + b":" + self._mac(self._keys[self._current], key, value)
+
+    def headers(self, key: bytes | None, value: bytes) -> list[tuple[str, bytes]]:
+        """Return the Kafka headers to produce a command record with."""
+        return [(SIGNATURE_HEADER, self.sign(key, value))]
+
+    def problem(self, key: bytes | None, value: bytes, signature: bytes | None) -> str | None:
+        """Return why the record's signature is not genuine, or None if it is."""
+        if not signature:
+            return f"the record has no {SIGNATURE_HEADER} header (not produced by Arbiter)"
+        kid, colon, mac = bytes(signature).partition(b":")
+        secret = self._keys.get(kid)
+        if not colon or secret is None:
+            return f"the record is signed with an unknown key {kid[:64]!r}"
+        if not hmac.compare_digest(self._mac(secret, key, value), mac):
+            return f"the record's signature (key {kid.decode(errors='replace')!r}) does not match its key and value"
+        return None
+
+
+def signer_for(settings: Settings) -> RecordSigner:
+    """Return the signer of ``settings`` (cached per key set)."""
+    keys = {kid: secret.encode("utf-8") for kid, secret in settings.record_secrets().items()}
+    current = settings.record_key_id or (next(iter(keys)) if len(keys) == 1 else "")
+    if not current:
+        raise ValueError("ARBITER_RECORD_KEYS holds several keys: name the one that signs in ARBITER_RECORD_KEY_ID")
+    return _signer(tuple(sorted(keys.items())), current)
+
+
+@lru_cache(maxsize=8)
+def _signer(keys: tuple[tuple[str, bytes], ...], current: str) -> RecordSigner:
+    return RecordSigner(dict(keys), current)
+
+
+_checkers: dict[int, tuple[Settings, RecordSigner | None]] = {}
+
+
+def checker_for(settings: Settings) -> RecordSigner | None:
+    """Return what checks command records in the validator, or None if unsigned producers are allowed.
+
+    Cached per settings object (the validator asks once per key of each micro-batch); the entry holds the
+    settings, so their id is not reused while it is cached.
+    """
+    cached = _checkers.get(id(settings))
+    if cached is None or cached[0] is not settings:
+        if len(_checkers) > 64:
+            _checkers.clear()
+        cached = _checkers[id(settings)] = (settings, None if settings.allow_unsigned_commands
+                                            else signer_for(settings))
+    return cached[1]
