@@ -82,11 +82,24 @@ def partition_records(objects: int, count: int, partitions: int, partition: int,
 
 
 def to_arrow(records: list[InputRecord]) -> pa.RecordBatch:
-    """Return ``records`` as the Arrow batch Spark's ``mapInArrow`` hands the shard step."""
+    """Return ``records`` as the Arrow batch Spark's ``mapInArrow`` hands the shard step.
+
+    Each record carries the signature the API would give it (``app.signing``, with the default settings' key the
+    shard's checker also derives), so the shard checks and decides every command as in production. A tree from
+    before signed records has no ``app.signing`` and reads no ``signature`` column.
+    """
+    try:
+        from app.signing import signer_for
+    except ImportError:
+        signatures: list[bytes | None] = [None] * len(records)
+    else:
+        signer = signer_for(Settings())
+        signatures = [signer.sign(r.key, r.value) if r.value is not None else None for r in records]
     return pa.RecordBatch.from_arrays(
         [pa.array([r.key for r in records], pa.binary()), pa.array([r.value for r in records], pa.binary()),
          pa.array([r.topic for r in records], pa.string()), pa.array([r.partition for r in records], pa.int32()),
-         pa.array([r.offset for r in records], pa.int64())], names=["key", "value", "topic", "partition", "offset"])
+         pa.array([r.offset for r in records], pa.int64()), pa.array(signatures, pa.binary())],
+        names=["key", "value", "topic", "partition", "offset", "signature"])
 
 
 def baseline(records: list[InputRecord]) -> float:
