@@ -10,6 +10,10 @@ stopped by PID at the end, on Ctrl-C and on errors. See docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
+import hmac
+import json
 import os
 import shutil
 import signal
@@ -68,6 +72,24 @@ def plan(args: argparse.Namespace, rate: float, duration: float, mode: str, tag:
                 fresh_connections=args.connect == "fresh")
 
 
+def legacy_token(secret: str, principal: str, ttl_s: int) -> str:
+    """A token of Arbiter before issue 27 (``base64url(json{sub,iat,exp}).base64url(hmac_sha256)``), for ``--tree``
+    checkouts from before its JWTs: the same client measures both trees."""
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+    iat = int(time.time())
+    payload = b64(json.dumps({"sub": principal, "iat": iat, "exp": iat + ttl_s}, separators=(",", ":")).encode())
+    return f"{payload}.{b64(hmac.new(secret.encode(), payload.encode(), hashlib.sha256).digest())}"
+
+
+def token_for(stack: Stack, tree: Path | None, principal: str) -> str:
+    """A day's token for ``principal`` that ``stack`` accepts: its own issuer's, or the old HMAC kind."""
+    if tree is not None and not (tree / "app" / "api" / "local_issuer.py").exists():
+        return legacy_token(stack.secret, principal, 24 * 3600)
+    return dev_token(stack.settings(), principal, ttl_s=24 * 3600)
+
+
 def first_decision(stack: Stack, watcher: DecisionWatcher, token: str, timeout: float = 300.0) -> float:
     """Send one create and wait for its decision: the first micro-batch starts Spark's Python workers."""
     key, start = f"first-{uuid.uuid4().hex[:8]}", time.monotonic()
@@ -98,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         watcher = DecisionWatcher(stack.settings())
         watcher.start()
         principals = [f"bench-{k}" for k in range(args.clients)]
-        tokens = [dev_token(stack.settings(), p, ttl_s=24 * 3600) for p in principals]
+        tokens = [token_for(stack, args.tree, p) for p in principals]
         print(f"first decision after {first_decision(stack, watcher, tokens[0]):.1f}s", flush=True)
         run_id = uuid.uuid4().hex[:6]
         if args.warmup > 0:
