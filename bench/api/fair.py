@@ -22,12 +22,12 @@ import time
 import uuid
 from pathlib import Path
 
-from app.api.auth import issue_token
+from app.api.identity import dev_token
 from app.load.openloop import Answer, drive, summarize
 from app.local.kafka_broker import LocalBroker, free_port
 from app.settings import Settings
 from app.topics import ensure_topics
-from bench.api.__main__ import SECRET, start_server, stop_server, tree_cpu_s
+from bench.api.__main__ import start_server, stop_server, tree_cpu_s
 from bench.api.load import request_bytes, run_load
 
 
@@ -95,7 +95,8 @@ def main() -> None:
         port = free_port()
         server = start_server(s, port, 1, work / "server.log", extra_env={
             "ARBITER_WRITE_RATE": str(Settings().write_rate), "ARBITER_WRITE_BURST": str(args.write_burst)})
-        victim_token, flood_token = issue_token(SECRET, "victim", 3600), issue_token(SECRET, "flooder", 3600)
+        # the server trusts the development issuer of its var_dir
+        victim_token, flood_token = dev_token(s, "victim", ttl_s=3600), dev_token(s, "flooder", ttl_s=3600)
         print(f"# bench.api.fair: {os.cpu_count()} CPUs, load avg {os.getloadavg()[0]:.1f}; victim {args.victim_rate:g} "
               f"req/s open-loop (a connection per request), flooder {args.flood_connections} keep-alive connections; "
               f"ARBITER_WRITE_RATE {Settings().write_rate:g}, ARBITER_WRITE_BURST {args.write_burst}", flush=True)
