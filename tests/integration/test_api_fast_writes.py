@@ -52,6 +52,9 @@ def _cases(s: Settings) -> list[tuple[str, str, dict[str, str], bytes | None]]:
         ("DELETE", "/objects/o1", {**a, "Idempotency-Key": "k-6", "If-Match": '"2"'}, None),
         ("DELETE", "/objects/o~1:x@y", {**a, "Idempotency-Key": "k-7"}, None),
         # refused by the fast path itself, as the routes refuse them
+        ("POST", "/objects", {**auth(s, "reader", scopes=("arbiter:read",)), **JSON, "Idempotency-Key": "k-9"},
+         b'{"id": "ro", "document": {}}'),
+        ("DELETE", "/objects/o1", {**auth(s, "reader", scopes=("arbiter:read",)), "Idempotency-Key": "k-10"}, None),
         ("POST", "/objects", {**JSON}, b'{"document": {"x": NaN}}'),
         ("POST", "/objects", {"Authorization": "Bearer forged.token", **JSON}, b'{"document": {}}'),
         ("POST", "/objects", {"Authorization": "Basic eDp5", **JSON}, b'{"document": {}}'),

@@ -148,3 +148,18 @@ def test_an_over_rate_principals_single_writes_are_429_before_their_bodies_are_r
     r = client.post("/objects", content=b'{"x": NaN}', headers=auth("alice"))  # another principal: judged as ever
     assert r.status_code == 422 and parsed == [batch, b'{"x": NaN}'], r.text
     assert 'arbiter_api_rate_limited_total{policy="writes"} 4.0' in app.state.metrics.render().decode()
+
+
+def test_wait_for_tells_the_wait_at_the_limit_and_past_it_and_takes_nothing() -> None:
+    """What the early refusal of single writes asks: at exactly the cost a principal is served, one token short it
+    waits, and asking never takes a token."""
+    clock = Clock()
+    b = TokenBuckets("writes", rate=2.0, burst=4, clock=clock)
+    assert b.wait_for("new") == 0.0 and b.wait_for("new", 4) == 0.0 and b.wait_for("new", 5) == pytest.approx(0.5)
+    assert [b.take("mallory") for _ in range(3)] == [0.0] * 3
+    assert b.wait_for("mallory") == 0.0 and b.wait_for("mallory") == 0.0  # one left: at the limit, nothing taken
+    assert b.take("mallory") == 0.0  # the last one
+    assert b.wait_for("mallory") == pytest.approx(0.5)  # past the limit
+    clock.now += 0.5
+    assert b.wait_for("mallory") == 0.0 and b.take("mallory") == 0.0
+    assert TokenBuckets("writes", rate=0, burst=1).wait_for("anyone", 10**9) == 0.0
