@@ -105,6 +105,10 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
         us, oid = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
     except (ValueError, binascii.Error, TypeError) as e:
         raise BadCursor(f"cursor {cursor[:40]!r} was not handed out by this API") from e
-    if type(us) is not int or type(oid) is not str or us < 0:
+    if type(us) is not int or type(oid) is not str or not 0 <= us < 2**62 or "\x00" in oid:
         raise BadCursor(f"cursor {cursor[:40]!r} was not handed out by this API")
+    try:
+        oid.encode()
+    except UnicodeEncodeError as e:  # a lone surrogate: no id holds one
+        raise BadCursor(f"cursor {cursor[:40]!r} was not handed out by this API") from e
     return us, oid

@@ -46,8 +46,9 @@ class PgReadModel:
         # One index range scan per (grantee, role), each stopped at the page's length, merged and made distinct.
         self._range = sql.SQL("(SELECT updated_at, id, version FROM {}.access WHERE grantee = %s AND role = %s "
                               "AND (updated_at, id) > (%s, %s) ORDER BY updated_at, id LIMIT %s)").format(s)
-        self._size = sql.SQL("SELECT pg_total_relation_size(c.oid), greatest(c.reltuples, 0)::bigint FROM pg_class c "
-                             "WHERE c.oid = to_regclass(%s)")
+        # The statistics' live-row count: kept as rows are written, without a count(*) over the table.
+        self._size = sql.SQL("SELECT pg_total_relation_size(relid), n_live_tup FROM pg_stat_user_tables "
+                             "WHERE relid = to_regclass(%s)")
         # open=True without waiting: the API starts (and answers 503 on reads) while the database is down.
         self._pool = ConnectionPool(conninfo, min_size=1, max_size=pool_size, open=True, timeout=timeout_s,
                                     configure=_configure, name=f"read-model-reader-{schema}")
@@ -106,7 +107,8 @@ class PgReadModel:
         return Page(items[:limit], len(items) > limit)
 
     def history_size(self) -> dict[str, int]:
-        """Return the ``history`` table's size: ``bytes`` on disk (indexes included) and PostgreSQL's row estimate."""
+        """Return the ``history`` table's size: ``bytes`` on disk (indexes included) and PostgreSQL's live-row count
+        (its statistics, which trail the writes by a moment)."""
         rows = self._rows(self._size, (f"{self.schema}.history",))
         return {"events": int(rows[0][1]), "bytes": int(rows[0][0])} if rows else {"events": 0, "bytes": 0}
 
