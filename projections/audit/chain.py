@@ -121,9 +121,14 @@ def unpack_head(raw: bytes) -> Head:
     return Head(*_HEAD.unpack(raw))
 
 
+def object_prefix(object_id: str) -> bytes:
+    """Prefix of the by-object index entries of one object."""
+    return b"x" + object_id.encode() + b"\x00"
+
+
 def index_key(object_id: str, topic: str, partition: int, seq: int) -> bytes:
     """Key of the by-object index entry pointing at one chain entry."""
-    return b"x" + object_id.encode() + b"\x00" + entry_key(topic, partition, seq)
+    return object_prefix(object_id) + entry_key(topic, partition, seq)
 
 
 def command_prefix(principal: str, command_id: str) -> bytes:
