@@ -64,6 +64,8 @@ class AuditOutcomes:
         for ek, raw in store.indexed(db, prefix):
             try:
                 _, entry = unpack_entry(ek, raw)
+                if entry.erased is not None:
+                    continue  # erased on purpose (arbiter erase): nothing left to answer with
                 outcome = codec.decode_outcome(entry.value or b"")
             except (ValueError, DecodeError) as e:  # the chain's own checks (arbiter audit verify) report it
                 log.warning("audit outcomes: entry %s unreadable: %s", ek.hex(), e)
