@@ -18,7 +18,8 @@ import httpx
 import pytest
 
 from app.local.kafka_broker import free_port
-from app.settings import Settings
+from app.settings import Settings, checkpoint_uri
+from app.validator.rocks.client import lanes, socket_path
 from tests.integration.browser import chromium, console_errors
 
 pytestmark = pytest.mark.integration
@@ -149,12 +150,32 @@ def test_scenario_status_page_and_clean_stop(pipeline: Run, settings: Settings, 
     accepted = re.search(r"accepted\s+(\d+)", via_api.stdout)
     assert accepted and int(accepted.group(1)) > 0, via_api.stdout
 
+    # The validator's shard servers (rocksdb backend, the default) serve on Unix sockets named after the run's
+    # checkpoint: a clean stop ends them with their validator and removes their socket files.
+    sockets = [socket_path(settings, checkpoint_uri(settings), lane) for lane in range(lanes(settings))]
+    assert any(p.exists() for p in sockets), f"no shard server socket of this run among {sockets}"
+    digest = sockets[0].name.rsplit("-", 1)[0].encode()
+    servers = [int(d) for d in os.listdir("/proc") if d.isdigit() and _cmdline_has(int(d), b"app.validator.rocks.server")
+               and _cmdline_has(int(d), digest)]
+    assert servers, "no shard server process runs for this run's checkpoint"
     os.killpg(pipeline.proc.pid, signal.SIGINT)
     pipeline.proc.wait(timeout=90)
     for name, pid in pids.items():
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)  # every child it started is gone
         assert not (pipeline.var / "run" / f"{name}.pid").exists()
+    deadline = time.monotonic() + 60
+    while [pid for pid in servers if Path(f"/proc/{pid}").exists()]:
+        assert time.monotonic() < deadline, "the shard servers outlived their validator"
+        time.sleep(0.1)
+    assert not [p for p in sockets if p.exists()], "socket files left after a clean stop"
+
+
+def _cmdline_has(pid: int, needle: bytes) -> bool:
+    try:
+        return needle in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def _watch_status_page(api: str, shots: Path, settings: Settings) -> list[tuple[str, ...]]:
