@@ -113,6 +113,12 @@ def assert_scenario(out: list[str]) -> None:
     assert decided("bob updates after delete", "410")[:2] == ["rejected", "DELETED"]
     assert _row(out, "garbage bytes put on the topic")[3:5] == ["rejected", "MALFORMED"]
     assert any("HTTP 410" in line for line in out) and any("HTTP 200" in line and "hello, world" in line for line in out)
+    # The shared document's history as its owner reads it: seven versions, and her own refused reuse of key K.
+    history = out[next(i for i, line in enumerate(out) if line.startswith("History of")) + 1:]
+    versions = [line.split()[:2] for line in history if line.strip().startswith("v")]
+    assert versions[:7] == [["v1", "CREATED"], ["v2", "EDITOR_GRANTED"], ["v3", "READER_GRANTED"], ["v4", "UPDATED"],
+                            ["v5", "UPDATED"], ["v6", "UPDATED"], ["v7", "DELETED"]], history
+    assert any("rejected" in line and "IDEMPOTENCY_KEY_REUSED" in line for line in history), history
 
 
 
