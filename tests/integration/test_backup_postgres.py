@@ -43,7 +43,7 @@ def pg(postgres: LocalPostgres, tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         monkeypatch.setenv(k, v)
     get_settings.cache_clear()
     try:
-        yield Settings(var_dir=tmp_path / "var", read_model="postgresql", postgres_dsn=SecretStr(dsn))
+        yield Settings(**{"var_dir": tmp_path / "var", "read_model": "postgresql", "postgres_dsn": SecretStr(dsn)})
     finally:
         get_settings.cache_clear()
         postgres.drop_database(name)
