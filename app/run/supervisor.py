@@ -7,6 +7,7 @@ others from being watched — or the API from serving.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -117,7 +118,12 @@ class Supervisor:
         self._watcher.start()
 
     def stop_all(self, timeout: float = 30.0) -> None:
-        """SIGTERM each child's process group (its own PID), newest first; SIGKILL what outlives ``timeout``."""
+        """SIGTERM each child, newest first; SIGKILL its process group if it outlives ``timeout``, and what it leaves.
+
+        The signal goes to the child alone, not its group: the validator's driver must still reach its Spark JVM
+        (same group) to stop the query and leave its lease group cleanly; a JVM killed with it would leave the
+        lease to expire (``lease_session_timeout_ms``) before another driver could take the checkpoint.
+        """
         self._stop.set()  # no restart may race the stop
         if self._watcher is not None and self._watcher is not threading.current_thread():
             self._watcher.join()
@@ -126,7 +132,8 @@ class Supervisor:
                 if svc.proc is None or svc.pid is None:
                     continue
                 if svc.proc.poll() is None:
-                    _signal_group(svc.pid, signal.SIGTERM)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(svc.pid, signal.SIGTERM)
                     try:
                         svc.proc.wait(timeout=timeout)
                     except subprocess.TimeoutExpired:
