@@ -45,6 +45,13 @@ class Settings(BaseSettings):
     topic_commands: str = "commands"
     topic_events: str = "events"
     topic_rejections: str = "rejections"
+    topic_parked: str = Field(default="", description="Full bytes of commands that did not decode; empty = "
+                              "<topic_commands>-parked (README \"The parking lot\").")
+    topic_parked_log: str = Field(default="", description="Redrives and discards of parked records, read by the audit "
+                                  "projection; empty = <topic_commands>-parked-log.")
+    archive_uri: str = Field(default="", description="The Parquet archive (any Hadoop URI: file, s3a://, hdfs://); "
+                             "empty = <var_dir>/archive (README \"The archive\").")
+    archive_trigger_interval: str = Field(default="10 seconds", description="The archive query's micro-batch interval.")
     partitions: int = Field(default=8, ge=1, le=10_000)
     replication_factor: int = Field(default=1, ge=1)
     min_insync_replicas: int = Field(default=1, ge=1)
@@ -278,6 +285,19 @@ class Settings(BaseSettings):
     def path(self, p: Path) -> Path:
         """Resolve a configured directory against ``home`` unless it is absolute."""
         return p if p.is_absolute() else self.home / p
+
+    @property
+    def parked_topic(self) -> str:
+        return self.topic_parked or f"{self.topic_commands}-parked"
+
+    @property
+    def parked_log_topic(self) -> str:
+        return self.topic_parked_log or f"{self.topic_commands}-parked-log"
+
+    @property
+    def archive_location(self) -> str:
+        """The archive's root URI: ``archive_uri``, or ``<var_dir>/archive``."""
+        return self.archive_uri or str(self.path(self.var_dir) / "archive")
 
     @property
     def jars_dir(self) -> Path:

@@ -11,6 +11,7 @@ from app.settings import Settings
 from app.signing import checker_for
 from app.validator.decode import to_command
 from app.validator.outputs import OutputRecord, outcome_record, record_size, too_large
+from app.validator.parking import park
 from commands import Limits, ObjectState, Rejection, decide
 
 __all__ = ["InputRecord", "OutputRecord", "fold", "limits_for"]
@@ -42,7 +43,8 @@ class InputRecord(NamedTuple):
 
 
 def fold(load: Callable[[], ObjectState | None], records: Iterable[InputRecord], settings: Settings,
-         limits: Limits | None = None, *, ordered: bool = False) -> tuple[list[OutputRecord], ObjectState | None, bool]:
+         limits: Limits | None = None, *, ordered: bool = False,
+         parked: list[OutputRecord] | None = None) -> tuple[list[OutputRecord], ObjectState | None, bool]:
     """Return (output records, new state, whether any command was accepted) for one key's records.
 
     Records are sorted by (partition, offset) first unless the caller says they are ``ordered``: Spark does
@@ -51,6 +53,9 @@ def fold(load: Callable[[], ObjectState | None], records: Iterable[InputRecord],
 
     An output record over ``app.limits``' ``max_record_bytes`` becomes a ``TOO_LARGE`` rejection that fits
     (``outputs.too_large``), and its command changes nothing: one record never fails the micro-batch.
+
+    A record that did not decode (``app.validator.parking``) also gives a parked copy of its whole bytes, appended
+    to ``parked`` (both backends pass one; the outputs stay one per record). Without ``parked`` nothing is parked.
     """
     limits = limits or limits_for(settings)
     partitions = settings.partitions
@@ -66,6 +71,11 @@ def fold(load: Callable[[], ObjectState | None], records: Iterable[InputRecord],
         item = to_command(rec.key, rec.value, rec.topic, rec.partition, rec.offset, partitions=partitions,
                           keep=keep, id_bytes=sizes.max_id_bytes, signature=rec.signature, checker=checker)
         if isinstance(item, Rejection):
+            if parked is not None:
+                item, copy = park(item, rec.key, rec.value, rec.topic, rec.partition, rec.offset, rec.signature,
+                                  settings)
+                if copy is not None:
+                    parked.append(copy)
             output = outcome_record(item, settings, rec.partition)
             if record_size(output) > bound:  # by construction it fits; kept as the one guarantee for every output
                 output = too_large(item, record_size(output), sizes, settings, *rec[:5])
