@@ -26,7 +26,7 @@ from app.topics import admin
 from app.validator.job import drain
 from app.validator.murmur2 import partition_for
 from app.validator.topic_io import produce, read_all
-from commands import CreateObject, Event, ReasonCode, Rejection, UpdateObject
+from commands import CreateObject, Event, ReasonCode, UpdateObject
 from commands.ids import redrive_command_id
 from projections import archived
 from projections.audit import AuditProjection, verify

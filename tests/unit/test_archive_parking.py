@@ -15,7 +15,7 @@ from app.settings import Settings
 from app.validator.fold import InputRecord, fold
 from app.validator.murmur2 import partition_for
 from app.validator.rocks.shard import run_task
-from commands import CreateObject, ReasonCode
+from commands import CreateObject
 from commands.ids import redrive_command_id
 from projections import archived
 from schemas import codec, parked
