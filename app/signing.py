@@ -25,11 +25,6 @@ _DOMAIN = b"arbiter-command-record-v1\x00"
 _NO_KEY = b"\xff\xff\xff\xff"
 
 
-def _message(key: bytes | None, value: bytes) -> bytes:
-    head = _NO_KEY if key is None else len(key).to_bytes(4, "big")
-    return b"".join((_DOMAIN, head, key or b"", value))
-
-
 class RecordSigner:
     """Sign command records with the current key; check them against every key still trusted."""
 
@@ -38,11 +33,16 @@ class RecordSigner:
             raise ValueError(f"record key id {current!r} is not one of {sorted(keys)}")
         if any(len(kid) > MAX_KID_CHARS or not kid.isascii() or ":" in kid for kid in keys):
             raise ValueError(f"record key ids must be ASCII, without ':', at most {MAX_KID_CHARS} characters")
-        self._keys = {kid.encode(): k for kid, k in keys.items()}
+        # Keyed once, with the domain tag already absorbed: each record copies this state rather than keying
+        # a new HMAC (a third of the cost per record on the validator's hot path); the MAC is the same.
+        self._keys = {kid.encode(): hmac.new(k, _DOMAIN, hashlib.sha256) for kid, k in keys.items()}
         self._current = current.encode()
 
-    def _mac(self, secret: bytes, key: bytes | None, value: bytes) -> bytes:
-        return base64.urlsafe_b64encode(hmac.new(secret, _message(key, value), hashlib.sha256).digest()).rstrip(b"=")
+    def _mac(self, keyed: hmac.HMAC, key: bytes | None, value: bytes) -> bytes:
+        h = keyed.copy()
+        h.update(_NO_KEY if key is None else len(key).to_bytes(4, "big") + key)
+        h.update(value)
+        return base64.urlsafe_b64encode(h.digest()).rstrip(b"=")
 
     def sign(self, key: bytes | None, value: bytes) -> bytes:
         """Return the ``arbiter-signature`` header value of a record."""

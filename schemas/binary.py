@@ -114,6 +114,16 @@ def read_optional_string(data: bytes, pos: int) -> tuple[str | None, int]:
     raise ValueError(f"union branch byte {branch} out of range")
 
 
+def read_optional_bytes(data: bytes, pos: int) -> tuple[bytes | None, int]:
+    """Return the ``["null", "bytes"]`` union at ``pos``."""
+    branch = data[pos]
+    if branch == 0:
+        return None, pos + 1
+    if branch == 2:
+        return read_bytes(data, pos + 1)
+    raise ValueError(f"union branch byte {branch} out of range")
+
+
 def read_optional_long(data: bytes, pos: int) -> tuple[int | None, int]:
     """Return the ``["null", "long"]`` union at ``pos``."""
     branch = data[pos]
@@ -235,6 +245,15 @@ def write_optional_string(out: bytearray, s: str | None) -> None:
     else:
         out.append(2)
         write_string(out, s)
+
+
+def write_optional_bytes(out: bytearray, b: bytes | None) -> None:
+    """Append ``b`` as a ``["null", "bytes"]`` union."""
+    if b is None:
+        out.append(0)
+    else:
+        out.append(2)
+        write_bytes(out, b)
 
 
 def write_optional_long(out: bytearray, n: int | None) -> None:

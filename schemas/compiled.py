@@ -1,4 +1,4 @@
-"""Hand-compiled Avro codecs for the hot schemas (command, event and state v2): several times faster than fastavro.
+"""Hand-compiled Avro codecs for the hot schemas (command, event, rejection and state): several times faster than fastavro.
 
 Each codec is tied to one committed schema file and serves only while that file is the subject's newest
 version and the data's writer schema; the ``Codec`` checks this and uses fastavro for everything else
@@ -22,6 +22,9 @@ from commands import (
     GrantEditor,
     GrantReader,
     ObjectState,
+    OriginalRecord,
+    ReasonCode,
+    Rejection,
     RevokeEditor,
     RevokeReader,
     UpdateObject,
@@ -32,6 +35,7 @@ from schemas.binary import (
     read_bytes,
     read_long,
     read_longs,
+    read_optional_bytes,
     read_optional_long,
     read_optional_string,
     read_string,
@@ -39,12 +43,13 @@ from schemas.binary import (
     write_bytes,
     write_long,
     write_longs,
+    write_optional_bytes,
     write_optional_long,
     write_optional_string,
     write_string,
     write_strings,
 )
-from schemas.catalog import COMMAND, EVENT, SCHEMA_DIR, STATE, Schema
+from schemas.catalog import COMMAND, EVENT, REJECTION, SCHEMA_DIR, STATE, Schema
 from schemas.wire import HEADER_SIZE
 
 _KINDS = (CreateObject, UpdateObject, DeleteObject, GrantEditor, RevokeEditor, GrantReader,
@@ -54,6 +59,9 @@ _KIND_NAMES = dict(zip(_KINDS, ("CREATE", "UPDATE", "DELETE", "GRANT_EDITOR", "R
 _KIND_INDEX = {kind: i << 1 for i, kind in enumerate(_KINDS)}  # zig-zag, one byte each
 _EVENT_TYPES = tuple(EventType)  # EventType's declaration order is the Avro enum's (checked below)
 _EVENT_TYPE_INDEX = {t: i << 1 for i, t in enumerate(_EVENT_TYPES)}
+_REASONS = tuple(ReasonCode)  # ReasonCode's declaration order is the Avro enum's (checked below)
+_REASON_INDEX = {r: i << 1 for i, r in enumerate(_REASONS)}
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 
 
 def _end(data: bytes, pos: int) -> None:
@@ -164,6 +172,78 @@ def decode_event(data: bytes) -> Event:
                  owner, document, patch, editor, reader, issuer, jti)
 
 
+def encode_rejection(out: bytearray, rej: Rejection) -> None:
+    """Append the body of ``rej``."""
+    write_string(out, rej.rejection_id)
+    out.append(_REASON_INDEX[rej.reason])
+    write_string(out, rej.message)
+    write_optional_string(out, rej.command_id)
+    write_optional_string(out, rej.object_id)
+    write_optional_string(out, rej.principal)
+    write_optional_long(out, records.opt_micros(rej.occurred_at))
+    write_optional_long(out, rej.current_version)
+    write_optional_string(out, rej.original_outcome)
+    write_optional_long(out, rej.original_version)
+    o = rej.original
+    if o is None:
+        out.append(0)
+    else:
+        if not _INT_MIN <= o.partition <= _INT_MAX:
+            raise OverflowError(f"partition {o.partition} does not fit an Avro int")
+        out.append(2)
+        write_string(out, o.topic)
+        write_long(out, o.partition)
+        write_long(out, o.offset)
+        write_optional_bytes(out, o.key)
+        write_optional_bytes(out, o.value)
+        write_optional_long(out, o.key_length)
+        write_optional_long(out, o.value_length)
+        write_optional_string(out, o.key_sha256)
+        write_optional_string(out, o.value_sha256)
+    write_optional_string(out, rej.issuer)
+    write_optional_string(out, rej.jti)
+
+
+def decode_rejection(data: bytes) -> Rejection:
+    """Return the rejection whose body starts at ``HEADER_SIZE``."""
+    rejection_id, pos = read_string(data, HEADER_SIZE)
+    reason = _REASONS[_enum_index(data, pos, len(_REASONS))]
+    message, pos = read_string(data, pos + 1)
+    command_id, pos = read_optional_string(data, pos)
+    object_id, pos = read_optional_string(data, pos)
+    principal, pos = read_optional_string(data, pos)
+    occurred_at, pos = read_optional_long(data, pos)
+    current_version, pos = read_optional_long(data, pos)
+    original_outcome, pos = read_optional_string(data, pos)
+    original_version, pos = read_optional_long(data, pos)
+    branch = data[pos]
+    original = None
+    if branch == 2:
+        topic, pos = read_string(data, pos + 1)
+        partition, pos = read_long(data, pos)
+        if not _INT_MIN <= partition <= _INT_MAX:
+            raise ValueError(f"int {partition} out of range")
+        offset, pos = read_long(data, pos)
+        key, pos = read_optional_bytes(data, pos)
+        value, pos = read_optional_bytes(data, pos)
+        key_length, pos = read_optional_long(data, pos)
+        value_length, pos = read_optional_long(data, pos)
+        key_sha256, pos = read_optional_string(data, pos)
+        value_sha256, pos = read_optional_string(data, pos)
+        original = OriginalRecord(topic, partition, offset, key, value, key_length, value_length, key_sha256,
+                                  value_sha256)
+    elif branch == 0:
+        pos += 1
+    else:
+        raise ValueError(f"union branch byte {branch} out of range")
+    issuer, pos = read_optional_string(data, pos)
+    jti, pos = read_optional_string(data, pos)
+    _end(data, pos)
+    return Rejection(rejection_id, reason, message, command_id, object_id, principal,
+                     records.opt_from_micros(occurred_at), current_version, original_outcome, original_version,
+                     original, issuer, jti)
+
+
 def encode_state(out: bytearray, st: ObjectState) -> None:
     """Append the body of ``st``, its ``recent`` window as four parallel arrays."""
     out.append(1 if st.exists else 0)
@@ -229,9 +309,11 @@ def _symbols(schema: Schema, field: str) -> list[str]:
 COMPILED: dict[str, CompiledCodec] = {
     COMMAND: CompiledCodec(_load("command.v3.avsc"), encode_command, decode_command),
     EVENT: CompiledCodec(_load("event.v3.avsc"), encode_event, decode_event),
+    REJECTION: CompiledCodec(_load("rejection.v3.avsc"), encode_rejection, decode_rejection),
     STATE: CompiledCodec(_load("state.v2.avsc"), encode_state, decode_state),
 }
 
 if _symbols(COMPILED[EVENT].schema, "type") != [t.value for t in _EVENT_TYPES] or _symbols(
-        COMPILED[COMMAND].schema, "kind") != list(_KIND_NAMES.values()):
+        COMPILED[COMMAND].schema, "kind") != list(_KIND_NAMES.values()) or _symbols(
+        COMPILED[REJECTION].schema, "reason") != [r.value for r in _REASONS]:
     raise ImportError("schemas.compiled's enum orders differ from the committed schemas")

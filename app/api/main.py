@@ -23,7 +23,7 @@ from app.api.outcomes import OutcomeCache, OutcomeConsumer
 from app.api.position import PositionWatch
 from app.api.producer import CommandProducer
 from app.api.quota import Quotas
-from app.api.read_model import open_read_model, read_model_ready
+from app.api.read_model import HistoryFigures, open_read_model, read_model_ready
 from app.api.routes import commands, contract, identity, objects, ops
 from app.api.routes import status as status_routes
 from app.api.secret_policy import require_usable_secret
@@ -105,6 +105,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
             if left:
                 log.error("%d commands were still unacknowledged at shutdown", left)
             app.state.durable_outcomes.close()
+            app.state.history_figures.close()
             if owned and app.state.read_model is not None and hasattr(app.state.read_model, "close"):
                 app.state.read_model.close()
 
@@ -116,7 +117,9 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
     app.state.local_issuer = local_issuer(settings) if settings.trusts_local_issuer else None
     app.state.verifier = build_verifier(settings)
     app.state.status = StatusCollector(settings)
-    app.state.status_memo = status_routes.status_memo(lambda: app.state.status.snapshot())
+    history_figures = app.state.history_figures = HistoryFigures(settings)
+    app.state.status_memo = status_routes.status_memo(
+        lambda: {**app.state.status.snapshot(), "read_model_history": history_figures()})
 
     def on_outcome(outcome: Any) -> None:  # noqa: ANN401 - Event | Rejection
         metrics.outcome(outcome)

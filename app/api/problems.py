@@ -50,6 +50,8 @@ STATUS: dict[str, int] = {
     "VIEW_STALE": 503,
     "DOCUMENT_QUARANTINED": 503,
     "POSITION_NOT_REACHED": 503,
+    "INVALID_CURSOR": 400,
+    "VERSION_NOT_FOUND": 404,
 }
 
 _TITLES: dict[str, str] = {
@@ -73,6 +75,8 @@ _TITLES: dict[str, str] = {
     "VIEW_STALE": "Events of this object are missing from the read model; its view is not served",
     "DOCUMENT_QUARANTINED": "An event's document could not be applied; the document is not served",
     "POSITION_NOT_REACHED": "The read model has not yet projected the positions in Arbiter-Min-Position",
+    "INVALID_CURSOR": "The list cursor was not handed out by this API",
+    "VERSION_NOT_FOUND": "The object has not reached this version",
 }
 
 

@@ -22,6 +22,8 @@ SUBCOMMANDS = [
     "app.cli.native",
     "app.cli.archive",
     "app.cli.parked",
+    "app.cli.backup",
+    "app.cli.erase",
 ]
 
 

@@ -10,6 +10,14 @@ non-transactional, idempotent producer, so no commit marker takes an offset): th
 entry, offset ``RESTART_OFFSET`` (-1, never a Kafka offset), whose value is ``{"restart": {"from", "to",
 "reason", "at_ms"}}`` in JSON: an operator resumed the partition at ``to`` though ``from``..``to - 1`` were never
 read. It is hashed like any entry, so it cannot be added or removed unnoticed.
+
+Envelopes (issue 30, erasure). A *v1* entry (written before issue 30) hashes the value bytes themselves. A *v2*
+entry hashes an envelope holding the value's SHA-256 and length instead, so the value can be dropped later (an
+*erased* entry keeps only that digest and length) and the chain still verifies. An *erasure* entry, offset
+``ERASURE_OFFSET`` (-2), value ``{"erase": {"object_id", "seqs", "reason", "at_ms"}}``, records which entries of
+its chain were erased; ``verify`` requires one for every erased entry. Stored v2 entries start, after the hash,
+with a marker byte (2: value kept, 3: erased); a v1 entry starts with its offset's high byte, 0 or 255 for every
+offset below 2**56, so the two layouts cannot be confused.
 """
 
 from __future__ import annotations
@@ -23,6 +31,17 @@ GENESIS = bytes(32)
 _FIXED = struct.Struct(">qqii")     # offset, timestamp_ms, key length, value length (-1 = null)
 _HEAD = struct.Struct(">32sQq")     # last hash, next seq, next offset
 RESTART_OFFSET = -1
+ERASURE_OFFSET = -2
+ENVELOPE_V1, ENVELOPE_V2 = 1, 2
+_KEPT, _ERASED = 2, 3               # v2 markers after the hash: value kept, value erased
+
+
+@dataclass(frozen=True, slots=True)
+class Erased:
+    """What a v2 entry keeps of a dropped value: its SHA-256 and length (both hashed into the chain)."""
+
+    digest: bytes
+    length: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +55,34 @@ class Entry:
     timestamp_ms: int
     key: bytes | None
     value: bytes | None
+    envelope: int = ENVELOPE_V2
+    erased: Erased | None = None
+
+
+def erased(e: Entry) -> Entry:
+    """Return ``e`` with its value dropped, keeping its digest; raise ValueError if a v1 entry or no value."""
+    if e.envelope != ENVELOPE_V2:
+        raise ValueError(f"{e.topic}[{e.partition}] record #{e.seq} is a v1 entry: its hash covers the value itself")
+    if e.value is None:
+        return e
+    return Entry(e.topic, e.partition, e.seq, e.offset, e.timestamp_ms, e.key, None, e.envelope,
+                 Erased(hashlib.sha256(e.value).digest(), len(e.value)))
+
+
+def erasure_value(object_id: str, seqs: list[int], reason: str, at_ms: int) -> bytes:
+    """The value of an erasure entry."""
+    return json.dumps({"erase": {"object_id": object_id, "seqs": seqs, "reason": reason, "at_ms": at_ms}},
+                      sort_keys=True).encode()
+
+
+def erasure_of(e: Entry) -> dict[str, object] | None:
+    """Return the erasure an erasure entry records, None for others; raise ValueError if unreadable."""
+    if e.offset != ERASURE_OFFSET:
+        return None
+    erase = json.loads(e.value or b"")["erase"]
+    if not isinstance(erase, dict) or not all(isinstance(s, int) for s in erase.get("seqs", [None])):
+        raise ValueError("erasure entry without its record numbers")
+    return erase
 
 
 def restart_value(lost_from: int | None, resume_at: int, reason: str, at_ms: int) -> bytes:
@@ -65,10 +112,19 @@ def _len(b: bytes | None) -> int:
     return -1 if b is None else len(b)
 
 
+def _value_len(e: Entry) -> int:
+    return e.erased.length if e.erased is not None else _len(e.value)
+
+
 def canonical(e: Entry) -> bytes:
     topic = e.topic.encode()
-    return b"".join([struct.pack(">I", len(topic)), topic, struct.pack(">IQ", e.partition, e.seq),
-                     _FIXED.pack(e.offset, e.timestamp_ms, _len(e.key), _len(e.value)), e.key or b"", e.value or b""])
+    fields = [struct.pack(">I", len(topic)), topic, struct.pack(">IQ", e.partition, e.seq),
+              _FIXED.pack(e.offset, e.timestamp_ms, _len(e.key), _value_len(e)), e.key or b""]
+    if e.envelope == ENVELOPE_V1:
+        return b"".join([*fields, e.value or b""])
+    digest = e.erased.digest if e.erased is not None else (
+        hashlib.sha256(e.value).digest() if e.value is not None else b"")
+    return b"".join([b"\x02", *fields, digest])
 
 
 def link(prev: bytes, e: Entry) -> bytes:
@@ -95,22 +151,36 @@ def parse_chain_key(key: bytes) -> tuple[str, int]:
 
 
 def pack_entry(h: bytes, e: Entry) -> bytes:
-    return h + _FIXED.pack(e.offset, e.timestamp_ms, _len(e.key), _len(e.value)) + (e.key or b"") + (e.value or b"")
+    fixed = _FIXED.pack(e.offset, e.timestamp_ms, _len(e.key), _value_len(e)) + (e.key or b"")
+    if e.envelope == ENVELOPE_V1:
+        return h + fixed + (e.value or b"")
+    if e.erased is not None:
+        return h + bytes([_ERASED]) + fixed + e.erased.digest
+    return h + bytes([_KEPT]) + fixed + (e.value or b"")
 
 
 def unpack_entry(key: bytes, raw: bytes) -> tuple[bytes, Entry]:
     """Return (stored hash, entry) from a stored key and value; raise ValueError on a malformed value."""
-    if len(raw) < 32 + _FIXED.size:
+    if len(raw) < 33:
         raise ValueError("entry shorter than its fixed header")
     topic, partition = parse_chain_key(key)
     seq = struct.unpack(">Q", key[-8:])[0]
-    offset, ts, klen, vlen = _FIXED.unpack_from(raw, 32)
-    body = raw[32 + _FIXED.size:]
-    if max(klen, 0) + max(vlen, 0) != len(body):
+    marker = raw[32]
+    envelope = ENVELOPE_V2 if marker in (_KEPT, _ERASED) else ENVELOPE_V1
+    start = 33 if envelope == ENVELOPE_V2 else 32
+    if len(raw) < start + _FIXED.size:
+        raise ValueError("entry shorter than its fixed header")
+    offset, ts, klen, vlen = _FIXED.unpack_from(raw, start)
+    body = raw[start + _FIXED.size:]
+    was_erased = envelope == ENVELOPE_V2 and marker == _ERASED
+    stored_vlen = 32 if was_erased else max(vlen, 0)
+    if max(klen, 0) + stored_vlen != len(body) or (was_erased and vlen < 0):
         raise ValueError("entry length fields do not match its body")
     k = body[:klen] if klen >= 0 else None
-    v = body[max(klen, 0):] if vlen >= 0 else None
-    return raw[:32], Entry(topic, partition, seq, offset, ts, k, v)
+    rest = body[max(klen, 0):]
+    if was_erased:
+        return raw[:32], Entry(topic, partition, seq, offset, ts, k, None, envelope, Erased(rest, vlen))
+    return raw[:32], Entry(topic, partition, seq, offset, ts, k, rest if vlen >= 0 else None, envelope)
 
 
 def pack_head(h: Head) -> bytes:
@@ -121,9 +191,14 @@ def unpack_head(raw: bytes) -> Head:
     return Head(*_HEAD.unpack(raw))
 
 
+def object_prefix(object_id: str) -> bytes:
+    """Prefix of the by-object index entries of one object."""
+    return b"x" + object_id.encode() + b"\x00"
+
+
 def index_key(object_id: str, topic: str, partition: int, seq: int) -> bytes:
     """Key of the by-object index entry pointing at one chain entry."""
-    return b"x" + object_id.encode() + b"\x00" + entry_key(topic, partition, seq)
+    return object_prefix(object_id) + entry_key(topic, partition, seq)
 
 
 def command_prefix(principal: str, command_id: str) -> bytes:

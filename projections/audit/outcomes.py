@@ -12,7 +12,7 @@ from rocksdict import Rdict
 
 from commands import Event, Rejection
 from projections.audit import store
-from projections.audit.chain import command_prefix, unpack_entry
+from projections.audit.chain import command_prefix, object_prefix, unpack_entry
 from projections.rocks import close_secondary
 from schemas import codec
 from schemas.wire import DecodeError
@@ -64,6 +64,8 @@ class AuditOutcomes:
         for ek, raw in store.indexed(db, prefix):
             try:
                 _, entry = unpack_entry(ek, raw)
+                if entry.erased is not None:
+                    continue  # erased on purpose (arbiter erase): nothing left to answer with
                 outcome = codec.decode_outcome(entry.value or b"")
             except (ValueError, DecodeError) as e:  # the chain's own checks (arbiter audit verify) report it
                 log.warning("audit outcomes: entry %s unreadable: %s", ek.hex(), e)
@@ -71,6 +73,23 @@ class AuditOutcomes:
             # the index is keyed by what the record says: hold it to the asker anyway
             if outcome.principal == principal and outcome.command_id == command_id:
                 out.append(Decision(outcome, entry.topic, entry.partition, entry.offset))
+        return out
+
+    def rejections(self, object_id: str, principal: str) -> list[Rejection]:
+        """Return the rejections of ``principal``'s commands about ``object_id``, in audit order (no one else's)."""
+        db = self._db_now()
+        if db is None:
+            return []
+        out: list[Rejection] = []
+        for ek, raw in store.indexed(db, object_prefix(object_id)):
+            try:
+                _, entry = unpack_entry(ek, raw)
+                outcome = codec.decode_outcome(entry.value or b"")
+            except (ValueError, DecodeError) as e:
+                log.warning("audit outcomes: entry %s unreadable: %s", ek.hex(), e)
+                continue
+            if isinstance(outcome, Rejection) and outcome.principal == principal and outcome.object_id == object_id:
+                out.append(outcome)
         return out
 
     def close(self) -> None:

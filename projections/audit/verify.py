@@ -14,7 +14,16 @@ from rocksdict import Rdict
 
 from commands import Event
 from projections.audit import store
-from projections.audit.chain import GENESIS, Entry, Head, link, parse_chain_key, restart_of, unpack_entry
+from projections.audit.chain import (
+    GENESIS,
+    Entry,
+    Head,
+    erasure_of,
+    link,
+    parse_chain_key,
+    restart_of,
+    unpack_entry,
+)
 from projections.rocks import prefixed
 from schemas import codec
 from schemas.codec import DecodeError
@@ -24,7 +33,7 @@ TP = tuple[str, int]
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    """The first broken record of one chain: ``kind`` is tampered, missing, hole or head."""
+    """The first broken record of one chain: ``kind`` is tampered, missing, hole, head or erased."""
 
     topic: str
     partition: int
@@ -45,6 +54,7 @@ class VerifyReport:
     problems: list[Problem] = field(default_factory=list)
     starts: dict[TP, int] = field(default_factory=dict)       # the offset each chain starts at
     restarts: list[str] = field(default_factory=list)         # operator restarts recorded in the chains
+    erased: dict[TP, int] = field(default_factory=dict)       # entries whose value was erased (issue 30)
 
     @property
     def ok(self) -> bool:
@@ -84,11 +94,14 @@ def _verify_chain(tp: TP, rows: list[tuple[bytes, bytes]], head: Head | None, re
     next_offset: int | None = None  # the offset the next record must have; None before the chain's first record
     topic, partition = tp
     report.entries[tp] = len(rows)
+    dropped: list[int] = []            # erased entries, each to be named by a later erasure entry
+    recorded: dict[int, int] = {}      # erased seq -> seq of the erasure entry naming it
     for k, v in rows:
         seq = int.from_bytes(k[-8:], "big")
         try:
             stored, entry = unpack_entry(k, v)
             restart = restart_of(entry)
+            erasure = erasure_of(entry)
         except ValueError as e:
             report.problems.append(Problem(topic, partition, "tampered", seq, None, f"unreadable entry ({e})"))
             return
@@ -98,10 +111,14 @@ def _verify_chain(tp: TP, rows: list[tuple[bytes, bytes]], head: Head | None, re
                                            f"records #{expect}..#{seq - 1} are gone{after}; next: offset {entry.offset}"))
             return
         if link(prev, entry) != stored:
-            report.problems.append(Problem(topic, partition, "tampered", seq, None if restart else entry.offset,
+            report.problems.append(Problem(topic, partition, "tampered", seq, None if entry.offset < 0 else entry.offset,
                                            "hash does not match the record's contents and its predecessor"))
             return
-        if restart is not None:
+        if entry.erased is not None:
+            dropped.append(seq)
+        if erasure is not None:
+            recorded.update((int(n), seq) for n in erasure["seqs"])  # type: ignore[attr-defined]
+        elif restart is not None:
             resume_at = int(restart["to"])  # type: ignore[call-overload]
             report.restarts.append(f"{topic}[{partition}] record #{seq}: resumed at offset {resume_at}, offsets "
                                    f"from {restart.get('from')} never read ({restart.get('reason')})")
@@ -118,6 +135,13 @@ def _verify_chain(tp: TP, rows: list[tuple[bytes, bytes]], head: Head | None, re
                 return
             next_offset, last_offset = entry.offset + 1, entry.offset
         prev, expect = stored, seq + 1
+    if dropped:
+        report.erased[tp] = len(dropped)
+    unrecorded = [n for n in dropped if recorded.get(n, -1) <= n]
+    if unrecorded:
+        report.problems.append(Problem(topic, partition, "erased", unrecorded[0], None,
+                                       "the record's value was dropped but no later erasure entry names it"))
+        return
     if head is None:
         report.problems.append(Problem(topic, partition, "head", expect, None, "chain head is missing"))
         return
@@ -159,6 +183,9 @@ class HistoryEntry:
 
 def _history_entry(entry: Entry) -> HistoryEntry:
     where = f"{entry.topic}[{entry.partition}]@{entry.offset}"
+    if entry.erased is not None:
+        return HistoryEntry(None, "ERASED", "ERASED", None, None, None, where,
+                            f"value erased (sha256 {entry.erased.digest.hex()[:16]}, {entry.erased.length} bytes)")
     try:
         out = codec.decode_outcome(entry.value or b"")
     except DecodeError as e:

@@ -10,9 +10,13 @@ from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from commands.errors import ArbiterError
+from projections.db.history import HistoryEntry
+from projections.db.lists import Page, Role
 from projections.db.view import ObjectView
 
 TP = tuple[str, int]
+#: One history entry to store: (object id, version, ``projections.db.history.entry_bytes``).
+HistoryRow = tuple[str, int, bytes]
 
 
 class ReadModelSwapped(ArbiterError):
@@ -38,8 +42,12 @@ class ReadModelWriter(Protocol):
         """Return the next offset to read per partition, as last written with the documents."""
         ...
 
-    def write(self, views: dict[str, ObjectView], offsets: dict[TP, int], gaps: dict[str, str]) -> None:
-        """Write documents, offsets and gap reports atomically; raise ``ReadModelSwapped`` if a rebuild took over.
+    def write(self, views: dict[str, ObjectView], offsets: dict[TP, int], gaps: dict[str, str],
+              history: list[HistoryRow] | None = None,
+              previous: dict[str, ObjectView | None] | None = None) -> None:
+        """Write documents, offsets, gap reports, history entries and the access index of lists atomically; raise
+        ``ReadModelSwapped`` if a rebuild took over. ``previous`` holds the stored view of each id in ``views`` when
+        the caller knows it (the projection does), so the backend need not read it again to update its index.
 
         A backend may write in the background and return at once: it then waits for that write at the next call
         to any method and raises its error there, so a batch is never written before the one before it.
@@ -72,6 +80,20 @@ class ReadModelReader(Protocol):
 
     def offsets(self) -> dict[TP, int]:
         """Return the next offset per partition stored with the documents this reader sees (read-your-writes)."""
+        ...
+
+    def history(self, object_id: str, after: int = 0, limit: int | None = None,
+                up_to: int | None = None) -> list[HistoryEntry]:
+        """Return the object's history entries with ``after < version <= up_to``, oldest first, at most ``limit``."""
+        ...
+
+    def page(self, ranges: list[tuple[str, Role]], since_us: int, after: tuple[int, str] | None,
+             limit: int) -> Page:
+        """Return one page of the access index over ``ranges`` (``projections.db.lists``), each object once."""
+        ...
+
+    def history_size(self) -> dict[str, int]:
+        """Return the history store's size: ``events`` (an estimate on PostgreSQL) and ``bytes``."""
         ...
 
     def ready(self) -> bool:

@@ -10,7 +10,8 @@ from dataclasses import asdict, dataclass
 from commands import Event
 from commands.json_text import id_problem
 from projections.db.apply import Status, apply_event
-from projections.db.port import TP, ReadModelSwapped, ReadModelWriter
+from projections.db.history import entry_bytes, moved
+from projections.db.port import TP, HistoryRow, ReadModelSwapped, ReadModelWriter
 from projections.db.store import gap_detail
 from projections.db.view import ObjectView
 from projections.runner import Item, Projection
@@ -61,6 +62,8 @@ class DbProjection(Projection):
                     missing.append(ev.object_id)
         if missing:
             views.update(self.store.get_many(missing))
+        previous = dict(views)  # as stored: the store replaces their access-index rows
+        history: list[HistoryRow] = []
         changed: dict[str, ObjectView] = {}
         gaps: dict[str, str] = {}
         offsets: dict[TP, int] = {}
@@ -78,6 +81,8 @@ class DbProjection(Projection):
                 status, view, detail = apply_event(before, ev)
                 if view is not None and view is not before:
                     views[ev.object_id] = changed[ev.object_id] = view
+                if moved(before, view):  # exactly the events a fold of the history must make again
+                    history.append((ev.object_id, ev.version, entry_bytes(ev)))
             if status is Status.APPLIED:
                 applied += 1
             elif status is Status.STALE:
@@ -98,7 +103,7 @@ class DbProjection(Projection):
         counts.stale += stale
         counts.skipped += skipped
         try:
-            self.store.write(changed, offsets, gaps)
+            self.store.write(changed, offsets, gaps, history, previous)
         except ReadModelSwapped:
             # Not written: ``reseek`` (the runner calls it next) moves to the rebuilt store and its offsets.
             log.info("db projection: a rebuild was swapped in during this batch; it is read again from the new store")

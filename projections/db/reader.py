@@ -16,6 +16,9 @@ from pathlib import Path
 
 from rocksdict import AccessType, Rdict
 
+from projections.db import indexes
+from projections.db.history import HistoryEntry
+from projections.db.lists import Page, Role
 from projections.db.port import TP
 from projections.db.store import current_generation, doc_key, iter_gaps, iter_offsets, iter_views, options
 from projections.db.view import ObjectView, StoredView
@@ -90,6 +93,23 @@ class ReadModel:
         """Return the projection's next offset per partition, stored in the batch with the documents it read."""
         db = self._db_now()
         return iter_offsets(db) if db is not None else {}
+
+    def history(self, object_id: str, after: int = 0, limit: int | None = None,
+                up_to: int | None = None) -> list[HistoryEntry]:
+        """Return the object's history entries with ``after < version <= up_to``, oldest first, at most ``limit``."""
+        db = self._db_now()
+        return indexes.read_history(db, object_id, after, limit, up_to) if db is not None else []
+
+    def page(self, ranges: list[tuple[str, Role]], since_us: int, after: tuple[int, str] | None,
+             limit: int) -> Page:
+        """Return one page of the access index over ``ranges`` (``projections.db.lists``), each object once."""
+        db = self._db_now()
+        return indexes.read_page(db, ranges, since_us, after, limit) if db is not None else Page([], False)
+
+    def history_size(self) -> dict[str, int]:
+        """Return the history's size as the projection last wrote it: ``events`` and ``bytes``."""
+        db = self._db_now()
+        return indexes.history_size(db) if db is not None else {"events": 0, "bytes": 0}
 
     def ready(self) -> bool:
         """Return True once the projection has created the first generation."""

@@ -1,4 +1,5 @@
-"""The read model's rocksdict store: documents, consumed offsets and gap reports, written in one WriteBatch.
+"""The read model's rocksdict store: documents, consumed offsets, gap reports, each object's history and the
+access index of lists (``projections.db.indexes``), written in one WriteBatch.
 
 On disk, ``<root>/current`` is a symlink to one generation directory ``<root>/gen-<ns>`` (a RocksDB). A rebuild
 fills a fresh generation and swaps the symlink atomically (``os.replace``); readers and the live projection notice
@@ -18,7 +19,9 @@ from typing import cast
 
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
-from projections.db.port import TP
+from projections.db import indexes
+from projections.db.history import HistoryEntry
+from projections.db.port import TP, HistoryRow
 from projections.db.view import ObjectView
 from projections.rocks import prefixed
 
@@ -77,6 +80,11 @@ class ReadModelStore:
         self._write_opts = WriteOptions()
         self._write_opts.sync = sync  # fsync the WAL per batch: survives a machine crash, not only a process crash
         self._sync = sync
+        self._history_size = indexes.history_size(self._db)
+        if self._db.get(indexes.LISTS_READY) is None:  # a store from before lists: index what it holds, once
+            n = indexes.backfill_access(self._db, iter_views(self._db))
+            if n:
+                log.info("read model: access index of %d objects written (%s)", n, path.name)
 
     @classmethod
     def open_current(cls, root: Path, *, sync: bool = True) -> ReadModelStore:
@@ -113,16 +121,38 @@ class ReadModelStore:
         log.info("db projection: read model swapped to %s; %s removed", gen.name, self.path.name)
         return nxt
 
-    def write(self, views: dict[str, ObjectView], offsets: dict[TP, int], gaps: dict[str, str] | None = None) -> None:
-        """Write documents, offsets and gap reports in one atomic WriteBatch."""
+    def write(self, views: dict[str, ObjectView], offsets: dict[TP, int], gaps: dict[str, str] | None = None,
+              history: list[HistoryRow] | None = None,
+              previous: dict[str, ObjectView | None] | None = None) -> None:
+        """Write documents, offsets, gap reports, history entries and the access index in one atomic WriteBatch.
+
+        ``previous``: the stored view of each id in ``views`` (the projection has them); read here when not given.
+        """
         wb = WriteBatch(raw_mode=True)
+        if previous is None or not previous.keys() >= views.keys():
+            previous = self.get_many(views)
         for object_id, view in views.items():
             wb.put(doc_key(object_id), view.to_bytes())
+            indexes.update_access(wb, object_id, previous[object_id], view)
+        size = self._history_size
+        if history:
+            size = dict(size)
+            for object_id, version, data in history:
+                wb.put(indexes.history_key(object_id, version), data)
+                size["events"] += 1
+                size["bytes"] += len(data)
+            wb.put(indexes.HISTORY_SIZE, json.dumps(size).encode())
         for tp, off in offsets.items():
             wb.put(offset_key(tp), str(off).encode())
         for object_id, detail in (gaps or {}).items():
             wb.put(GAP + object_id.encode(), detail.encode())
         self._db.write(wb, self._write_opts)
+        self._history_size = size
+
+    def history(self, object_id: str, after: int = 0, limit: int | None = None,
+                up_to: int | None = None) -> list[HistoryEntry]:
+        """Return ``object_id``'s history entries with ``after < version <= up_to``, oldest first."""
+        return indexes.read_history(self._db, object_id, after, limit, up_to)
 
     def views(self) -> Iterator[tuple[str, ObjectView]]:
         """Yield every (object_id, view), in key order."""

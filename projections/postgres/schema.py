@@ -53,6 +53,31 @@ ALTER TABLE {s}.documents ADD COLUMN quarantined boolean NOT NULL DEFAULT false,
 COMMENT ON COLUMN {s}.documents.quarantined IS 'an event''s document part broke the rule: the document is not served';
 COMMENT ON COLUMN {s}.documents.stale IS 'events of the object are missing: neither document nor roles are trusted';
 """),
+    (3, """
+CREATE TABLE {s}.history (
+    object_id text NOT NULL,
+    version bigint NOT NULL,
+    entry text NOT NULL,
+    PRIMARY KEY (object_id, version)
+);
+COMMENT ON TABLE {s}.history IS 'every event that moved a view, as projections.db.history keeps it';
+CREATE TABLE {s}.access (
+    grantee text NOT NULL,
+    role text NOT NULL,
+    updated_at timestamptz NOT NULL,
+    id text COLLATE "C" NOT NULL,
+    version bigint NOT NULL,
+    PRIMARY KEY (grantee, role, updated_at, id)
+);
+CREATE INDEX access_id ON {s}.access (id);
+COMMENT ON TABLE {s}.access IS 'who may list what: projections.db.lists.access_rows of each live view';
+INSERT INTO {s}.access (grantee, role, updated_at, id, version)
+SELECT g.grantee, g.role, coalesce(d.updated_at, 'epoch'), d.id, d.version
+FROM {s}.documents d
+CROSS JOIN LATERAL (SELECT d.owner, 'o' WHERE d.owner <> '' UNION SELECT unnest(d.editors), 'e'
+                    UNION SELECT unnest(d.readers), 'r') AS g (grantee, role)
+WHERE NOT d.deleted AND NOT d.stale;
+"""),
 ]
 
 

@@ -20,7 +20,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool
 
-from projections.db.port import TP, ReadModelSwapped
+from projections.db.port import TP, HistoryRow, ReadModelSwapped
 from projections.db.view import ObjectView
 from projections.postgres import schema as pgschema
 from projections.postgres.rows import COLUMNS, copy_line, from_row
@@ -39,6 +39,22 @@ _OFFSETS = """
 INSERT INTO {s}.offsets (topic, partition, next_offset)
 SELECT * FROM unnest(%s::text[], %s::integer[], %s::bigint[])
 ON CONFLICT (topic, partition) DO UPDATE SET next_offset = EXCLUDED.next_offset
+"""
+_HISTORY = """
+INSERT INTO {s}.history (object_id, version, entry)
+SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[])
+ON CONFLICT (object_id, version) DO NOTHING
+"""
+# The access rows of the staged ids, from what ``documents`` now holds for them (the upsert may have kept a newer
+# row): the same rows as ``projections.db.lists.access_rows``.
+_ACCESS_DELETE = "DELETE FROM {s}.access a USING pg_temp.arbiter_stage st WHERE a.id = st.id"
+_ACCESS_INSERT = """
+INSERT INTO {s}.access (grantee, role, updated_at, id, version)
+SELECT g.grantee, g.role, coalesce(d.updated_at, 'epoch'), d.id, d.version
+FROM {s}.documents d JOIN pg_temp.arbiter_stage st ON st.id = d.id
+CROSS JOIN LATERAL (SELECT d.owner, 'o' WHERE d.owner <> '' UNION SELECT unnest(d.editors), 'e'
+                    UNION SELECT unnest(d.readers), 'r') AS g (grantee, role)
+WHERE NOT d.deleted AND NOT d.stale
 """
 _GAPS = """
 INSERT INTO {s}.gaps (object_id, detail)
@@ -69,6 +85,8 @@ class PgReadModelStore:
         self._upsert = sql.SQL(_UPSERT).format(s=self._s)
         self._offsets = sql.SQL(_OFFSETS).format(s=self._s)
         self._gaps = sql.SQL(_GAPS).format(s=self._s)
+        self._history = sql.SQL(_HISTORY).format(s=self._s)
+        self._access = [sql.SQL(q).format(s=self._s) for q in (_ACCESS_DELETE, _ACCESS_INSERT)]
         self._select = sql.SQL("SELECT {} FROM {}.documents WHERE id = ANY(%s)").format(COLUMNS, self._s)
         self._lock = pgschema.lock_key(schema, "swap")
         with psycopg.connect(conninfo, autocommit=True) as conn:
@@ -102,12 +120,17 @@ class PgReadModelStore:
             rows = conn.execute(sql.SQL("SELECT topic, partition, next_offset FROM {}.offsets").format(self._s))
             return {(t, p): o for t, p, o in rows}
 
-    def write(self, views: dict[str, ObjectView], offsets: dict[TP, int], gaps: dict[str, str]) -> None:
-        """Queue the batch for the background writer; raise the error of an earlier batch that failed."""
-        self._behind.put(views, offsets, gaps)
+    def write(self, views: dict[str, ObjectView], offsets: dict[TP, int], gaps: dict[str, str],
+              history: list[HistoryRow] | None = None,
+              previous: dict[str, ObjectView | None] | None = None) -> None:
+        """Queue the batch for the background writer; raise the error of an earlier batch that failed.
+
+        ``previous`` is not needed: the access rows of a written id are replaced from its stored row.
+        """
+        self._behind.put(views, offsets, gaps, history)
 
     def _write(self, batch: Batch) -> None:
-        views, offsets, gaps = batch.views, batch.offsets, batch.gaps
+        views, offsets, gaps, history = batch.views, batch.offsets, batch.gaps, batch.history
         with self._pool.connection() as conn, conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock_shared(%s)", (self._lock,))
             gen = pgschema.generation(conn, self.schema)
@@ -117,6 +140,11 @@ class PgReadModelStore:
                 with conn.cursor().copy("COPY pg_temp.arbiter_stage FROM STDIN") as copy:
                     copy.write("".join([copy_line(oid, v) for oid, v in views.items()]))
                 conn.execute(self._upsert)
+                for statement in self._access:
+                    conn.execute(statement)
+            if history:
+                conn.execute(self._history, ([o for o, _, _ in history], [v for _, v, _ in history],
+                                             [e.decode() for _, _, e in history]))
             if offsets:
                 tps = list(offsets)
                 conn.execute(self._offsets, ([t for t, _ in tps], [p for _, p in tps], [offsets[tp] for tp in tps]))

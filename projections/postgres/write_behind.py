@@ -13,25 +13,28 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from projections.db.port import TP
+from projections.db.port import TP, HistoryRow
 from projections.db.view import ObjectView
 
 
 @dataclass
 class Batch:
-    """Views, next offsets and gap reports of one or more consecutive runner batches."""
+    """Views, next offsets, gap reports and history entries of one or more consecutive runner batches."""
 
     views: dict[str, ObjectView] = field(default_factory=dict)
     offsets: dict[TP, int] = field(default_factory=dict)
     gaps: dict[str, str] = field(default_factory=dict)
+    history: list[HistoryRow] = field(default_factory=list)
 
-    def merge(self, views: dict[str, ObjectView], offsets: dict[TP, int], gaps: dict[str, str]) -> None:
+    def merge(self, views: dict[str, ObjectView], offsets: dict[TP, int], gaps: dict[str, str],
+              history: list[HistoryRow] | None = None) -> None:
         self.views.update(views)  # later batches hold the later view of an object
         self.offsets.update(offsets)
         self.gaps.update(gaps)
+        self.history.extend(history or ())  # every event that moved a view is history, not only the last
 
     def __bool__(self) -> bool:
-        return bool(self.views or self.offsets or self.gaps)
+        return bool(self.views or self.offsets or self.gaps or self.history)
 
 
 class WriteBehind:
@@ -45,11 +48,12 @@ class WriteBehind:
         self._running_ids: dict[str, ObjectView] = {}
         self._next = Batch()
 
-    def put(self, views: dict[str, ObjectView], offsets: dict[TP, int], gaps: dict[str, str]) -> None:
+    def put(self, views: dict[str, ObjectView], offsets: dict[TP, int], gaps: dict[str, str],
+            history: list[HistoryRow] | None = None) -> None:
         """Queue a batch; start it now if the writer is free, else merge it into the next (waiting only when that
         one has grown to ``max_rows`` views). Raise the error of a batch that failed since the last call."""
         self._collect(block=False)
-        self._next.merge(views, offsets, gaps)
+        self._next.merge(views, offsets, gaps, history)
         self._start(block=len(self._next.views) >= self.max_rows)
 
     def poll(self) -> None:

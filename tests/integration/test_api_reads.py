@@ -5,6 +5,7 @@ And reader grants: PUT / DELETE /objects/{id}/readers/{principal} become GrantRe
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -16,6 +17,7 @@ from tests.conftest import READ_MODELS, read_model_on
 from tests.integration.test_api_support import (
     TestClient,
     api_client,
+    audit_projection_running,
     auth,
     consume_all,
     decided,
@@ -128,3 +130,69 @@ def test_group_grantees_read_and_write_through_the_whole_pipeline(client: TestCl
     records = [m for m in consume_all(s, s.topic_commands, 50, timeout=5) if m.key() == b"team"]
     assert len(records) == 6 and all(
         checker.problem(m.key(), m.value(), dict(m.headers() or [])[SIGNATURE_HEADER]) is None for m in records)
+
+
+def test_history_versions_and_lists_answer_the_roles_and_look_unknown_to_an_outsider(
+        client: TestClient, module_settings: Settings) -> None:
+    """History pages, the document as of each version (folded from the history), the caller's own rejections
+    (from the audit trail), and lists by role; an outsider gets exactly the 404 of an unknown id and empty lists."""
+    s = module_settings
+    alice, bob, carol, mallory = (auth(s, who) for who in ("alice", "bob", "carol", "mallory"))
+    # carol (a reader) tries an edit: her own rejection, which only she sees in the history
+    is_problem(client.patch("/objects/shared", json={"t": 9}, headers=wait(s, "carol")), 403, "FORBIDDEN")
+    for h in (alice, carol):
+        first = client.get("/objects/shared/events?limit=2", headers=h).json()
+        assert [(e["type"], e["version"], e["principal"]) for e in first["events"]] == [
+            ("CREATED", 1, "alice"), ("EDITOR_GRANTED", 2, "alice")] and first["next_after_version"] == 2
+        assert first["events"][0]["document"] == {"t": 0} and first["events"][1]["editor"] == "bob"
+        rest = client.get("/objects/shared/events?after_version=2", headers=h).json()
+        assert [(e["type"], e["version"]) for e in rest["events"]] == [("READER_GRANTED", 3), ("UPDATED", 4)]
+        assert rest["events"][1]["patch"] == {"t": 1} and rest["events"][1]["principal"] == "bob"
+        assert rest["next_after_version"] is None and "rejections" not in rest
+        for version, doc in ((1, {"t": 0}), (3, {"t": 0}), (4, {"t": 1})):
+            r = client.get(f"/objects/shared?version={version}", headers=h)
+            assert (r.status_code, r.json(), r.headers["etag"]) == (200, doc, f'"{version}"')
+        is_problem(client.get("/objects/shared?version=5", headers=h), 404, "VERSION_NOT_FOUND")
+        # a deleted object's history stays readable by its roles; its document before the deletion too
+        tomb = client.get("/objects/tomb/events", headers=h).json()["events"]
+        assert [e["type"] for e in tomb] == ["CREATED", "READER_GRANTED", "DELETED"]
+        assert client.get("/objects/tomb?version=2", headers=h).json() == {"t": 2}
+        is_problem(client.get("/objects/tomb?version=3", headers=h), 410, "DELETED")
+    with audit_projection_running(s):
+        deadline = time.monotonic() + 30
+        while True:
+            own = client.get("/objects/shared/events?include=rejections", headers=carol).json()["rejections"]
+            if own or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        assert [(r["reason"], r["version"]) for r in own] == [("FORBIDDEN", 4)]
+        assert client.get("/objects/shared/events?include=rejections", headers=bob).json()["rejections"] == []
+    # lists: by role, keyset pages without gap or duplicate; deleted objects are not listed
+    def ids(h: dict[str, str], query: str = "") -> list[str]:
+        got, cursor = [], None
+        while True:
+            page = client.get(f"/objects?limit=1{query}" + (f"&cursor={cursor}" if cursor else ""), headers=h).json()
+            got += [i["id"] for i in page["items"]]
+            cursor = page["next_cursor"]
+            if cursor is None:
+                return got
+    mine = ids(alice)
+    assert "shared" in mine and "tomb" not in mine and len(mine) == len(set(mine))
+    assert mine == [i["id"] for i in client.get("/objects?role=owner", headers=alice).json()["items"]]
+    assert "shared" in ids(bob, "&role=editor") and "shared" not in ids(bob, "&role=reader")
+    assert "shared" in ids(carol, "&role=reader") and "shared" not in ids(carol, "&role=owner")
+    listed = client.get("/objects?role=reader", headers=carol).json()["items"]
+    shared = next(i for i in listed if i["id"] == "shared")
+    assert shared["version"] == 4
+    after = client.get(f"/objects?role=reader&updated_since={shared['updated_at'].replace('+', '%2B')}",
+                       headers=carol).json()["items"]
+    assert "shared" in [i["id"] for i in after]
+    assert client.get("/objects", headers=mallory).json() == {"items": [], "next_cursor": None}
+    is_problem(client.get("/objects?cursor=bm9wZQ", headers=alice), 400, "INVALID_CURSOR")
+    # the outsider: byte for byte the answer for an id never made, on every history route
+    for path in ("/objects/{}/events", "/objects/{}/events?include=rejections", "/objects/{}?version=1"):
+        hidden = client.get(path.format("shared"), headers=mallory)
+        unknown = client.get(path.format("SHARED"), headers=mallory)
+        is_problem(hidden, 404, "NOT_FOUND")
+        assert hidden.content == unknown.content.replace(b"SHARED", b"shared")
+        assert dict(hidden.headers) == dict(unknown.headers)

@@ -70,7 +70,7 @@ def record_strategies(texts: Strategy, times: st.SearchStrategy[datetime], longs
                           st.none() | st.binary(), opt_longs, opt_longs, st.none() | texts, st.none() | texts)
     rejections = st.builds(Rejection, texts, st.sampled_from(ReasonCode), texts, st.none() | texts,
                            st.none() | texts, st.none() | texts, st.none() | times, opt_longs, st.none() | texts,
-                           opt_longs, st.none() | originals)
+                           opt_longs, st.none() | originals, st.none() | texts, st.none() | texts)
     return RecordStrategies(commands, events, recents, states, rejections)
 
 

@@ -54,7 +54,8 @@ def test_many_concurrent_polls_compute_the_figures_once() -> None:
     collector = app.state.status = SlowCollector()
     responses = asyncio.run(_get_many(app, 300, bearer("ops")))
     assert {r.status_code for r in responses} == {200}
-    assert {r.content for r in responses} == {b'{"snapshot":1}'}
+    assert len({r.content for r in responses}) == 1  # one computation's bytes, beside the read model's history size
+    assert responses[0].json()["snapshot"] == 1
     assert collector.calls == 1, f"{collector.calls} computations for 300 concurrent requests"
     assert responses[0].headers["cache-control"] == "no-store"
 

@@ -19,7 +19,7 @@ from commands import (
     RecentCommand,
 )
 from schemas import binary, codec, records
-from schemas.catalog import COMMAND, EVENT, STATE, SchemaCatalog
+from schemas.catalog import COMMAND, EVENT, REJECTION, STATE, SchemaCatalog
 from schemas.codec import DecodeError
 from tests.unit.record_strategies import record_strategies
 
@@ -32,13 +32,15 @@ times = st.datetimes(min_value=datetime(1, 1, 2), max_value=datetime(9999, 12, 3
 longs = st.integers(-(2**63), 2**63 - 1)
 RECORDS = record_strategies(texts, times, longs, max_editors=40, max_recent=20)
 commands_st, events_st, states_st = RECORDS.commands, RECORDS.events, RECORDS.states
+rejections_st = RECORDS.rejections
 
 CASES: list[tuple[Any, str, Callable[[Any], bytes], Callable[[Any], records.Record], Callable[[bytes], Any]]] = [
     (commands_st, COMMAND, codec.encode_command, records.command_to_record, codec.decode_command),
     (events_st, EVENT, codec.encode_event, records.event_to_record, codec.decode_event),
     (states_st, STATE, codec.encode_state, records.state_to_record, codec.decode_state),
+    (rejections_st, REJECTION, codec.encode_rejection, records.rejection_to_record, codec.decode_rejection),
 ]
-IDS = ["command", "event", "state"]
+IDS = ["command", "event", "state", "rejection"]
 
 
 def fastavro_bytes(subject: str, record: records.Record) -> bytes:
@@ -72,6 +74,7 @@ def test_compiled_bytes_are_fastavros(strategy, subject, encode, to_record, deco
     (COMMAND, codec.decode_command, records.command_from_record),
     (EVENT, codec.decode_event, records.event_from_record),
     (STATE, codec.decode_state, records.state_from_record),
+    (REJECTION, codec.decode_rejection, records.rejection_from_record),
 ], ids=IDS)
 def test_whatever_compiled_decoders_accept_fastavro_reads_the_same(subject, decode, from_record) -> None:  # type: ignore[no-untyped-def]
     header = b"\x00" + struct.pack(">I", CATALOG.latest(subject).schema_id)

@@ -154,3 +154,20 @@ def test_a_command_without_a_genuine_signature_is_unauthenticated_unless_unsigne
     assert decoded(signer_for(old).sign(key, value), signer_for(both)) == cmd
     assert isinstance(decoded(signer_for(old).sign(key, value), signer_for(
         S.model_copy(update={"record_keys": {"k2": SecretStr("b" * 32)}}))), Rejection)  # k1 retired
+
+
+def test_the_record_signature_is_the_documented_hmac_so_records_signed_by_any_release_still_verify() -> None:
+    """``app.signing``'s format: base64url (unpadded) HMAC-SHA256 over domain tag, 4-byte key length, key, value."""
+    import base64
+    import hashlib
+    import hmac
+
+    from pydantic import SecretStr
+
+    from app.signing import signer_for
+
+    settings = S.model_copy(update={"record_keys": {"k1": SecretStr("s" * 32)}})
+    for key, value in ((b"o", b"v"), (None, b"v"), (b"", b""), (b"\x00" * 300, b"x" * 70_000)):
+        head = b"\xff\xff\xff\xff" if key is None else len(key).to_bytes(4, "big") + key
+        mac = hmac.new(b"s" * 32, b"arbiter-command-record-v1\x00" + head + value, hashlib.sha256).digest()
+        assert signer_for(settings).sign(key, value) == b"k1:" + base64.urlsafe_b64encode(mac).rstrip(b"=")

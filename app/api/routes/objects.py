@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Header, Path, Request, Response
+from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from app.api.auth import PRINCIPAL_PATTERN
-from app.api.deps import ApiContext, ContextDep, PrincipalDep, ReaderDep, ReadModelDep, caller_of
+from app.api.deps import ApiContext, ContextDep, ObjectViewLike, PrincipalDep, ReaderDep, ReadModelDep, caller_of
+from app.api.history import EventPage, ObjectPage, RoleName, event_page, object_page
 from app.api.json_body import StrictJsonRoute
 from app.api.models import (
     IDEMPOTENCY_KEY_PATTERN,
@@ -41,6 +42,8 @@ from commands import (
     RevokeReader,
 )
 from commands.access import may_read
+from projections.db.history import fold
+from projections.db.lists import BadCursor, Role, decode_cursor, grantees, micros
 
 router = APIRouter(prefix="/objects", tags=["objects"], route_class=StrictJsonRoute)
 #: What GET serves: RFC 8259 only (no NaN/Infinity; a lone surrogate fails the UTF-8 encode).
@@ -179,39 +182,29 @@ def _unknown(object_id: str) -> ApiError:
                     code="NOT_FOUND")
 
 
-@router.get("/{object_id}", summary="Read an object's document from the read model (eventually consistent)",
-            responses={200: {"content": {"application/json": {"schema": {"type": "object"}}},
-                             "description": "The document; ETag is its version"},
-                       304: {"description": "If-None-Match matched the current version"},
-                       401: PROBLEM_RESPONSES[401], **RATE_LIMITED_RESPONSE,
-                       404: PROBLEM_RESPONSES[401] | {"description": "Unknown object, or one the caller may not read"},
-                       410: PROBLEM_RESPONSES[401] | {"description": "Deleted object"},
-                       400: PROBLEM_RESPONSES[401] | {"description": "Malformed Arbiter-Min-Position"},
-                       503: PROBLEM_RESPONSES[503] | {"description": "Read model not open, the stored document "
-                                                      "is not RFC 8259 JSON (UNSERVABLE_DOCUMENT), events of the "
-                                                      "object are missing (VIEW_STALE), its document could not "
-                                                      "be applied (DOCUMENT_QUARANTINED), or the read model did "
-                                                      "not pass Arbiter-Min-Position within "
-                                                      "ARBITER_MIN_POSITION_WAIT_S (POSITION_NOT_REACHED)"}})
-async def read_object(request: Request, object_id: ObjectIdPath, principal: ReaderDep, read_model: ReadModelDep,
-                      if_none_match: Annotated[str, Header(alias="If-None-Match")] = None,
-                      min_position: MinPosition = None) -> Response:
+async def _blocking(read_model: Any, fn: Any, *args: Any) -> Any:  # noqa: ANN401 - a read-model method
+    """Call ``fn`` on the threadpool for a network read model (PostgreSQL: a slow or down database never stalls the
+    event loop); the embedded one answers in microseconds and is called inline."""
+    return await run_in_threadpool(fn, *args) if getattr(read_model, "blocking", False) else fn(*args)
+
+
+async def _readable(request: Request, object_id: str, principal: str, read_model: Any) -> ObjectViewLike:  # noqa: ANN401
+    """Return the object's current view if ``principal`` may read it, else raise the 404 of an unknown id.
+
+    ``lookup`` (both real backends) decodes the document only when it is served: the access check runs on the roles
+    alone, so an outsider's 404 costs the same as an unknown id's, whatever the document's size.
+    """
     # Positions first, before the object is looked up: the wait depends only on the read model's progress, so an
     # outsider's answer (after the same wait) stays the 404 of an unknown id.
-    if min_position is not None:
+    if request.headers.get(MIN_HEADER) is not None:
         await _await_positions(request)
-    # A network read model (PostgreSQL) is read on the threadpool so a slow or down database never stalls the event
-    # loop; the embedded one answers in microseconds and is read inline.
-    # ``lookup`` (both real backends) decodes the document only when it is served: the access check runs on the
-    # roles alone, so an outsider's 404 costs the same as an unknown id's, whatever the document's size.
-    get = getattr(read_model, "lookup", read_model.get)
-    view = await run_in_threadpool(get, object_id) if getattr(read_model, "blocking", False) else get(object_id)
+    view = await _blocking(read_model, getattr(read_model, "lookup", read_model.get), object_id)
     if view is None or not may_read(principal, view.owner, view.editors, view.readers, caller_of(request).groups):
         raise _unknown(object_id)
-    etag = f'"{view.version}"'
-    if view.deleted:
-        raise ApiError(f"object {object_id!r} was deleted at version {view.version}", code="DELETED",
-                       headers={"ETag": etag})
+    return view  # type: ignore[no-any-return]
+
+
+def _refuse_unserved(object_id: str, view: ObjectViewLike) -> None:
     # Fail closed: the roles above only ever narrow the answer; a document not known to be current is never served.
     if view.stale:
         raise ApiError(f"events of object {object_id!r} are missing from the read model (see its gaps); its view "
@@ -221,6 +214,93 @@ async def read_object(request: Request, object_id: ObjectIdPath, principal: Read
         raise ApiError(f"an event of object {object_id!r} carried a document the read model cannot hold (see its "
                        "gaps); the document is not served", code="DOCUMENT_QUARANTINED",
                        headers={"Retry-After": "3600"})
+
+
+_READ_PROBLEMS: dict[int | str, dict[str, Any]] = {
+    401: PROBLEM_RESPONSES[401], **RATE_LIMITED_RESPONSE,
+    404: PROBLEM_RESPONSES[401] | {"description": "Unknown object, or one the caller may not read"},
+    400: PROBLEM_RESPONSES[401] | {"description": "Malformed Arbiter-Min-Position"},
+    503: PROBLEM_RESPONSES[503] | {"description": "Read model not open, events of the object are missing "
+                                   "(VIEW_STALE), its document could not be applied (DOCUMENT_QUARANTINED), or the "
+                                   "read model did not pass Arbiter-Min-Position within ARBITER_MIN_POSITION_WAIT_S "
+                                   "(POSITION_NOT_REACHED)"}}
+
+
+@router.get("", summary="List the objects the caller may read, oldest change first (keyset-paginated)",
+            response_model=ObjectPage,
+            responses={401: PROBLEM_RESPONSES[401], **RATE_LIMITED_RESPONSE,
+                       400: PROBLEM_RESPONSES[401] | {"description": "INVALID_CURSOR: a cursor this API did not hand "
+                                                                     "out"},
+                       503: PROBLEM_RESPONSES[503] | {"description": "Read model not open"}})
+async def list_objects(request: Request, principal: ReaderDep, read_model: ReadModelDep,
+                       role: Annotated[RoleName, Query(description="Only objects the caller holds this role on "
+                                                       "(itself or through a group); all it may read if absent")] = None,
+                       updated_since: Annotated[str, Query(description="ISO 8601: only objects changed at or after "
+                                                           "this time", pattern=r"^[0-9]{4}-[0-9]{2}-[0-9]{2}",
+                                                           max_length=40)] = None,
+                       limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                       cursor: Annotated[str, Query(max_length=400, description="`next_cursor` of the page before")]
+                       = None) -> Response:
+    """Deleted objects are not listed, nor objects whose events are missing (stale views); a listed object's
+    document is read with ``GET /objects/{id}``."""
+    try:
+        since = micros(updated_since) if updated_since is not None else 0
+    except ValueError as e:
+        raise ApiError(f"updated_since {updated_since!r} is not an ISO 8601 time", code="INVALID_REQUEST") from e
+    try:
+        after = decode_cursor(cursor) if cursor is not None else None
+    except BadCursor as e:
+        raise ApiError(e.message, code="INVALID_CURSOR") from e
+    ranges = grantees(principal, caller_of(request).groups, Role(role) if role is not None else None)
+    page = await _blocking(read_model, read_model.page, ranges, max(since, 0), after, limit)  # type: ignore[attr-defined]
+    return Response(object_page(page), media_type="application/json")
+
+
+@router.get("/{object_id}/events", summary="Page an object's history: its events, oldest first",
+            response_model=EventPage, responses=_READ_PROBLEMS)
+async def object_events(request: Request, object_id: ObjectIdPath, principal: ReaderDep, read_model: ReadModelDep,
+                        after_version: Annotated[int, Query(ge=0, le=2**53 - 1)] = 0,
+                        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+                        include: Annotated[Literal["rejections"], Query(
+                            description="`rejections`: also the caller's own rejected commands about the object, "
+                                        "with their reason codes")] = None,
+                        min_position: MinPosition = None) -> Response:
+    """Every event that moved the object's view, with its principal, time and document, patch or grantee. A deleted
+    object's history stays readable by its roles; the history of an object whose events are missing is not served."""
+    view = await _readable(request, object_id, principal, read_model)
+    _refuse_unserved(object_id, view)
+    entries = await _blocking(read_model, read_model.history, object_id, after_version, limit + 1)  # type: ignore[attr-defined]
+    rejections = request.app.state.durable_outcomes.rejections(object_id, principal) if include else None
+    return Response(event_page(object_id, entries, limit, after_version, rejections), media_type="application/json")
+
+
+@router.get("/{object_id}", summary="Read an object's document from the read model (eventually consistent), or as of "
+                                    "a version",
+            responses={200: {"content": {"application/json": {"schema": {"type": "object"}}},
+                             "description": "The document; ETag is its version"},
+                       304: {"description": "If-None-Match matched the current version"},
+                       **_READ_PROBLEMS,
+                       410: PROBLEM_RESPONSES[401] | {"description": "Deleted object (at that version)"},
+                       503: PROBLEM_RESPONSES[503] | {"description": "Read model not open, the stored document "
+                                                      "is not RFC 8259 JSON (UNSERVABLE_DOCUMENT), events of the "
+                                                      "object are missing (VIEW_STALE), its document could not "
+                                                      "be applied (DOCUMENT_QUARANTINED), or the read model did "
+                                                      "not pass Arbiter-Min-Position within "
+                                                      "ARBITER_MIN_POSITION_WAIT_S (POSITION_NOT_REACHED)"}})
+async def read_object(request: Request, object_id: ObjectIdPath, principal: ReaderDep, read_model: ReadModelDep,
+                      if_none_match: Annotated[str, Header(alias="If-None-Match")] = None,
+                      min_position: MinPosition = None,
+                      version: Annotated[int, Query(ge=1, le=2**53 - 1, description=(
+                          "The document as of this version: the object's history folded up to it, as the read "
+                          "model folded it (404 VERSION_NOT_FOUND beyond the current version)"))] = None) -> Response:
+    view = await _readable(request, object_id, principal, read_model)
+    if version is not None:
+        view = await _as_of(object_id, view, version, read_model)
+    etag = f'"{view.version}"'
+    if view.deleted:
+        raise ApiError(f"object {object_id!r} was deleted at version {view.version}", code="DELETED",
+                       headers={"ETag": etag})
+    _refuse_unserved(object_id, view)
     if if_none_match is not None and etag in [t.strip() for t in if_none_match.split(",")]:
         return Response(status_code=304, headers={"ETag": etag})
     try:
@@ -230,3 +310,17 @@ async def read_object(request: Request, object_id: ObjectIdPath, principal: Read
                        "model (arbiter project db --rebuild)", code="UNSERVABLE_DOCUMENT",
                        headers={"Retry-After": "3600"}) from e
     return Response(body, media_type="application/json", headers={"ETag": etag})
+
+
+async def _as_of(object_id: str, current: ObjectViewLike, version: int, read_model: Any) -> ObjectViewLike:  # noqa: ANN401
+    """Return the object's view at ``version``, folded from its history by the read model's own fold."""
+    if current.stale:  # events are missing: the history has a hole too
+        _refuse_unserved(object_id, current)
+    if version > current.version:
+        raise ApiError(f"object {object_id!r} is at version {current.version}", code="VERSION_NOT_FOUND")
+    entries = await _blocking(read_model, read_model.history, object_id, 0, None, version)  # type: ignore[attr-defined]
+    view = fold(object_id, entries, version)
+    if view is None or view.version != version:  # history kept from later on (a read model older than history)
+        raise ApiError(f"the history of object {object_id!r} does not reach back to version {version}; rebuild the "
+                       "read model (arbiter project db --rebuild)", code="VIEW_STALE", headers={"Retry-After": "3600"})
+    return view

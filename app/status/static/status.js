@@ -90,6 +90,8 @@ function render(s) {
   const v = s.validator || {};
   ["batch_id", "batch_duration_ms", "input_rows"].forEach((k) => set("v_" + k, v[k]));
   renderState(v.state);
+  const h = s.read_model_history;  // the read model's history store (GET /objects/{id}/events)
+  set("rm_history", h ? h.events.toLocaleString("en") + " events, " + bytes(h.bytes) : null);
   const reasons = document.getElementById("reasons"); reasons.replaceChildren();
   Object.entries(s.rejections_by_reason).forEach(([r, n]) => reasons.appendChild(row([r], [n, true])));
   if (!reasons.children.length) reasons.appendChild(row(["none yet"]));

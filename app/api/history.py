@@ -1,0 +1,100 @@
+"""The query side's history and lists: pages of an object's events, its document as of a version, and the objects
+a caller may read. The routes are in ``app.api.routes.objects``; the stores are the read model's
+(``projections.db.history``, ``projections.db.lists``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from commands import Rejection
+from commands.rejection import clip
+from projections.db import fastjson
+from projections.db.history import HistoryEntry, entry_json
+from projections.db.lists import Page, encode_cursor
+
+#: Bytes of event entries past which a page stops (after at least one event): a page of 10 MB documents stays small.
+PAGE_BYTES = 4 * 1024 * 1024
+
+_strict_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+
+
+class HistoryEvent(BaseModel):
+    type: str = Field(description="CREATED, UPDATED, DELETED, EDITOR_/READER_GRANTED/REVOKED")
+    version: int = Field(description="The version the event made")
+    principal: str = Field(description="Who sent the command")
+    at: str = Field(description="The command's issued_at (ISO 8601)")
+    command_id: str
+    document: dict[str, Any] | None = Field(default=None, description="CREATED: the document")
+    patch: dict[str, Any] | None = Field(default=None, description="UPDATED: the JSON merge patch")
+    editor: str | None = Field(default=None, description="EDITOR_GRANTED/REVOKED: the grantee")
+    reader: str | None = Field(default=None, description="READER_GRANTED/REVOKED: the grantee")
+
+
+class OwnRejection(BaseModel):
+    command_id: str | None
+    reason: str = Field(description="The reason code (VERSION_CONFLICT, FORBIDDEN, …)")
+    message: str
+    version: int | None = Field(description="The object's version when the command was rejected")
+    at: str | None = Field(description="The command's issued_at (ISO 8601)")
+
+
+class EventPage(BaseModel):
+    object_id: str
+    events: list[HistoryEvent] = Field(description="Oldest first, after `after_version`")
+    next_after_version: int | None = Field(description="Send as `after_version` for the next page; null at the end")
+    rejections: list[OwnRejection] | None = Field(default=None, description=(
+        "With `include=rejections`: the caller's own rejected commands about the object whose version at rejection "
+        "falls in this page's window (from `after_version` up to the page's last event; the last page takes the rest)"))
+
+
+class ListedObject(BaseModel):
+    id: str
+    version: int
+    updated_at: str = Field(description="When its last event's command was issued (ISO 8601, UTC)")
+
+
+class ObjectPage(BaseModel):
+    items: list[ListedObject] = Field(description="Ordered by (updated_at, id), oldest change first")
+    next_cursor: str | None = Field(description="Send as `cursor` for the next page; null at the end")
+
+
+def event_page(object_id: str, entries: list[HistoryEntry], limit: int, after_version: int,
+               rejections: list[Rejection] | None) -> bytes:
+    """Return the JSON body of one page of ``entries`` (read as ``limit + 1``: more follow if that many came)."""
+    events: list[dict[str, Any]] = []
+    size, more = 0, False
+    for entry in entries[:limit]:
+        if events and size + len(entry.data) > PAGE_BYTES:
+            more = True
+            break
+        size += len(entry.data)
+        e = entry_json(entry.data)
+        for name in ("document", "patch"):
+            if name in e:
+                e[name] = fastjson.loads(e[name])
+        events.append(e)
+    more = more or len(events) < len(entries)
+    last = events[-1]["version"] if events else None
+    body: dict[str, Any] = {"object_id": object_id, "events": events,
+                            "next_after_version": last if more else None}
+    if rejections is not None:
+        high = last if more and last is not None else None
+        body["rejections"] = [
+            {"command_id": r.command_id, "reason": str(r.reason), "message": clip(r.message, 300),
+             "version": r.current_version, "at": r.occurred_at.isoformat() if r.occurred_at else None}
+            for r in rejections if (r.current_version or 0) >= after_version
+            and (high is None or (r.current_version or 0) < high)]
+    return _strict_json(body).encode("utf-8")
+
+
+def object_page(page: Page) -> bytes:
+    """Return the JSON body of one list page."""
+    body = {"items": [{"id": i.id, "version": i.version, "updated_at": i.updated_at} for i in page.items],
+            "next_cursor": encode_cursor(page.items[-1]) if page.more and page.items else None}
+    return _strict_json(body).encode("utf-8")
+
+
+RoleName = Literal["owner", "editor", "reader"]

@@ -1,0 +1,150 @@
+"""Erasure (issue 30): an object's values leave the audit store and the RocksDB read model for good, the audit
+chains still verify, tampering is still caught, and entries written before the v2 envelope are refused, not
+broken (rocksdict on disk, no broker)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from projections.audit import AuditProjection, history, verify
+from projections.audit.chain import (
+    ENVELOPE_V1,
+    GENESIS,
+    Entry,
+    Head,
+    entry_key,
+    erased,
+    head_key,
+    link,
+    pack_entry,
+    pack_head,
+    unpack_entry,
+)
+from projections.audit.erase import AuditStoreBusy, EraseRefused, entries_about, erase_object
+from projections.audit.store import open_primary
+from projections.db.erase import ObjectNotDeleted, ReadModelBusy, erase_view
+from projections.db.store import ReadModelStore
+from projections.db.view import ObjectView
+from projections.runner import Item, Record
+
+pytestmark = pytest.mark.unit
+SECRET = b"subject-7-home-address-XYZZY"
+#: one high-entropy marker per erased value (RocksDB compresses SST blocks: a repeated text would not be found)
+MARKS = [hashlib.sha256(b"mark %d" % n).hexdigest().encode() for n in range(3)]
+
+
+def _holds(directory: Path, needle: bytes) -> list[str]:
+    """Files under ``directory`` whose bytes contain ``needle`` (SST, WAL, MANIFEST, anything)."""
+    return [str(p) for p in directory.rglob("*") if p.is_file() and needle in p.read_bytes()]
+
+
+def _audit(path: Path) -> None:
+    """Two objects' records over two partitions of events and one of rejections, as the projection appends them."""
+    p = AuditProjection(path, sync=True)
+    rec = [("events", 0, 0, b"gone", b"CREATED " + MARKS[0]), ("events", 0, 1, b"kept", b"CREATED kept"),
+           ("events", 1, 0, b"gone", b"UPDATED " + MARKS[1]), ("rejections", 0, 0, b"gone", b"REJECTED " + MARKS[2]),
+           ("events", 0, 2, b"gone", b"DELETED")]
+    p.apply([Item(Record(t, part, off, k, v, 1_700_000_000_000 + off), None, "opaque") for t, part, off, k, v in rec])
+    p.close()
+
+
+def test_erase_drops_the_values_keeps_the_chains_verifiable_and_records_itself(tmp_path: Path) -> None:
+    path = tmp_path / "audit"
+    _audit(path)
+    assert all(_holds(path, mark) for mark in MARKS)
+    done = erase_object(path, "gone", "GDPR art. 17 request #12")
+    assert done.erased == {("events", 0): [0, 2], ("events", 1): [0], ("rejections", 0): [0]}
+    assert not any(_holds(path, mark) for mark in MARKS), "an erased value is still somewhere in the store's files"
+    assert all(e.value is None and e.erased is not None for e in entries_about(path, "gone"))
+    report = verify(path)
+    assert report.ok, report.problems
+    assert report.erased == {("events", 0): 2, ("events", 1): 1, ("rejections", 0): 1}
+    assert [h.outcome for h in history(path, "gone")] == ["ERASED"] * 4
+    assert [e.value for e in entries_about(path, "kept")] == [b"CREATED kept"]
+    # twice is harmless: nothing left to erase, no second erasure entry
+    assert erase_object(path, "gone", "again").count == 0
+    # the projection appends after the erasure entries at the right offsets
+    p = AuditProjection(path, sync=True)
+    p.apply([Item(Record("events", 0, 3, b"kept", b"UPDATED kept", 1), None, "opaque")])
+    p.close()
+    assert verify(path).ok
+
+
+def _rewrite(path: Path, topic: str, partition: int, seq: int, change) -> None:  # noqa: ANN001
+    db = open_primary(path)
+    key = entry_key(topic, partition, seq)
+    stored, entry = unpack_entry(key, db[key])
+    db[key] = pack_entry(stored, change(entry))
+    db.close()
+
+
+@pytest.mark.parametrize(("what", "change", "kind"), [
+    ("a kept value changed", lambda e: replace(e, value=b"CREATED k3pt"), "tampered"),
+    ("a value dropped with no erasure entry", erased, "erased"),
+    ("an erased value's digest changed", lambda e: replace(e, erased=replace(e.erased, digest=bytes(32))),
+     "tampered"),
+])
+def test_tampering_is_still_caught_after_an_erasure(tmp_path: Path, what: str, change, kind: str) -> None:  # noqa: ANN001
+    path = tmp_path / "audit"
+    _audit(path)
+    erase_object(path, "gone", "request")
+    target = ("events", 0, 0) if "erased value" in what else ("events", 0, 1)
+    _rewrite(path, *target, change)
+    report = verify(path)
+    assert [(p.topic, p.partition, p.seq, p.kind) for p in report.problems] == [(*target, kind)], what
+
+
+def test_entries_written_before_the_v2_envelope_still_verify_and_are_refused_whole(tmp_path: Path) -> None:
+    path = tmp_path / "audit"
+    db = open_primary(path)
+    h = GENESIS
+    for seq in range(2):
+        e = Entry("events", 0, seq, seq, 0, b"old", SECRET, ENVELOPE_V1)
+        h = link(h, e)
+        db[entry_key("events", 0, seq)] = pack_entry(h, e)
+        db[b"x" + b"old\x00" + entry_key("events", 0, seq)] = b""
+    db[head_key("events", 0)] = pack_head(Head(h, 2, 2))
+    db.close()
+    assert verify(path).ok
+    with pytest.raises(EraseRefused, match="before issue 30"):
+        erase_object(path, "old", "request")
+    assert [e.value for e in entries_about(path, "old")] == [SECRET, SECRET] and verify(path).ok
+    with pytest.raises(ValueError, match="v1"):
+        erased(Entry("events", 0, 0, 0, 0, b"old", SECRET, ENVELOPE_V1))
+
+
+def test_erase_refuses_while_the_audit_projection_holds_the_store(tmp_path: Path) -> None:
+    path = tmp_path / "audit"
+    _audit(path)
+    running = AuditProjection(path)
+    try:
+        with pytest.raises(AuditStoreBusy):
+            erase_object(path, "gone", "request")
+    finally:
+        running.close()
+
+
+def test_read_model_erasure_keeps_the_tombstone_and_drops_every_old_value(tmp_path: Path) -> None:
+    root = tmp_path / "rm"
+    store = ReadModelStore.open_current(root)
+    live = ObjectView({"address": MARKS[0].decode()}, 1, owner="alice")
+    store.write({"gone": live, "kept": ObjectView({"a": 1}, 1, owner="bob")}, {("events", 0): 2})
+    store.close()  # the live document reaches an SST file, where only a compaction removes it
+    store = ReadModelStore.open_current(root)
+    store.write({"gone": replace(live, document={}, version=2, deleted=True)}, {("events", 0): 3})
+    assert _holds(root, MARKS[0])
+    with pytest.raises(ReadModelBusy):
+        erase_view(root, "gone")
+    store.close()
+    with pytest.raises(ObjectNotDeleted):
+        erase_view(root, "kept")
+    tombstone = erase_view(root, "gone")
+    assert tombstone is not None and tombstone.deleted and tombstone.version == 2 and tombstone.document == {}
+    assert not _holds(root, MARKS[0]), "the old document is still in the read model's files"
+    store = ReadModelStore.open_current(root)
+    assert dict(store.views())["kept"].document == {"a": 1} and store.offsets() == {("events", 0): 3}
+    store.close()
