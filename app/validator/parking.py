@@ -1,8 +1,10 @@
 """Park a command record that did not decode: its full bytes go to the parked topic, its rejection points there.
 
 The rejection keeps its bounded copy (``app.validator.decode``); the parked record (``schemas.parked``) keeps the
-key, the value and the signature whole, on the parked topic's partition of the same number, keyed as the source
-record. Both are built from the source record alone, so a replayed micro-batch writes the same bytes.
+key, the value and the signature whole, on the parked topic's partition of the same number, keyed by the source
+record's coordinates (``topic[partition]@offset``: the source key is in the envelope, and a record key of its own
+would count its bytes twice against the topic's limit). Both are built from the source record alone, so a replayed
+micro-batch writes the same bytes.
 """
 
 from __future__ import annotations
@@ -31,13 +33,14 @@ def park(rejection: Rejection, key: bytes | None, value: bytes | None, topic: st
     if rejection.reason not in PARKED_REASONS:
         return rejection, None
     into = settings.parked_topic
-    size = (len(key) if key else 0) + parked.overhead(topic, rejection.reason.value, rejection.rejection_id) \
+    where = f"{topic}[{partition}]@{offset}".encode()
+    size = len(where) + parked.overhead(topic, rejection.reason.value, rejection.rejection_id) \
         + sum(len(b) for b in (key, signature, value) if b)
     if size > settings.max_message_bytes + PARKED_MARGIN_BYTES - FRAME_BYTES:
         return _pointing(rejection, f" [not parked: {size} bytes do not fit {into}]"), None
     envelope = parked.encode(parked.Parked(topic, partition, offset, rejection.reason.value, rejection.rejection_id,
                                            key, signature, value))
-    return _pointing(rejection, f" [full bytes parked in {into}[{partition}]]"), (into, key, envelope, partition, ())
+    return _pointing(rejection, f" [full bytes parked in {into}[{partition}]]"), (into, where, envelope, partition, ())
 
 
 def _pointing(rejection: Rejection, suffix: str) -> Rejection:
