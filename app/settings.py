@@ -51,7 +51,12 @@ class Settings(BaseSettings):
                                   "projection; empty = <topic_commands>-parked-log.")
     archive_uri: str = Field(default="", description="The Parquet archive (any Hadoop URI: file, s3a://, hdfs://); "
                              "empty = <var_dir>/archive (README \"The archive\").")
-    archive_trigger_interval: str = Field(default="10 seconds", description="The archive query's micro-batch interval.")
+    archive_trigger_interval: str = Field(default="1 minute", description="The archive query's micro-batch interval "
+                                          "(long by default: each batch is a Parquet file per topic and date).")
+    archive_spark_master: str = Field(default="local[1]", description="The archive's own Spark application's master "
+                                      "(one core by default: it shares the host with the validator).")
+    run_archive: bool = Field(default=True, description="Whether `arbiter run` starts the archive as a component "
+                              "(`arbiter run --no-archive` for one run).")
     partitions: int = Field(default=8, ge=1, le=10_000)
     replication_factor: int = Field(default=1, ge=1)
     min_insync_replicas: int = Field(default=1, ge=1)

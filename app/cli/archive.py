@@ -13,7 +13,8 @@ log = logging.getLogger(__name__)
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("archive", help="copy the topics into Parquet (Spark's file sink, exactly once); compact it")
     actions = p.add_subparsers(dest="action", required=True)
-    run = actions.add_parser("run", help="run the archive's streaming query (ARBITER_ARCHIVE_URI, default var/archive)")
+    run = actions.add_parser("run", help="run the archive's streaming query (ARBITER_ARCHIVE_URI, default var/archive; "
+                           "its own Spark application on ARBITER_ARCHIVE_SPARK_MASTER, local[1])")
     run.add_argument("--once", action="store_true", help="archive what the topics hold now, then exit")
     run.set_defaults(handler=_run)
     compact = actions.add_parser("compact", help="rewrite finished (before today, UTC) date partitions into one file "
@@ -26,25 +27,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _session():  # noqa: ANN202 - untyped pyspark
-    from app.spark_session import spark_session
+    from app.archive.run import session
 
-    return spark_session(get_settings(), app_name="arbiter-archive")
+    return session(get_settings())
 
 
 def _run(args: argparse.Namespace) -> int:
     import signal
 
-    from app.archive.query import start
+    from app.archive.run import run
 
-    spark = _session()
-    query = start(spark, get_settings(), available_now=args.once)
-    signal.signal(signal.SIGTERM, lambda *_: query.stop())
-    try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
-        query.stop()
-    finally:
-        spark.stop()
+    # SIGTERM during start-up stops like Ctrl-C; once the query runs, both only ask it to stop (app.validator.waiting)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    run(get_settings(), once=args.once)
     return 0
 
 
