@@ -46,6 +46,14 @@ class ParkedEntry:
     at: tuple[int, int]                      # (partition, offset) on the parked topic
     copies: int = 1
     actions: list[dict[str, Any]] = field(default_factory=list)
+    key_bytes: int | None = None             # sizes of the original key and value (kept when the bytes are not)
+    value_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.key_bytes is None and self.record.key is not None:
+            self.key_bytes = len(self.record.key)
+        if self.value_bytes is None and self.record.value is not None:
+            self.value_bytes = len(self.record.value)
 
     @property
     def status(self) -> str:
@@ -54,9 +62,51 @@ class ParkedEntry:
     def summary(self) -> dict[str, Any]:
         p = self.record
         return {"origin": p.where, "reason": p.reason, "rejection_id": p.rejection_id, "status": self.status,
-                "parked_at": f"[{self.at[0]}]@{self.at[1]}", "key_bytes": None if p.key is None else len(p.key),
-                "value_bytes": None if p.value is None else len(p.value), "copies": self.copies,
-                "actions": self.actions}
+                "parked_at": f"[{self.at[0]}]@{self.at[1]}", "key_bytes": self.key_bytes,
+                "value_bytes": self.value_bytes, "copies": self.copies, "actions": self.actions}
+
+
+class Ledger:
+    """The parking lot folded from the parked topic and its log, in any interleaving of the two.
+
+    ``keep_bytes=False`` keeps each record's coordinates, reason and sizes but not its bytes (the status page).
+    """
+
+    def __init__(self, *, keep_bytes: bool = True) -> None:
+        self.keep_bytes = keep_bytes
+        self.entries: dict[str, ParkedEntry] = {}       # by origin, in the order first seen
+        self._actions: dict[str, list[dict[str, Any]]] = {}
+
+    def add_parked(self, partition: int, offset: int, value: bytes | None) -> None:
+        try:
+            p = parked.decode(value or b"")
+        except parked.ParkedFormatError:
+            return  # not written by the validator; the parking lot has nothing to do with it
+        seen = self.entries.get(p.where)
+        if seen is not None:
+            seen.copies += 1
+            return
+        sizes = (None if p.key is None else len(p.key), None if p.value is None else len(p.value))
+        if not self.keep_bytes:
+            p = replace(p, key=None, signature=None, value=None)
+        self.entries[p.where] = ParkedEntry(p, (partition, offset), actions=self._actions.setdefault(p.where, []),
+                                            key_bytes=sizes[0], value_bytes=sizes[1])
+
+    def add_action(self, value: bytes | None) -> None:
+        try:
+            action = json.loads(value or b"")
+            origin = action["origin"]
+        except (ValueError, KeyError, TypeError):
+            return
+        if isinstance(origin, str):
+            self._actions.setdefault(origin, []).append(action)
+
+    def counts(self) -> dict[str, int]:
+        """Return how many parked records are parked (untouched), redriven and discarded."""
+        out = dict.fromkeys(("parked", "redriven", "discarded"), 0)
+        for e in self.entries.values():
+            out[e.status] = out.get(e.status, 0) + 1
+        return out
 
 
 def origin_of(where: str) -> tuple[str, int, int]:
@@ -71,26 +121,12 @@ def origin_of(where: str) -> tuple[str, int, int]:
 
 def entries(settings: Settings) -> list[ParkedEntry]:
     """Return every parked record, oldest first per partition, with the redrives and discards logged for it."""
-    out: dict[str, ParkedEntry] = {}
+    ledger = Ledger()
     for rec in read_all(settings, settings.parked_topic):
-        try:
-            p = parked.decode(rec.value or b"")
-        except parked.ParkedFormatError:
-            continue  # not written by the validator; `arbiter parked` has nothing to do with it
-        seen = out.get(p.where)
-        if seen is None:
-            out[p.where] = ParkedEntry(p, (rec.partition, rec.offset))
-        else:
-            seen.copies += 1
+        ledger.add_parked(rec.partition, rec.offset, rec.value)
     for rec in read_all(settings, settings.parked_log_topic):
-        try:
-            action = json.loads(rec.value or b"")
-            entry = out.get(action["origin"])
-        except (ValueError, KeyError, TypeError):
-            continue
-        if entry is not None:
-            entry.actions.append(action)
-    return list(out.values())
+        ledger.add_action(rec.value)
+    return list(ledger.entries.values())
 
 
 def find(settings: Settings, where: str) -> ParkedEntry:
@@ -166,5 +202,5 @@ def discard(settings: Settings, where: str, *, operator: str | None = None, note
     return _log(settings, entry, "discard", operator, note, {})
 
 
-__all__ = ["ACTIONS", "ParkedEntry", "ParkedNotFound", "ParkedNotRedrivable", "Record", "discard", "entries", "find",
+__all__ = ["ACTIONS", "Ledger", "ParkedEntry", "ParkedNotFound", "ParkedNotRedrivable", "Record", "discard", "entries", "find",
            "origin_of", "redrive", "redrive_record"]

@@ -10,7 +10,7 @@ import pytest
 
 from app.archive.columns import decoded
 from app.limits import MESSAGE_CHARS, PARKED_MARGIN_BYTES
-from app.parked.lot import ParkedEntry, ParkedNotRedrivable, origin_of, redrive_record
+from app.parked.lot import Ledger, ParkedEntry, ParkedNotRedrivable, origin_of, redrive_record
 from app.settings import Settings
 from app.validator.fold import InputRecord, fold
 from app.validator.murmur2 import partition_for
@@ -139,3 +139,25 @@ def test_decoded_columns_and_raw_only_for_undecodable_bytes() -> None:
     assert bad["decode_error"] and all(bad[c] is None for c in ("object_id", "type", "version", "principal"))
     p = decoded("parked", parked.encode(parked.Parked("cmd", 0, 1, "MALFORMED", "rid", b"obj", None, b"x")))
     assert (p["object_id"], p["reason"], p["record_id"]) == ("obj", "MALFORMED", "rid")
+
+
+def test_the_ledger_folds_the_parked_topic_and_its_log_in_any_order_and_may_keep_no_bytes() -> None:
+    env = {o: parked.encode(parked.Parked("cmd", 0, o, "MALFORMED", f"r{o}", b"obj", b"sig", b"\xff" * (o + 1)))
+           for o in range(3)}
+    log = [json.dumps({"action": a, "origin": f"cmd[0]@{o}"}).encode() for a, o in (("redrive", 0), ("discard", 1))]
+    for keep in (True, False):
+        ledger = Ledger(keep_bytes=keep)
+        ledger.add_action(log[0])  # the status page reads both topics at once: a redrive may come first
+        ledger.add_parked(0, 10, env[0])
+        ledger.add_parked(0, 11, env[1])
+        ledger.add_parked(0, 12, env[1])  # a replayed batch's identical copy
+        ledger.add_action(log[1])
+        ledger.add_parked(0, 13, env[2])
+        ledger.add_parked(0, 14, b"not an envelope")
+        ledger.add_action(b"{not json")
+        assert ledger.counts() == {"parked": 1, "redriven": 1, "discarded": 1}, keep
+        rows = [e.summary() for e in ledger.entries.values()]
+        assert [(r["origin"], r["status"], r["parked_at"], r["value_bytes"], r["copies"]) for r in rows] == [
+            ("cmd[0]@0", "redriven", "[0]@10", 1, 1), ("cmd[0]@1", "discarded", "[0]@11", 2, 2),
+            ("cmd[0]@2", "parked", "[0]@13", 3, 1)], keep
+        assert all((e.record.value is not None) == keep for e in ledger.entries.values())
