@@ -1,8 +1,9 @@
 """Arbiter's adapters around the pure domain: HTTP, Kafka, Spark and stores, wired from one ``Settings``.
 
 The top of this package holds only the wiring every room uses: ``settings``, ``limits``, ``topics``, ``errors``,
-``read_models`` (which read-model backend the API and projections open), ``spark_session`` and ``signing`` (the
-signature of command records: the API signs, the validator checks). Each room below
+``read_models`` (which read-model backend the API and projections open), ``spark_session``, ``signing`` (the
+signature of command records: the API signs, the validator checks) and ``traces`` (the W3C trace context on
+records: the API stores it, the validator copies it, the projections continue it). Each room below
 holds one job: ``api`` (the HTTP command and query API), ``validator`` (the Spark job), ``contract`` (registry
 subjects and setup, the AsyncAPI document: what downstream consumers rely on), ``status`` (the live
 status page's figures), ``cli`` (the ``arbiter`` command), ``local`` (the embedded broker and PostgreSQL of the

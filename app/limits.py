@@ -13,7 +13,8 @@ could exceed it). From ``M``:
   ``app.validator.headers``, whose worst case a test checks against it) and room for a trace context.
   The API producer's librdkafka ``message.max.bytes`` refuses a command over this figure too, so a command
   the API stores always fits its topic. A command's one header, the record's signature (``app.signing``, at most
-  ``SIGNATURE_HEADER_BYTES``), is allowed on top and comes out of the margin.
+  ``SIGNATURE_HEADER_BYTES``), and its trace context when the API traces (``TRACE_HEADERS_BYTES``) are allowed on
+  top and come out of the margin.
 - ``max_document_bytes``: the largest document or patch ``commands.decide`` accepts, so that the event (and
   the command) of such a payload with every id at ``Limits.max_id_bytes`` fits ``max_record_bytes``. The
   overhead is the worst-case Avro size of the newest Event and Command schemas, walked field by field.
@@ -33,6 +34,7 @@ from functools import lru_cache
 from typing import Any
 
 from app.settings import Settings
+from app.traces import TRACESTATE_BYTES
 from commands import DEFAULT_LIMITS, KEEP_BYTES
 from schemas.catalog import COMMAND, EVENT, REJECTION
 from schemas.codec import default_codec
@@ -50,6 +52,9 @@ LIBRDKAFKA_RECORD_OVERHEAD = 36
 # The arbiter-signature header as librdkafka counts it: name and value length varints (5 each), the 17-byte name,
 # a key id of at most 64 characters (app.signing.MAX_KID_CHARS), ":" and 43 base64url characters.
 SIGNATURE_HEADER_BYTES = 5 + 17 + 5 + 64 + 1 + 43
+# A command's trace context (app.traces) as librdkafka counts it: traceparent (11-byte name, 55-byte value) and
+# tracestate (10-byte name, at most TRACESTATE_BYTES), each with two length varints of at most 5 bytes.
+TRACE_HEADERS_BYTES = (5 + 11 + 5 + 55) + (5 + 10 + 5 + TRACESTATE_BYTES)
 
 UUID_BYTES = 36         # event_id, rejection_id: uuid5 text
 TOPIC_BYTES = 249       # Kafka's longest topic name (ASCII)
@@ -239,14 +244,15 @@ def topic_config(settings: Settings, topic: str = "") -> dict[str, str]:
     return {"max.message.bytes": str(topic_max_message_bytes(settings, topic))}
 
 
-def api_producer_config(settings: Settings) -> dict[str, Any]:
+def api_producer_config(settings: Settings, *, traced: bool = False) -> dict[str, Any]:
     """Return the API producer's librdkafka size option: it refuses a command over ``max_record_bytes`` (key + value).
 
     librdkafka compares a record's largest wire size, key + value + headers + ``LIBRDKAFKA_RECORD_OVERHEAD``, with
-    ``message.max.bytes`` (``rd_kafka_msg_max_wire_size``); the one header is the signature.
+    ``message.max.bytes`` (``rd_kafka_msg_max_wire_size``); the headers are the signature and, when the API
+    traces (``traced``), the trace context.
     """
     return {"message.max.bytes": for_settings(settings).max_record_bytes + LIBRDKAFKA_RECORD_OVERHEAD
-            + SIGNATURE_HEADER_BYTES}
+            + SIGNATURE_HEADER_BYTES + (TRACE_HEADERS_BYTES if traced else 0)}
 
 
 def sink_options(settings: Settings) -> dict[str, str]:

@@ -153,6 +153,9 @@ class Settings(BaseSettings):
     projection_metrics_ports: dict[str, int] = Field(
         default_factory=lambda: {"db": 9109, "audit": 9110, "log": 9111},
         description='/metrics of `arbiter project <kind>`, per kind (JSON: \'{"db": 9109}\'); absent or 0 = not served.')
+    traces: bool | None = Field(
+        default=None, description="OpenTelemetry traces over OTLP/HTTP (app/traces.py): true/false; unset = on iff "
+        "OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set.")
 
     # --- API -------------------------------------------------------------------------------------
     api_host: str = "127.0.0.1"

@@ -11,6 +11,8 @@ from types import FrameType
 from typing import Any, NamedTuple
 
 from confluent_kafka import OFFSET_BEGINNING, OFFSET_STORED, Consumer, KafkaError, KafkaException, TopicPartition
+from opentelemetry.trace import Tracer
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from commands import Event, Rejection
 from commands.errors import ArbiterError
@@ -33,10 +35,30 @@ class Record(NamedTuple):
     key: bytes | None
     value: bytes | None
     timestamp_ms: int
+    trace: dict[str, str] | None = None  # its traceparent/tracestate headers, read only when the runner traces
 
     @property
     def where(self) -> str:
         return f"{self.topic}[{self.partition}]@{self.offset}"
+
+
+_PROPAGATOR = TraceContextTextMapPropagator()  # W3C traceparent/tracestate only
+_TRACE_HEADERS = ("traceparent", "tracestate")
+
+
+def _trace_carrier(headers: list[tuple[str, bytes]] | None) -> dict[str, str] | None:
+    """Return a record's trace context headers as the propagator reads them; None without a ``traceparent``."""
+    if not headers:
+        return None
+    carrier: dict[str, str] = {}
+    for name, value in headers:
+        if name in _TRACE_HEADERS and name not in carrier and value is not None:
+            carrier[name] = value.decode("latin-1")
+    return carrier if "traceparent" in carrier else None
+
+
+def _outcome_kind(outcome: Event | Rejection | None) -> str:
+    return "undecodable" if outcome is None else "event" if isinstance(outcome, Event) else "rejection"
 
 
 class OffsetOutOfRange(ArbiterError):
@@ -125,12 +147,19 @@ class RunStats:
 
 
 class Runner:
-    """Consume ``config.topics`` in batches into one projection until stopped (or caught up)."""
+    """Consume ``config.topics`` in batches into one projection until stopped (or caught up).
 
-    def __init__(self, config: RunnerConfig, projection: Projection, decode: Decoder = codec.decode_outcome) -> None:
+    With a ``tracer`` (OpenTelemetry), each record that carries a W3C trace context (its ``traceparent`` header,
+    written by the validator) gets a span once its batch is applied and committed: ``<projection> apply``, child
+    of that context, spanning the batch's apply and commit. Without one, headers are not even read.
+    """
+
+    def __init__(self, config: RunnerConfig, projection: Projection, decode: Decoder = codec.decode_outcome,
+                 tracer: Tracer | None = None) -> None:
         self.config = config
         self.projection = projection
         self.decode = decode
+        self.tracer = tracer
         self.stats = RunStats()
         self._stop = False
         self._assigned: list[TP] = []
@@ -207,10 +236,13 @@ class Runner:
                 items = self._items(msgs)
                 if items:
                     t0 = time.monotonic()
+                    started_ns = time.time_ns() if self.tracer is not None else 0
                     self.projection.apply(items)
                     self._after_batch(consumer, items)
                     self.stats.last_batch_seconds = took = time.monotonic() - t0
                     self.stats.batch_seconds += took
+                    if self.tracer is not None:
+                        self._spans(self.tracer, items, started_ns, time.time_ns())
                 if time.monotonic() >= next_measure:
                     self.stats.lag = self.lag(consumer, ask_broker=False)
                     next_measure = time.monotonic() + self.config.lag_measure_s
@@ -232,6 +264,7 @@ class Runner:
     def _items(self, msgs: list[Any]) -> list[Item]:
         items: list[Item] = []
         append, decode = items.append, self.decode  # the hot loop: once per consumed record
+        traced = self.tracer is not None
         for m in msgs:
             err = m.error()
             if err is not None:
@@ -245,7 +278,8 @@ class Runner:
                 log.warning("%s projection: consumer error %s", self.projection.name, err)
                 continue
             value = m.value()
-            rec = Record(m.topic(), m.partition(), m.offset(), m.key(), value, m.timestamp()[1])
+            rec = Record(m.topic(), m.partition(), m.offset(), m.key(), value, m.timestamp()[1],
+                         _trace_carrier(m.headers()) if traced else None)
             if value is None:
                 append(self._bad(rec, "record has no value"))
                 continue
@@ -254,6 +288,26 @@ class Runner:
             except DecodeError as e:
                 append(self._bad(rec, f"{e.reason.value}: {e}"))
         return items
+
+    def _spans(self, tracer: Tracer, items: list[Item], started_ns: int, ended_ns: int) -> None:
+        from opentelemetry.trace import SpanKind, StatusCode
+
+        name, group = f"{self.projection.name} apply", self.config.group_id
+        for it in items:
+            rec = it.record
+            if rec.trace is None:
+                continue
+            span = tracer.start_span(name, context=_PROPAGATOR.extract(rec.trace), kind=SpanKind.CONSUMER,
+                                     start_time=started_ns, attributes={
+                                         "messaging.system": "kafka", "messaging.operation.type": "process",
+                                         "messaging.destination.name": rec.topic,
+                                         "messaging.destination.partition.id": str(rec.partition),
+                                         "messaging.kafka.offset": rec.offset, "messaging.consumer.group.name": group,
+                                         "arbiter.projection": self.projection.name,
+                                         "arbiter.outcome": _outcome_kind(it.outcome)})
+            if it.error is not None:
+                span.set_status(StatusCode.ERROR, it.error)
+            span.end(end_time=ended_ns)
 
     def _bad(self, rec: Record, why: str) -> Item:
         self.stats.undecodable += 1

@@ -7,10 +7,11 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
 
+from app import traces
 from app.api import problems
 from app.api.body_limit import BodyLimit, object_body_limit
 from app.api.deps import ApiContext, ReadModelPort
@@ -27,11 +28,15 @@ from app.api.read_model import HistoryFigures, open_read_model, read_model_ready
 from app.api.routes import commands, contract, identity, objects, ops
 from app.api.routes import status as status_routes
 from app.api.secret_policy import require_usable_secret
+from app.api.traces import TraceWrites
 from app.limits import for_settings
 from app.read_models import audit_root
 from app.settings import Settings
 from app.status.collector import StatusCollector
 from projections.audit.outcomes import AuditOutcomes
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
 
 log = logging.getLogger(__name__)
 
@@ -67,14 +72,19 @@ def position_watch(settings: Settings, rm: ReadModelPort | None) -> PositionWatc
                          blocking=bool(getattr(rm, "blocking", False)))
 
 
-def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -> FastAPI:
+def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
+               tracer_provider: TracerProvider | None = None) -> FastAPI:
     """Return the API for ``settings``; the producer and the outcomes consumer start with the app's lifespan.
+
+    Writes are traced (``app.api.traces``) with ``tracer_provider``, else with the OTLP one ``app.traces.provider``
+    makes when tracing is configured (shut down, flushing its spans, with the app).
 
     Refuses (``SetupError`` WEAK_SECRET) a placeholder or short secret unless development on loopback
     (``settings.api_host``; ``arbiter api`` puts its bind address there).
     """
     require_usable_secret(settings, settings.api_host)
     metrics = ApiMetrics()
+    tracers = tracer_provider if tracer_provider is not None else traces.provider(settings, "arbiter-api")
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -82,7 +92,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
         # it would hold every request for up to ARBITER_OIDC_HTTP_TIMEOUT_S. A later refetch (an unknown kid, at
         # most once per ARBITER_OIDC_JWKS_REFRESH_MIN_S) still runs inline.
         await asyncio.to_thread(app.state.verifier.warm)
-        app.state.producer = CommandProducer(settings)
+        app.state.producer = CommandProducer(settings, traced=tracers is not None)
         app.state.broker_probe = Memo(app.state.producer.broker_reachable, interval=1.0)
         app.state.outcome_consumer = OutcomeConsumer(
             settings.kafka_bootstrap, [settings.topic_events, settings.topic_rejections], settings.partitions,
@@ -106,6 +116,8 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
                 log.error("%d commands were still unacknowledged at shutdown", left)
             app.state.durable_outcomes.close()
             app.state.history_figures.close()
+            if tracers is not None and tracer_provider is None:
+                tracers.shutdown()
             if owned and app.state.read_model is not None and hasattr(app.state.read_model, "close"):
                 app.state.read_model.close()
 
@@ -146,6 +158,8 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None) -
     app.add_middleware(RequestMetrics, metrics=metrics)
     app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes, other_routes_bytes=object_body_limit(
         settings.max_body_bytes, settings.max_object_body_bytes, for_settings(settings).max_document_bytes))
+    if tracers is not None:  # outermost: a write's span covers all of it
+        app.add_middleware(TraceWrites, tracer=tracers.get_tracer("arbiter.api"))
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:

@@ -27,7 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime
 
-from confluent_kafka import OFFSET_END, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_END, TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaException, TopicPartition
 
 from app.api.summary import OutcomeSummary, summarize
 from commands import DEFAULT_LIMITS, Event, Rejection
@@ -115,12 +115,13 @@ class OutcomeCache:
         """Waiter slots in use."""
         return self._reserved
 
-    def offer(self, outcome: Outcome, partition: int | None = None, offset: int | None = None) -> None:
-        """Record an outcome read at ``partition``/``offset`` (from any thread) and wake the waiters of the attempt it
-        decides."""
+    def offer(self, outcome: Outcome, partition: int | None = None, offset: int | None = None,
+              written_ms: int | None = None) -> None:
+        """Record an outcome read at ``partition``/``offset`` (from any thread), written at ``written_ms`` (its
+        record's timestamp), and wake the waiters of the attempt it decides."""
         if self._on_outcome is not None:
             self._on_outcome(outcome)
-        summary = summarize(outcome, partition, offset)
+        summary = summarize(outcome, partition, offset, written_ms)
         if summary is None or not _answerable(summary):
             return
         principal, cid = summary.principal, summary.command_id
@@ -343,7 +344,8 @@ class OutcomeConsumer:
                     log.warning("outcomes: undecodable record %s[%d]@%d: %s", msg.topic(), msg.partition(),
                                 msg.offset(), e)
                     continue
-                self.cache.offer(outcome, msg.partition(), msg.offset())
+                kind, ms = msg.timestamp()
+                self.cache.offer(outcome, msg.partition(), msg.offset(), ms if kind != TIMESTAMP_NOT_AVAILABLE else None)
 
     def close(self) -> None:
         """Stop the thread and close the consumer."""

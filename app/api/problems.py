@@ -93,10 +93,12 @@ class ApiError(ArbiterError):
 class Rejected(ArbiterError):
     """The validator rejected the command the client waited on (``rejection`` is its summary)."""
 
-    def __init__(self, rejection: OutcomeSummary, *, expected_version: int | None) -> None:
+    def __init__(self, rejection: OutcomeSummary, *, expected_version: int | None,
+                 headers: Mapping[str, str] | None = None) -> None:
         super().__init__(rejection.message or "", code=rejection.reason or "REJECTED")
         self.rejection = rejection
         self.expected_version = expected_version
+        self.headers = dict(headers or {})  # e.g. Server-Timing (app.api.submit)
 
 
 def status_of(code: str, *, expected_version: int | None = None) -> int:
@@ -127,6 +129,7 @@ def arbiter_error(request: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, Rejected):
         rej = exc.rejection
         headers = {"ETag": f'"{rej.version}"'} if rej.version is not None else {}
+        headers.update(exc.headers)
         return problem(status_of(exc.code, expected_version=exc.expected_version), exc.code, exc.message,
                        instance=f"/commands/{rej.command_id}", headers=headers, command_id=rej.command_id,
                        object_id=rej.object_id, current_version=rej.version,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -22,6 +22,7 @@ from app.api.problems import ApiError
 from app.errors import BrokerUnavailable
 from app.settings import Settings
 from app.signing import signer_for
+from app.traces import current_headers
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ class Delivered:
     offset: int
 
 
-def producer_config(settings: Settings) -> dict[str, Any]:
+def producer_config(settings: Settings, *, traced: bool = False) -> dict[str, Any]:
     """Return the librdkafka configuration: defaults, then ``kafka_config`` pass-through, then SAFETY."""
     timeout_ms = int(settings.produce_timeout_s * 1000)
     return {
@@ -48,7 +49,7 @@ def producer_config(settings: Settings) -> dict[str, Any]:
         "linger.ms": 2,
         "socket.nagle.disable": True,  # small produce requests must not wait for delayed ACKs
         "queue.buffering.max.messages": 2_000_000,
-        **limits.api_producer_config(settings),  # message.max.bytes: a command that could not fit its topic is 413
+        **limits.api_producer_config(settings, traced=traced),  # message.max.bytes: a command that could not fit its topic is 413
         "message.timeout.ms": timeout_ms,
         "request.timeout.ms": min(timeout_ms, 30_000),
         "socket.connection.setup.timeout.ms": min(timeout_ms, 10_000),
@@ -106,14 +107,25 @@ def _result(r: Delivered | KafkaError | ArbiterExc | None) -> Delivered | Arbite
     return r if r is not None else BrokerUnavailable("no delivery report")
 
 
+def _with_trace(sign: Callable[[bytes | None, bytes], list[tuple[str, bytes]]]) -> Callable[
+        [bytes | None, bytes], list[tuple[str, bytes]]]:
+    def headers(key: bytes | None, value: bytes) -> list[tuple[str, bytes]]:
+        return [*sign(key, value), *current_headers()]
+
+    return headers
+
+
 class CommandProducer:
     """One confluent-kafka producer per API process; its delivery reports are served on the event loop."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, traced: bool = False) -> None:
         self.settings = settings
         self.topic = settings.topic_commands
-        self._sign = signer_for(settings).headers  # every command record carries its signature (app/signing.py)
-        self._config = producer_config(settings)
+        self.traced = traced
+        sign = signer_for(settings).headers  # every command record carries its signature (app/signing.py)
+        # ... and, when this process traces, the context of the current span (app/traces.py): its write's span
+        self._sign = _with_trace(sign) if traced else sign
+        self._config = producer_config(settings, traced=traced)
         self._fatal: KafkaError | None = None
         self._producer = self._new_producer()
         self._inflight = 0

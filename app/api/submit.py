@@ -21,6 +21,9 @@ from app.api.position import format_position
 from app.api.problems import ApiError, Rejected
 from app.api.quota import refusal
 from app.api.summary import OutcomeSummary
+from app.api.timing import HEADER as TIMING_HEADER
+from app.api.timing import server_timing
+from app.api.traces import note_command
 from app.errors import BrokerUnavailable
 from app.limits import for_settings
 from commands import ACCEPTED, Command, CreateObject, DeleteObject, ReasonCode, UpdateObject
@@ -111,9 +114,10 @@ def _success_status(cmd: Command) -> int:
     return 201 if isinstance(cmd, CreateObject) else 204 if isinstance(cmd, DeleteObject) else 200
 
 
-def _decided(cmd: Command, version: int, event: str | None, decision: OutcomeSummary | None) -> Response:
+def _decided(cmd: Command, version: int, event: str | None, decision: OutcomeSummary | None,
+             extra: dict[str, str]) -> Response:
     """Answer ``cmd`` as accepted at ``version``; ``decision`` (its event's summary, if known) gives its position."""
-    headers = {"ETag": f'"{version}"'}
+    headers = {"ETag": f'"{version}"', **extra}
     if decision is not None and decision.partition is not None and decision.offset is not None:
         headers[POSITION_HEADER] = format_position(decision.partition, decision.offset)
     status = _success_status(cmd)
@@ -164,6 +168,8 @@ async def submit(cmd: Command, ctx: ApiContext, wait: float | None) -> Response:
 
 async def _submit(cmd: Command, ctx: ApiContext, wait: float | None) -> Response:
     settings, producer, outcomes, metrics = ctx.settings, ctx.producer, ctx.outcomes, ctx.metrics
+    if producer.traced:
+        note_command(cmd)  # its ids on the write's span (app.api.traces)
     value = codec.encode_command(cmd)
     start = time.perf_counter()
     try:
@@ -174,13 +180,16 @@ async def _submit(cmd: Command, ctx: ApiContext, wait: float | None) -> Response
             raise ApiError(e.message, code=e.code, headers={"Retry-After": str(settings.retry_after_s)},
                            command_id=cmd.command_id) from e
         raise
-    metrics.produce_seconds.labels("single").observe(time.perf_counter() - start)
+    acked = time.perf_counter()
+    metrics.produce_seconds.labels("single").observe(acked - start)
     metrics.produced.inc()
     if wait:
+        acked_ms = time.time() * 1000  # wall clock: compared with the decision record's timestamp (app.api.timing)
         outcome = await outcomes.wait(cmd.principal, cmd.command_id, cmd.issued_at, wait)
         metrics.waits.labels("timeout" if outcome is None else "decided").inc()
+        timing = {TIMING_HEADER: server_timing(acked - start, acked_ms, time.perf_counter() - acked, outcome)}
         if outcome is not None and outcome.kind == "accepted" and outcome.version is not None:
-            return _decided(cmd, outcome.version, outcome.event, outcome)
+            return _decided(cmd, outcome.version, outcome.event, outcome, timing)
         if outcome is not None:
             if outcome.reason == ReasonCode.DUPLICATE and outcome.original_outcome == ACCEPTED \
                     and outcome.original_version is not None:
@@ -188,9 +197,12 @@ async def _submit(cmd: Command, ctx: ApiContext, wait: float | None) -> Response
                 original = outcomes.lookup(cmd.principal, cmd.command_id)
                 known = original if original is not None and original.kind == "accepted" \
                     and original.version == outcome.original_version else None
-                return _decided(cmd, outcome.original_version, None, known)
-            raise Rejected(outcome, expected_version=cmd.expected_version)
+                return _decided(cmd, outcome.original_version, None, known, timing)
+            raise Rejected(outcome, expected_version=cmd.expected_version, headers=timing)
     location = f"/commands/{cmd.command_id}"
     body = {"command_id": cmd.command_id, "object_id": cmd.object_id, "status": "queued",
             "partition": delivered.partition, "offset": delivered.offset}
-    return _json(body, 202, {"Location": location})
+    headers = {"Location": location}
+    if wait:
+        headers.update(timing)
+    return _json(body, 202, headers)

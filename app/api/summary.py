@@ -28,7 +28,8 @@ class OutcomeSummary:
     ``version`` is the version produced (accepted) or the object's version when rejected; ``occurred_at`` is the
     attempt's ``issued_at``; ``original_version`` is set for a DUPLICATE (the first attempt's version).
     ``partition`` and ``offset`` are where an accepted command's event is on the events topic (its position, for
-    read-your-writes: ``app.api.position``), None for rejections and where unknown.
+    read-your-writes: ``app.api.position``), None for rejections and where unknown. ``written_ms`` is the
+    decision record's Kafka timestamp (when the validator wrote it), None where unknown.
     """
 
     kind: Literal["accepted", "rejected"]
@@ -44,6 +45,7 @@ class OutcomeSummary:
     original_version: int | None = None
     partition: int | None = None
     offset: int | None = None
+    written_ms: int | None = field(default=None, compare=False)
     nbytes: int = field(default=0, compare=False)
 
 
@@ -52,17 +54,17 @@ def _size(*texts: str | None) -> int:
 
 
 def summarize(outcome: Event | Rejection, partition: int | None = None,
-              offset: int | None = None) -> OutcomeSummary | None:
-    """Return the summary of ``outcome`` (an event read at ``partition``/``offset`` of the events topic), or None if
-    it answers no client (no command id or principal)."""
+              offset: int | None = None, written_ms: int | None = None) -> OutcomeSummary | None:
+    """Return the summary of ``outcome`` (an event read at ``partition``/``offset`` of the events topic, written at
+    ``written_ms``), or None if it answers no client (no command id or principal)."""
     if outcome.command_id is None or outcome.principal is None:
         return None
     if isinstance(outcome, Event):
         return OutcomeSummary("accepted", outcome.command_id, outcome.principal, outcome.object_id, outcome.version,
                               outcome.occurred_at, event=outcome.type.value, partition=partition, offset=offset,
-                              nbytes=_size(outcome.command_id, outcome.principal, outcome.object_id))
+                              written_ms=written_ms, nbytes=_size(outcome.command_id, outcome.principal, outcome.object_id))
     message = clip(outcome.message, MESSAGE_CHARS)
     return OutcomeSummary("rejected", outcome.command_id, outcome.principal, outcome.object_id,
                           outcome.current_version, outcome.occurred_at, reason=outcome.reason.value, message=message,
                           original_outcome=outcome.original_outcome, original_version=outcome.original_version,
-                          nbytes=_size(outcome.command_id, outcome.principal, outcome.object_id, message))
+                          written_ms=written_ms, nbytes=_size(outcome.command_id, outcome.principal, outcome.object_id, message))

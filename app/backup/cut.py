@@ -73,6 +73,8 @@ def writers_stopped(s: Settings) -> Iterator[dict[str, Rdict | None]]:
                     opened[READ_MODEL] = db
                 except ReadModelBusy as e:
                     busy.append(f"the DB projection ({e})")
+        elif s.read_model == "postgresql":
+            busy += [f"the DB projection (PostgreSQL connection {w})" for w in _pg_writers(s)]
         if (audit_root(s) / "CURRENT").exists():
             try:
                 db = open_audit(audit_root(s))
@@ -91,6 +93,18 @@ def writers_stopped(s: Settings) -> Iterator[dict[str, Rdict | None]]:
             raise BackupRefused("backup and restore need every writer stopped, and these run: " + "; ".join(busy)
                                 + ". Stop them (arbiter run: Ctrl-C), then try again; nothing was written")
         yield opened
+
+
+def _pg_writers(s: Settings) -> list[str]:
+    import psycopg
+
+    from projections.postgres.schema import running_writers
+
+    try:
+        with psycopg.connect(postgres_conninfo(s), autocommit=True) as conn:
+            return running_writers(conn, s.postgres_schema)
+    except psycopg.OperationalError as e:
+        raise BackupRefused(f"the PostgreSQL read model cannot be reached: {e}") from e
 
 
 def _versions(s: Settings) -> dict[str, str]:
@@ -168,11 +182,11 @@ def create(s: Settings, dest: Path) -> dict[str, Any]:
     """Cut every component into ``dest`` (new or empty) and write its manifest; return the manifest."""
     if dest.exists() and any(dest.iterdir()):
         raise BackupRefused(f"{dest} is not empty: give a new directory per backup")
-    dest.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     files: list[dict[str, Any]] = []
     components: dict[str, Any] = {}
     with writers_stopped(s) as opened:
+        dest.mkdir(parents=True, exist_ok=True)  # only now: a refused backup leaves nothing behind
         rm_db = opened[READ_MODEL]
         if s.read_model == "postgresql":
             pg_files, components[READ_MODEL] = _pg_cut(s, dest / PG_DUMP)

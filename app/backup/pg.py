@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,21 @@ def current_digests(conninfo: str, schema: str) -> dict[str, str]:
 
 
 def restore_dump(conninfo: str, schema: str, dump: Path, pg_restore: str) -> None:
-    """Replace ``schema`` by the dump's: drop it (and everything in it), then ``pg_restore`` in one transaction."""
+    """Replace ``schema`` by the dump's: move the live one aside, ``pg_restore`` in one transaction, then drop the
+    old one; if the restore fails, the old schema is moved back (nothing lost) and the error raised."""
+    aside = f"{schema}_o{time.time_ns()}"
     with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-    subprocess.run([pg_restore, "--single-transaction",  # noqa: S603 - PostgreSQL's own client, no shell "--no-owner", "--exit-on-error", f"--dbname={conninfo}",
-                    str(dump)], check=True, capture_output=True)
+        had = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is not None
+        if had:
+            conn.execute(sql.SQL("ALTER SCHEMA {} RENAME TO {}").format(sql.Identifier(schema), sql.Identifier(aside)))
+        try:
+            # PostgreSQL's own client, arguments as a list (no shell)
+            subprocess.run([pg_restore, "--single-transaction", "--no-owner", "--exit-on-error",  # noqa: S603
+                            f"--dbname={conninfo}", str(dump)], check=True, capture_output=True)
+        except BaseException:
+            if had:
+                conn.execute(sql.SQL("ALTER SCHEMA {} RENAME TO {}").format(sql.Identifier(aside),
+                                                                            sql.Identifier(schema)))
+            raise
+        if had:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(aside)))

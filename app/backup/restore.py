@@ -9,6 +9,7 @@ from the offsets stored in its own copy.
 from __future__ import annotations
 
 import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +87,11 @@ def restore(s: Settings, directory: Path) -> mf.VerifyResult:
     if s.read_model == "postgresql":
         from app.backup.pg import restore_dump
 
-        restore_dump(postgres_conninfo(s), s.postgres_schema, directory / PG_DUMP, pg_tool("pg_restore"))
+        try:
+            restore_dump(postgres_conninfo(s), s.postgres_schema, directory / PG_DUMP, pg_tool("pg_restore"))
+        except subprocess.CalledProcessError as e:
+            raise BackupRefused(f"pg_restore failed, the read model's schema is as it was, nothing restored: "
+                                f"{(e.stderr or b'').decode(errors='replace').strip()[-2000:]}") from e
     else:
         root = read_model_root(s)
         shutil.rmtree(root, ignore_errors=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 
+from app import traces
 from app.limits import consumer_config
 from app.settings import Settings, get_settings
 from projections.runner import RESET_POSITIONS, Projection, Runner, RunnerConfig
@@ -49,7 +50,8 @@ def _run(s: Settings, cfg: RunnerConfig, projection: Projection) -> int:
     from app.metrics.projections import ProjectionCollector
     from app.metrics.server import serve_metrics
 
-    runner = Runner(cfg, projection)
+    tracers = traces.provider(s, f"arbiter-project-{projection.name}")  # None unless tracing is configured
+    runner = Runner(cfg, projection, tracer=tracers.get_tracer("arbiter.projections") if tracers is not None else None)
     runner.install_signal_handlers()
     metrics = serve_metrics(f"{projection.name} projection", s.metrics_host,
                             s.projection_metrics_ports.get(projection.name, 0), [ProjectionCollector(runner)])
@@ -58,6 +60,8 @@ def _run(s: Settings, cfg: RunnerConfig, projection: Projection) -> int:
     finally:
         if metrics is not None:
             metrics.close()
+        if tracers is not None:
+            tracers.shutdown()  # flushes the spans still queued
     log.info("%s projection stopped: %d records in %d batches, %d undecodable", projection.name, stats.records,
              stats.batches, stats.undecodable)
     return 0

@@ -155,3 +155,6 @@ def _scenario(s: Settings, api_url: str) -> None:
     print("\nRead model afterwards (GET /objects/{id} by each object's owner, from the DB projection):")
     for oid, status, body in sc.read_model({sc.doc: None, sc.notes: 2}):
         print(f"  {oid:<16} HTTP {status}  {body}")
+    print(f"\nHistory of {sc.doc} as its owner reads it (GET /objects/{{id}}/events?include=rejections, alice):")
+    for line in sc.history(sc.doc, "alice"):
+        print(f"  {line}")

@@ -11,6 +11,7 @@ from typing import Any
 
 from app.contract.subjects import COMPATIBILITY, subject_versions, topic_records
 from app.settings import Settings
+from app.traces import TRACEPARENT, TRACEPARENT_PATTERN, TRACESTATE, TRACESTATE_BYTES
 from app.validator.headers import CONTENT_TYPE, EVENT_TYPES, REJECTED_TYPE, SOURCE_PREFIX
 from commands import ReasonCode
 from schemas.catalog import COMMAND, EVENT, REJECTION
@@ -37,7 +38,8 @@ def _headers(record: str, settings: Settings) -> dict[str, Any] | None:
     return {
         "type": "object",
         "description": "CloudEvents 1.0, Kafka protocol binding, binary content mode; derived only from the "
-                       "decision, so a replayed batch writes the same headers.",
+                       "decision, so a replayed batch writes the same headers. Then the command's W3C trace "
+                       "context, copied from its record when the API traced its write.",
         "required": ["ce_specversion", "ce_id", "ce_type", "ce_source", "content-type"]
                     + (["ce_subject", "ce_time"] if record == EVENT else []),
         "properties": {
@@ -51,6 +53,11 @@ def _headers(record: str, settings: Settings) -> dict[str, Any] | None:
             "ce_time": {**string, "format": "date-time", "description": "the command's issued_at, RFC 3339 UTC "
                                                                         "(absent where ce_subject is)"},
             "content-type": {"type": "string", "const": CONTENT_TYPE.decode()},
+            TRACEPARENT: {**string, "pattern": TRACEPARENT_PATTERN,
+                          "description": "W3C Trace Context of the command's write (version 00), when it had one"},
+            TRACESTATE: {**string, "maxLength": TRACESTATE_BYTES,
+                         "description": "its tracestate: whole list members, at most 512 bytes; only beside a "
+                                        "traceparent"},
         },
     }
 

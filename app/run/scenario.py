@@ -157,6 +157,29 @@ class Scenario:
         return out
 
 
+    def history(self, oid: str, who: str, timeout: float = 30.0) -> list[str]:
+        """Return ``oid``'s history as ``who`` reads it, with ``who``'s own rejected commands: one line each."""
+        deadline = time.monotonic() + timeout
+        headers = {"Authorization": f"Bearer {self.tokens[who]}"}
+        while True:
+            r = self.http.get(f"/objects/{oid}/events", params={"include": "rejections", "limit": 100},
+                              headers=headers)
+            if r.status_code == 200 or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        if r.status_code != 200:
+            return [f"HTTP {r.status_code} {r.text[:200]}"]
+        page = r.json()
+        lines = []
+        for e in page["events"]:
+            what = e.get("patch") or e.get("document") or e.get("editor") or e.get("reader") or ""
+            lines.append(f"v{e['version']:<3} {e['type']:<16} {e['principal']:<8} "
+                         f"{json.dumps(what, separators=(',', ':')) if what else ''}")
+        for rej in page.get("rejections") or []:
+            lines.append(f"     {'rejected':<16} {who:<8} {rej['reason']} at version {rej['version']}")
+        return lines
+
+
 def _row(what: str, who: str, r: httpx.Response) -> Step:
     etag = r.headers.get("ETag", "").strip('"')
     if r.status_code in (200, 201, 204):

@@ -9,6 +9,7 @@ from typing import NamedTuple
 from app.limits import size_limits
 from app.settings import Settings
 from app.signing import checker_for
+from app.traces import trace_headers
 from app.validator.decode import to_command
 from app.validator.outputs import OutputRecord, outcome_record, record_size, too_large
 from app.validator.parking import park
@@ -40,6 +41,8 @@ class InputRecord(NamedTuple):
     partition: int
     offset: int
     signature: bytes | None = None  # the record's arbiter-signature header (app.signing)
+    traceparent: bytes | None = None  # its W3C trace context (app.traces), copied onto its output
+    tracestate: bytes | None = None
 
 
 def fold(load: Callable[[], ObjectState | None], records: Iterable[InputRecord], settings: Settings,
@@ -70,24 +73,25 @@ def fold(load: Callable[[], ObjectState | None], records: Iterable[InputRecord],
     for rec in records if ordered else sorted(records, key=_position):
         item = to_command(rec.key, rec.value, rec.topic, rec.partition, rec.offset, partitions=partitions,
                           keep=keep, id_bytes=sizes.max_id_bytes, signature=rec.signature, checker=checker)
+        trace = trace_headers(rec.traceparent, rec.tracestate) if rec.traceparent is not None else ()
         if isinstance(item, Rejection):
             if parked is not None:
                 item, copy = park(item, rec.key, rec.value, rec.topic, rec.partition, rec.offset, rec.signature,
                                   settings)
                 if copy is not None:
                     parked.append(copy)
-            output = outcome_record(item, settings, rec.partition)
+            output = outcome_record(item, settings, rec.partition, trace)
             if record_size(output) > bound:  # by construction it fits; kept as the one guarantee for every output
-                output = too_large(item, record_size(output), sizes, settings, *rec[:5])
+                output = too_large(item, record_size(output), sizes, settings, *rec[:5], trace)
             append(output)
             continue
         if not loaded:
             state, loaded = load(), True
         decision = decide(state, item, limits)
-        output = outcome_record(decision.outcome, settings, rec.partition)
+        output = outcome_record(decision.outcome, settings, rec.partition, trace)
         key = output[1]
         if len(output[2]) + (len(key) if key is not None else 0) > bound:  # record_size, inline: once per command
-            output = too_large(decision.outcome, record_size(output), sizes, settings, *rec[:5])  # state not advanced
+            output = too_large(decision.outcome, record_size(output), sizes, settings, *rec[:5], trace)  # state kept
         elif decision.accepted:
             changed = True
             state = decision.state

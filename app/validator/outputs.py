@@ -17,13 +17,16 @@ from schemas import codec
 OutputRecord = tuple[str, bytes | None, bytes, int, Headers]
 
 
-def outcome_record(outcome: Event | Rejection, settings: Settings, partition: int) -> OutputRecord:
+def outcome_record(outcome: Event | Rejection, settings: Settings, partition: int, trace: Headers = ()) -> OutputRecord:
     """Return ``(topic, key, value, partition, headers)`` for ``outcome`` decided from a command read at ``partition``.
 
     The partition is the source command's, so a replayed batch lands every record where the first attempt did;
-    the headers (``app.validator.headers``) are derived from ``outcome`` alone, so they are the same bytes too.
+    the headers (``app.validator.headers``) are derived from ``outcome`` alone, then the command's ``trace``
+    context (``app.traces.trace_headers`` of its headers), so they are the same bytes too.
     """
     headers = ce_headers(outcome, settings.topic_commands)
+    if trace:
+        headers += trace
     if isinstance(outcome, Event):
         return settings.topic_events, outcome.object_id.encode("utf-8"), codec.encode_event(outcome), partition, headers
     if outcome.object_id is not None:
@@ -43,12 +46,13 @@ def record_size(record: OutputRecord) -> int:
 
 
 def too_large(outcome: Event | Rejection, size: int, sizes: SizeLimits, settings: Settings, key: bytes | None,
-              value: bytes | None, topic: str, partition: int, offset: int) -> OutputRecord:
+              value: bytes | None, topic: str, partition: int, offset: int, trace: Headers = ()) -> OutputRecord:
     """Return the ``TOO_LARGE`` rejection record replacing ``outcome`` (``size`` bytes of key and value, too many).
 
     ``key``/``value``/``topic``/``partition``/``offset`` are the source record's: the rejection keeps its
     coordinates and ``FALLBACK_KEEP_BYTES`` of its key and value (with their lengths and SHA-256), and the
-    outcome's ids clipped to ``max_id_bytes``. Built only from its inputs, so a replay writes the same bytes.
+    outcome's ids clipped to ``max_id_bytes``. Built only from its inputs, so a replay writes the same bytes; it
+    carries the command's ``trace`` context like any output.
     """
     what = f"event {outcome.type.value}" if isinstance(outcome, Event) else f"rejection {outcome.reason.value}"
     version = outcome.version - 1 if isinstance(outcome, Event) else outcome.current_version
@@ -67,4 +71,4 @@ def too_large(outcome: Event | Rejection, size: int, sizes: SizeLimits, settings
         current_version=version,
         original=keep_original(topic, partition, offset, key, value, keep=FALLBACK_KEEP_BYTES),
     )
-    return outcome_record(rejection, settings, partition)
+    return outcome_record(rejection, settings, partition, trace)

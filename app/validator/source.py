@@ -1,4 +1,4 @@
-"""Spark's Kafka source on the commands topic, keeping key, value, the record's coordinates and its signature."""
+"""Spark's Kafka source on the commands topic: key, value, the record's coordinates, its signature and trace context."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 from app import limits
 from app.settings import Settings
 from app.signing import SIGNATURE_HEADER
+from app.traces import TRACEPARENT, TRACESTATE
 
 # How many times over a micro-batch's records are held at once, at worst: the Python worker's Arrow table and the
 # run it sends, the server's request frame, its decoded records, the outputs, their framing, the changelog, the
@@ -43,7 +44,7 @@ def source_options(settings: Settings, *, available_now: bool = False) -> dict[s
         "subscribe": settings.topic_commands,
         "startingOffsets": settings.starting_offsets,
         "failOnDataLoss": "true",
-        "includeHeaders": "true",  # for the one header read here: signature_column()
+        "includeHeaders": "true",  # for the headers read here: signature, traceparent, tracestate (header_columns)
         # The executors' cached consumers pre-fetch past each batch's range; with the default 500 ms that fetch
         # waits at the broker and every next task waits for it: ~2 s per live micro-batch of 8 partitions on
         # 2 cores (docs/benchmarks.md, "Latency"). 10 ms bounds that wait; it costs nothing between batches.
@@ -63,15 +64,24 @@ def source_options(settings: Settings, *, available_now: bool = False) -> dict[s
     return opts
 
 
-def signature_column() -> str:
-    """Return the SQL of the ``signature`` column: the value of the record's first ``arbiter-signature`` header
-    (``app.signing``), null when it has none. The headers themselves go no further than this column."""
-    return f"try_element_at(filter(headers, h -> h.key = '{SIGNATURE_HEADER}'), 1).value AS signature"
+#: The source's header columns: (column, Kafka header). Each holds the record's first header of that name, null when
+#: it has none; the headers themselves go no further than these columns.
+HEADER_COLUMNS = (("signature", SIGNATURE_HEADER), ("traceparent", TRACEPARENT), ("tracestate", TRACESTATE))
+#: The columns both backends' queries select from the source, in order (``app.validator.fold.InputRecord``'s fields).
+INPUT_COLUMNS = ("key", "value", "topic", "partition", "offset", *(c for c, _ in HEADER_COLUMNS))
+
+
+def header_columns() -> list[str]:
+    """Return the SQL of the header columns: ``signature`` (``app.signing``), ``traceparent`` and ``tracestate``
+    (``app.traces``: copied onto the outputs)."""
+    return [f"try_element_at(filter(headers, h -> h.key = '{name}'), 1).value AS {column}"
+            for column, name in HEADER_COLUMNS]
 
 
 def kafka_source(spark, settings: Settings, *, available_now: bool = False):  # noqa: ANN001, ANN201 - untyped pyspark
-    """Return the streaming DataFrame of ``commands``: key, value, topic, partition, offset, timestamp, signature."""
+    """Return the streaming DataFrame of ``commands``: key, value, topic, partition, offset, timestamp and the header
+    columns."""
     reader = spark.readStream.format("kafka")
     for k, v in source_options(settings, available_now=available_now).items():
         reader = reader.option(k, v)
-    return reader.load().selectExpr("key", "value", "topic", "partition", "offset", "timestamp", signature_column())
+    return reader.load().selectExpr("key", "value", "topic", "partition", "offset", "timestamp", *header_columns())

@@ -31,15 +31,14 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from app.local.kafka_broker import free_port
-from app.local.postgres_server import LocalPostgres
 from app.read_models import open_reader, open_writer
 from app.settings import Settings
+from bench.harness import postgres_databases
 from commands import CreateObject, Event, GrantEditor, GrantReader, UpdateObject, decide
 from projections.db import DbProjection
 from projections.db.history import fold
 from projections.db.lists import Role, grantees
-from projections.runner import Item, Record
+from projections.runner import Item, Projection, Record
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -67,13 +66,16 @@ def events(n: int, principals: int, updates: int, seed: int) -> Iterator[list[Ev
         yield out
 
 
-def fill(s: Settings, n: int, principals: int, updates: int, batch: int) -> tuple[float, int]:
-    """Fill the read model of ``s`` through the DB projection; return (seconds, events)."""
-    projection = DbProjection(open_writer(s))
+def fill(s: Settings, n: int, principals: int, updates: int, batch: int, projection: Projection | None = None,
+         value: Callable[[Event], bytes] | None = None) -> tuple[float, int]:
+    """Fill the read model of ``s`` through the DB projection (or the events through ``projection``, each record's
+    value ``value(event)``, else empty); return (seconds, events)."""
+    projection = projection or DbProjection(open_writer(s))
     start, offset, items = time.perf_counter(), 0, []
     for evs in events(n, principals, updates, seed=1):
         for ev in evs:
-            items.append(Item(Record(s.topic_events, 0, offset, ev.object_id.encode(), b"", 0), ev))
+            body = value(ev) if value is not None else b""
+            items.append(Item(Record(s.topic_events, 0, offset, ev.object_id.encode(), body, 0), ev))
             offset += 1
         if len(items) >= batch:
             projection.apply(items)
@@ -145,29 +147,22 @@ def main() -> None:
     backends = args.backend.split(",")
     work = Path(tempfile.mkdtemp(prefix="bench-lists-"))
     work.chmod(0o755)  # the throwaway PostgreSQL server runs as the postgres user under root
-    dsn = os.environ.get("ARBITER_POSTGRES_DSN")
-    postgres = None
     print(f"{args.objects:,} objects, {args.principals:,} principals, {3 + args.updates} events each; "
           f"{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs")
     try:
-        for backend in backends:
-            s = Settings(read_model=backend, read_model_dir=work / "rm", projection_sync_writes=False,
-                         topic_events="bench-events")
-            if backend == "postgresql":
-                if not dsn and postgres is None:
-                    postgres = LocalPostgres(work / "postgres", port=free_port())
-                    postgres.start()
-                name = f"bench_{uuid.uuid4().hex[:8]}"
-                s.postgres_dsn = SecretStr(postgres.create_database(name) if postgres else dsn or "")
-                s.postgres_schema = name
-            took, n = fill(s, args.objects, args.principals, args.updates, args.batch)
-            print(f"{backend}: filled {n:,} events in {took:.1f} s ({n / took:,.0f} events/s)")
-            measure(s, args.objects, args.principals, args.reads, args.pages, args.limit)
+        with postgres_databases(work) as database:
+            for backend in backends:
+                s = Settings(read_model=backend, read_model_dir=work / "rm", projection_sync_writes=False,
+                             topic_events="bench-events")
+                if backend == "postgresql":
+                    name = f"bench_{uuid.uuid4().hex[:8]}"
+                    s.postgres_dsn = SecretStr(database(name))
+                    s.postgres_schema = name
+                took, n = fill(s, args.objects, args.principals, args.updates, args.batch)
+                print(f"{backend}: filled {n:,} events in {took:.1f} s ({n / took:,.0f} events/s)")
+                measure(s, args.objects, args.principals, args.reads, args.pages, args.limit)
     finally:
-        if postgres is not None:
-            postgres.stop()
         shutil.rmtree(work, ignore_errors=True)
-
 
 if __name__ == "__main__":
     main()

@@ -1,19 +1,29 @@
-"""Erase a deleted object's document from the RocksDB read model for good: the tombstone stays, old values go.
+"""Erase a deleted object's documents from the RocksDB read model for good: the tombstone stays, old values go.
 
-A deleted object's view already holds an empty document; what may still hold the old document is RocksDB's own
-files (superseded values in SST files and the WAL until compaction). ``erase_view`` rewrites the tombstone without
-a document, drops the object's gap report and compacts the store, so no file of the current generation keeps it.
+A deleted object's view already holds an empty document; what still holds its documents is its history (every
+event that moved it, with the document or patch it carried: ``h`` keys, ``projections.db.indexes``) and RocksDB's
+own files (superseded values in SST files and the WAL until compaction). ``erase_view`` deletes the object's whole
+history (the history-size figure shrinks with it), rewrites the tombstone without a document and drops its gap
+report in one write, and compacts, so no file keeps any of it. The access index of lists already has no row for a
+deleted object; compaction removes the old rows' bytes too.
+
+It does so in a new generation (a checkpoint of the current one), swapped in like a rebuild's: a reader (the API's
+RocksDB secondary) that stayed open across the erasure would otherwise go on serving deleted keys it had replayed
+from an earlier write-ahead log into its memtable (seen in tests/unit/test_erasure.py); a swap makes it reopen.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
-from rocksdict import Rdict
+from rocksdict import Checkpoint, Rdict, WriteBatch
 
 from commands.errors import ArbiterError
-from projections.db.store import GAP, current_generation, doc_key, options
+from projections.db import indexes
+from projections.db.store import GAP, current_generation, doc_key, new_generation, options, swap_in
 from projections.db.view import ObjectView
 
 
@@ -47,11 +57,12 @@ def open_primary(generation: Path) -> Rdict:
 
 
 def erase_view(root: Path, object_id: str) -> ObjectView | None:
-    """Erase ``object_id``'s document from the current generation; return its tombstone (None if unknown)."""
+    """Erase ``object_id``'s document and history: in a copy of the current generation, swapped in (readers
+    reopen, as after a rebuild), the old generation deleted; return its tombstone (None if unknown)."""
     generation = current_generation(root)
     if generation is None:
         return None
-    db = open_primary(generation)
+    db = open_primary(generation)  # held until the swap: no projection can write the old generation meanwhile
     try:
         raw = db.get(doc_key(object_id))
         if raw is None:
@@ -59,9 +70,36 @@ def erase_view(root: Path, object_id: str) -> ObjectView | None:
         view = ObjectView.from_bytes(raw)
         if not view.deleted:
             raise not_deleted(object_id, view.version)
+        fresh = new_generation(root)
+        Checkpoint(db).create_checkpoint(str(fresh))  # hard links: cheap; the compaction below rewrites what changed
+        try:
+            tombstone = _erase(fresh, object_id, view)
+        except BaseException:
+            shutil.rmtree(fresh, ignore_errors=True)
+            raise
+        swap_in(root, fresh)
+    finally:
+        db.close()
+    shutil.rmtree(generation, ignore_errors=True)
+    return tombstone
+
+
+def _erase(generation: Path, object_id: str, view: ObjectView) -> ObjectView:
+    db = Rdict(str(generation), options())
+    try:
         tombstone = replace(view, document={})
-        db.put(doc_key(object_id), tombstone.to_bytes())
-        db.delete(GAP + object_id.encode())
+        wb = WriteBatch(raw_mode=True)
+        wb.put(doc_key(object_id), tombstone.to_bytes())
+        wb.delete(GAP + object_id.encode())
+        entries = indexes.read_history(db, object_id)
+        if entries:
+            size = indexes.history_size(db)
+            for entry in entries:
+                wb.delete(indexes.history_key(object_id, entry.version))
+            size = {"events": max(0, size["events"] - len(entries)),
+                    "bytes": max(0, size["bytes"] - sum(len(e.data) for e in entries))}
+            wb.put(indexes.HISTORY_SIZE, json.dumps(size).encode())
+        db.write(wb)
         db.flush(True)
         db.compact_range(None, None)  # superseded values leave the SST files; the flushed WAL is released
         return tombstone

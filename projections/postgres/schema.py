@@ -7,6 +7,7 @@ a fresh schema and renames it into place, and the live projection learns of the 
 
 from __future__ import annotations
 
+import os
 import uuid
 import zlib
 from typing import Any
@@ -84,6 +85,31 @@ WHERE NOT d.deleted AND NOT d.stale;
 def lock_key(schema: str, purpose: str) -> int:
     """An advisory-lock key for ``purpose`` on ``schema`` (a signed 64-bit int, stable across processes)."""
     return zlib.crc32(f"arbiter:{purpose}:{schema}".encode())
+
+
+#: ``application_name`` prefix of the DB projection's writer connections (a rebuild's too): how ``arbiter erase``
+#: and ``arbiter backup`` tell that a projection writes the schema, PostgreSQL having no RocksDB-like LOCK file.
+WRITER = "arbiter project db"
+_NAME_MAX = 63  # PostgreSQL truncates application_name to NAMEDATALEN - 1 bytes
+
+
+def writer_name(schema: str) -> str:
+    """Return the ``application_name`` of this process's writer connections to ``schema``."""
+    return f"{WRITER} pid={os.getpid()} {schema}"[:_NAME_MAX]
+
+
+def running_writers(conn: psycopg.Connection[Any], schema: str) -> list[str]:
+    """Return the writers connected to ``schema`` (or to a rebuild of it) now, as ``<application_name> from
+    <client address>``; empty when no DB projection runs."""
+    rows = conn.execute("SELECT DISTINCT application_name, coalesce(host(client_addr), 'a local socket') "
+                        "FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE %s "
+                        "AND pid <> pg_backend_pid()", (WRITER + " pid=%",)).fetchall()
+    out = []
+    for name, addr in rows:
+        target = str(name).split(" ", 4)[-1]
+        if target == schema or target.startswith(f"{schema}_b") or (len(name) == _NAME_MAX and schema.startswith(target)):
+            out.append(f"{name} from {addr}")
+    return sorted(out)
 
 
 def exists(conn: psycopg.Connection[Any], schema: str) -> bool:

@@ -98,6 +98,7 @@ class PgReadModelStore:
         self.generation = gen
         # Two connections: the batch being written, and reads of other objects meanwhile.
         self._pool = ConnectionPool(conninfo, min_size=2, max_size=2, open=True, configure=_configure(sync),
+                                    kwargs={"application_name": pgschema.writer_name(schema)},
                                     name=f"read-model-writer-{schema}")
         self._pool.wait(timeout=30)
         self._behind = WriteBehind(self._write, max_rows=max_rows, name=f"read-model-writer-{schema}")

@@ -19,7 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from app.local.kafka_broker import free_port
-from app.settings import Settings
+from app.settings import Settings, checkpoint_uri
+from app.validator.rocks.client import lanes, socket_path
 from projections import archived
 from tests.integration.browser import chromium, console_errors
 
@@ -115,6 +116,12 @@ def assert_scenario(out: list[str]) -> None:
     assert decided("bob updates after delete", "410")[:2] == ["rejected", "DELETED"]
     assert _row(out, "garbage bytes put on the topic")[3:5] == ["rejected", "MALFORMED"]
     assert any("HTTP 410" in line for line in out) and any("HTTP 200" in line and "hello, world" in line for line in out)
+    # The shared document's history as its owner reads it: seven versions, and her own refused reuse of key K.
+    history = out[next(i for i, line in enumerate(out) if line.startswith("History of")) + 1:]
+    versions = [line.split()[:2] for line in history if line.strip().startswith("v")]
+    assert versions[:7] == [["v1", "CREATED"], ["v2", "EDITOR_GRANTED"], ["v3", "READER_GRANTED"], ["v4", "UPDATED"],
+                            ["v5", "UPDATED"], ["v6", "UPDATED"], ["v7", "DELETED"]], history
+    assert any("rejected" in line and "IDEMPOTENCY_KEY_REUSED" in line for line in history), history
 
 
 
@@ -152,18 +159,39 @@ def test_scenario_status_page_and_clean_stop(pipeline: Run, settings: Settings, 
     accepted = re.search(r"accepted\s+(\d+)", via_api.stdout)
     assert accepted and int(accepted.group(1)) > 0, via_api.stdout
 
+    # The validator's shard servers (rocksdb backend, the default) serve on Unix sockets named after the run's
+    # checkpoint: a clean stop ends them with their validator and removes their socket files.
+    sockets = [socket_path(settings, checkpoint_uri(settings), lane) for lane in range(lanes(settings))]
+    assert any(p.exists() for p in sockets), f"no shard server socket of this run among {sockets}"
+    digest = sockets[0].name.rsplit("-", 1)[0].encode()
+    servers = [int(d) for d in os.listdir("/proc") if d.isdigit() and _cmdline_has(int(d), b"app.validator.rocks.server")
+               and _cmdline_has(int(d), digest)]
+    assert servers, "no shard server process runs for this run's checkpoint"
     os.killpg(pipeline.proc.pid, signal.SIGINT)
     pipeline.proc.wait(timeout=90)
     for name, pid in pids.items():
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)  # every child it started is gone
         assert not (pipeline.var / "run" / f"{name}.pid").exists()
+    deadline = time.monotonic() + 60
+    while [pid for pid in servers if Path(f"/proc/{pid}").exists()]:
+        assert time.monotonic() < deadline, "the shard servers outlived their validator"
+        time.sleep(0.1)
+    assert not [p for p in sockets if p.exists()], "socket files left after a clean stop"
+
     assert "archive stopped" in (pipeline.var / "logs" / "archive.log").read_text()  # SIGTERM stopped its query
     # The archive component copied the scenario's garbage record and its parked copy (read through the sink's log).
     archive = pq.read_table([str(f) for f in archived.files(pipeline.var / "archive")],
                             columns=["topic", "kind", "value", "decode_error"]).to_pylist()
     garbage = [r for r in archive if r["topic"] == settings.topic_commands and r["decode_error"] is not None]
     assert garbage and any(r["kind"] == "parked" for r in archive), archive[-5:]
+
+
+def _cmdline_has(pid: int, needle: bytes) -> bool:
+    try:
+        return needle in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
 
 
 def _watch_status_page(api: str, shots: Path, settings: Settings) -> list[tuple[str, ...]]:

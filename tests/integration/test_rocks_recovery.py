@@ -16,7 +16,6 @@ from app.settings import Settings, checkpoint_uri
 from app.validator.job import build_query, drain
 from app.validator.lock import CheckpointInUse
 from app.validator.rocks.checkpoint import ShardStore
-from app.validator.rocks.client import lanes, socket_path
 from app.validator.rocks.server import HOLD_AFTER_WRITE
 from app.validator.rocks.shard import rocks_root
 from app.validator.source import BATCH_COPIES, offsets_per_trigger
@@ -120,50 +119,6 @@ def _batch_offsets(s: Settings) -> dict[int, dict[str, int]]:
         if f.name.isdigit():
             out[int(f.name)] = json.loads(f.read_text().splitlines()[2])[s.topic_commands]
     return out
-
-
-def test_a_clean_stop_removes_the_shard_servers_socket_files(settings: Settings, tmp_path: Path) -> None:
-    s = settings.model_copy(update={"state_backend": "rocksdb", "max_offsets_per_trigger": 100})
-    commands = _commands(300, 50)
-    send_commands(s, commands)
-    log = tmp_path / "job.log"
-    job = start_validator(s, log)
-    uri = checkpoint_uri(s)
-    sockets = [socket_path(s, uri, lane) for lane in range(lanes(s))]
-    try:
-        deadline = time.monotonic() + 150
-        while output_count(s) < len(commands) or not any(p.exists() for p in sockets):
-            assert job.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "the job did not decide its commands in 150 s"
-            time.sleep(0.1)
-        servers = [pid for pid in _pids_with(b"app.validator.rocks.server") if _cmdline_has(pid, uri_digest(s))]
-        assert servers, "no shard server runs for this checkpoint"
-        os.kill(job.pid, signal.SIGTERM)  # a clean stop of the validator
-        assert job.wait(120) == 130, log.read_text()[-3000:]  # stopped by its signal, as Ctrl-C
-        while [pid for pid in servers if Path(f"/proc/{pid}").exists()]:
-            assert time.monotonic() < deadline + 120, "the shard servers outlived their validator"
-            time.sleep(0.1)
-    finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait(30)
-    left = [p for p in sockets if p.exists()]
-    assert not left, f"socket files left after a clean stop: {left}"
-
-
-def uri_digest(s: Settings) -> bytes:
-    return socket_path(s, checkpoint_uri(s), 0).name.rsplit("-", 1)[0].encode()
-
-
-def _pids_with(needle: bytes) -> list[int]:
-    return [int(d) for d in os.listdir("/proc") if d.isdigit() and _cmdline_has(int(d), needle)]
-
-
-def _cmdline_has(pid: int, needle: bytes) -> bool:
-    try:
-        return needle in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
 
 
 def test_lost_local_state_is_restored_from_the_checkpoint_location(spark, settings: Settings) -> None:  # noqa: ANN001

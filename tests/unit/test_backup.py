@@ -13,10 +13,12 @@ import pytest
 from app.backup.cut import BackupRefused, create
 from app.backup.manifest import BackupInvalid
 from app.backup.restore import restore, verify_backup, verify_restored
+from app.cli import main
 from app.read_models import audit_root, read_model_root
-from app.settings import Settings, checkpoint_uri
+from app.settings import Settings, checkpoint_uri, get_settings
 from app.validator.lock import FileLock, job_lock_path, rocks_root
 from projections.audit import AuditProjection, verify
+from projections.db import DbProjection
 from projections.db.store import ReadModelStore
 from projections.db.view import ObjectView
 from projections.runner import Item, Record
@@ -91,3 +93,33 @@ def test_backup_is_refused_while_a_writer_runs_then_cut_verified_and_restored(tm
     assert verify(audit_root(s)).ok
     with pytest.raises(BackupRefused, match="other settings"):
         restore(s.model_copy(update={"partitions": 3}), tmp_path / "b1")
+
+
+def test_the_cli_refuses_naming_the_running_writer_and_exits_0_when_stopped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``arbiter backup …`` and ``arbiter erase`` as an operator runs them (``main`` with argv, settings from the
+    environment): exit 2 with the code and the running component named, 0 once it is stopped."""
+    s = Settings(var_dir=tmp_path / "var")
+    _var(s)
+    monkeypatch.setenv("ARBITER_VAR_DIR", str(s.var_dir))
+    get_settings.cache_clear()
+    backup = str(tmp_path / "b")
+    try:
+        running = DbProjection(ReadModelStore.open_current(read_model_root(s)))
+        try:
+            assert main(["backup", "create", backup]) == 2
+            err = capsys.readouterr().err
+            assert "arbiter: error [BACKUP_REFUSED]" in err and "these run: the DB projection (" in err, err
+            assert "the audit projection" not in err and "the validator" not in err, err
+            assert not Path(backup).exists(), "a refused backup leaves nothing behind"
+            assert main(["erase", "o1"]) == 2 and "[READ_MODEL_BUSY]" in capsys.readouterr().err
+        finally:
+            running.close()
+        assert main(["erase", "o1"]) == 2 and "[ERASE_NOT_DELETED]" in capsys.readouterr().err
+        assert main(["backup", "create", backup]) == 0 and "backup written to" in capsys.readouterr().out
+        assert main(["backup", "verify", backup]) == 0 and "backup matches its manifest" in capsys.readouterr().out
+        shutil.rmtree(s.path(s.var_dir))
+        assert main(["backup", "restore", backup]) == 0 and "all match" in capsys.readouterr().out
+        assert main(["backup", "verify", "--restored", backup]) == 0
+    finally:
+        get_settings.cache_clear()

@@ -76,3 +76,22 @@ def test_the_api_secret_is_required_and_has_no_default() -> None:
         for key, value in (svc.get("environment") or {}).items():
             if key == "ARBITER_AUTH_SECRET":
                 assert ":?" in str(value) and ":-" not in str(value), value
+
+
+def test_the_observability_profile_carries_traces_from_every_service_to_jaeger() -> None:
+    """The services' OTLP endpoint is the collector's HTTP receiver, the collector's config is mounted where it is
+    read and exports to Jaeger's OTLP receiver; tracing stays off unless ARBITER_TRACES is set (README "Traces")."""
+    collector, jaeger = SERVICES["otel-collector"], SERVICES["jaeger"]
+    assert collector["profiles"] == jaeger["profiles"] == ["observability"]
+    config_path = collector["command"][0].removeprefix("--config=")
+    [mount] = [v for v in collector["volumes"] if v.endswith(f":{config_path}:ro")]
+    config = yaml.safe_load((ROOT / mount.split(":")[0]).read_text())
+    receiver = config["receivers"]["otlp"]["protocols"]["http"]["endpoint"]
+    exporters = config["service"]["pipelines"]["traces"]["exporters"]
+    assert config["service"]["pipelines"]["traces"]["receivers"] == ["otlp"]
+    assert [config["exporters"][e]["endpoint"] for e in exporters] == ["jaeger:4317"]
+    assert jaeger["environment"]["COLLECTOR_OTLP_ENABLED"] == "true"
+    for name in ("validator", "project-db", "project-audit", "project-log", "api"):
+        env = SERVICES[name].get("environment") or COMPOSE["x-arbiter"]["environment"]
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == f"http://otel-collector:{receiver.rsplit(':', 1)[1]}", name
+        assert env["ARBITER_TRACES"] == "${ARBITER_TRACES:-false}", name

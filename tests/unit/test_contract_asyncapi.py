@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -12,8 +13,10 @@ import pytest
 
 from app.contract.asyncapi import document
 from app.settings import Settings
+from app.traces import trace_headers
 from app.validator.headers import ce_headers
 from app.validator.murmur2 import murmur2, partition_for
+from app.validator.outputs import outcome_record
 from commands import CreateObject, ReasonCode, decide
 from schemas.catalog import COMMAND, EVENT, REJECTION
 from schemas.codec import default_codec
@@ -53,12 +56,15 @@ def test_the_documented_headers_and_partitioning_are_what_the_validator_writes()
     doc = document(S)
     headers = doc["components"]["messages"]["Event"]["headers"]
     ev = decide(None, CreateObject("c", "o", "alice", datetime(2025, 1, 1, tzinfo=UTC), document="{}")).outcome
-    written = dict(ce_headers(ev, S.topic_commands))
+    trace = trace_headers(b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", b"k=" + b"v" * 510)
+    written = dict(outcome_record(ev, S, 0, trace)[4])
     assert set(headers["required"]) <= set(written) <= set(headers["properties"])
+    assert set(written) - set(dict(ce_headers(ev, S.topic_commands))) == {"traceparent", "tracestate"}
     for name, value in written.items():
         prop = headers["properties"][name]
         assert prop.get("const", value.decode()) == value.decode()
         assert value.decode() in prop.get("enum", [value.decode()])
+        assert re.fullmatch(prop.get("pattern", ".*"), value.decode()) and len(value) <= prop.get("maxLength", len(value))
     json.dumps(doc)  # served as JSON: nothing in it is bytes
     formula = doc["channels"]["events"]["x-partitioning"]["formula"]
     assert formula == "(murmur2(key) & 0x7fffffff) % partitions"

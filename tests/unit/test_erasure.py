@@ -4,12 +4,15 @@ broken (rocksdict on disk, no broker)."""
 
 from __future__ import annotations
 
-import hashlib
+import json
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from rocksdict import AccessType, Rdict
 
+from app.read_models import read_model_root
+from app.settings import Settings
 from projections.audit import AuditProjection, history, verify
 from projections.audit.chain import (
     ENVELOPE_V1,
@@ -26,15 +29,15 @@ from projections.audit.chain import (
 )
 from projections.audit.erase import AuditStoreBusy, EraseRefused, entries_about, erase_object
 from projections.audit.store import open_primary
+from projections.db import DbProjection, ReadModel
 from projections.db.erase import ObjectNotDeleted, ReadModelBusy, erase_view
-from projections.db.store import ReadModelStore
-from projections.db.view import ObjectView
+from projections.db.store import DOC, ReadModelStore, current_generation, options
 from projections.runner import Item, Record
+from tests.unit.erasure_support import MARKS, answers, api, check_erased, erasure_items
 
 pytestmark = pytest.mark.unit
 SECRET = b"subject-7-home-address-XYZZY"
-#: one high-entropy marker per erased value (RocksDB compresses SST blocks: a repeated text would not be found)
-MARKS = [hashlib.sha256(b"mark %d" % n).hexdigest().encode() for n in range(3)]
+MARK = [m.encode() for m in MARKS]
 
 
 def _holds(directory: Path, needle: bytes) -> list[str]:
@@ -45,8 +48,8 @@ def _holds(directory: Path, needle: bytes) -> list[str]:
 def _audit(path: Path) -> None:
     """Two objects' records over two partitions of events and one of rejections, as the projection appends them."""
     p = AuditProjection(path, sync=True)
-    rec = [("events", 0, 0, b"gone", b"CREATED " + MARKS[0]), ("events", 0, 1, b"kept", b"CREATED kept"),
-           ("events", 1, 0, b"gone", b"UPDATED " + MARKS[1]), ("rejections", 0, 0, b"gone", b"REJECTED " + MARKS[2]),
+    rec = [("events", 0, 0, b"gone", b"CREATED " + MARK[0]), ("events", 0, 1, b"kept", b"CREATED kept"),
+           ("events", 1, 0, b"gone", b"UPDATED " + MARK[1]), ("rejections", 0, 0, b"gone", b"REJECTED " + MARK[2]),
            ("events", 0, 2, b"gone", b"DELETED")]
     p.apply([Item(Record(t, part, off, k, v, 1_700_000_000_000 + off), None, "opaque") for t, part, off, k, v in rec])
     p.close()
@@ -55,10 +58,10 @@ def _audit(path: Path) -> None:
 def test_erase_drops_the_values_keeps_the_chains_verifiable_and_records_itself(tmp_path: Path) -> None:
     path = tmp_path / "audit"
     _audit(path)
-    assert all(_holds(path, mark) for mark in MARKS)
+    assert all(_holds(path, mark) for mark in MARK)
     done = erase_object(path, "gone", "GDPR art. 17 request #12")
     assert done.erased == {("events", 0): [0, 2], ("events", 1): [0], ("rejections", 0): [0]}
-    assert not any(_holds(path, mark) for mark in MARKS), "an erased value is still somewhere in the store's files"
+    assert not any(_holds(path, mark) for mark in MARK), "an erased value is still somewhere in the store's files"
     assert all(e.value is None and e.erased is not None for e in entries_about(path, "gone"))
     report = verify(path)
     assert report.ok, report.problems
@@ -128,23 +131,46 @@ def test_erase_refuses_while_the_audit_projection_holds_the_store(tmp_path: Path
         running.close()
 
 
-def test_read_model_erasure_keeps_the_tombstone_and_drops_every_old_value(tmp_path: Path) -> None:
-    root = tmp_path / "rm"
-    store = ReadModelStore.open_current(root)
-    live = ObjectView({"address": MARKS[0].decode()}, 1, owner="alice")
-    store.write({"gone": live, "kept": ObjectView({"a": 1}, 1, owner="bob")}, {("events", 0): 2})
-    store.close()  # the live document reaches an SST file, where only a compaction removes it
-    store = ReadModelStore.open_current(root)
-    store.write({"gone": replace(live, document={}, version=2, deleted=True)}, {("events", 0): 3})
-    assert _holds(root, MARKS[0])
+def test_read_model_erasure_keeps_the_tombstone_and_drops_the_documents_history_and_list_rows(tmp_path: Path) -> None:
+    s = Settings(var_dir=tmp_path / "var")
+    root = read_model_root(s)
+    items = erasure_items(s.topic_events)
+    projection = DbProjection(ReadModelStore.open_current(root))
+    projection.apply(items[:3])
+    projection.close()  # the live document and history reach an SST file, where only a compaction removes them
+    projection = DbProjection(ReadModelStore.open_current(root))
+    projection.apply(items[3:])
+    reader = ReadModel(root, refresh_s=0)
+    client = api(s, reader)
+    before = answers(client, s)
+    assert before["/objects/gone/events"][0] == 200 and MARKS[1] in before["/objects/gone/events"][1]
+    assert before["/objects/gone?version=1"] == (200, json.dumps({"address": MARKS[0]}, separators=(",", ":")))
+    assert all(_holds(root, m.encode()) for m in MARKS[:2])
     with pytest.raises(ReadModelBusy):
         erase_view(root, "gone")
-    store.close()
+    projection.close()
     with pytest.raises(ObjectNotDeleted):
         erase_view(root, "kept")
+    sizes = ReadModel(root, refresh_s=0).history_size()
     tombstone = erase_view(root, "gone")
-    assert tombstone is not None and tombstone.deleted and tombstone.version == 2 and tombstone.document == {}
-    assert not _holds(root, MARKS[0]), "the old document is still in the read model's files"
+    assert tombstone is not None and tombstone.deleted and tombstone.version == 4 and tombstone.document == {}
+    assert tombstone.readers == ("carol",), "the tombstone keeps its roles: they are told 410, others 404"
+    assert not [m for m in MARKS[:2] if _holds(root, m.encode())], "an old document is still in the read model's files"
+    reader.refresh()
+    check_erased(client, s)
+    assert reader.history("gone") == [] and len(reader.history("kept")) == 2
+    after = reader.history_size()
+    assert after["events"] == sizes["events"] - 4 and 0 < after["bytes"] < sizes["bytes"]
+    reader.close()
     store = ReadModelStore.open_current(root)
-    assert dict(store.views())["kept"].document == {"a": 1} and store.offsets() == {("events", 0): 3}
+    assert dict(store.views())["kept"].document == {"a": 1, "b": 2} and store.offsets() == {(s.topic_events, 0): 6}
     store.close()
+    generation = current_generation(root)
+    assert generation is not None
+    db = Rdict(str(generation), options(), access_type=AccessType.read_only())
+    try:
+        left = [k for k, _ in db.items() if b"gone" in k and not k.startswith(DOC)]  # type: ignore[operator]
+    finally:
+        db.close()
+    assert left == [], "history or list rows of the erased object are left"
+    assert erase_view(root, "gone") == tombstone, "erasing twice is harmless"

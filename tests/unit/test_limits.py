@@ -22,6 +22,7 @@ from app.limits import (
 )
 from app.settings import Settings
 from app.signing import signer_for
+from app.traces import TRACESTATE_BYTES, trace_headers
 from app.validator.decode import to_command
 from app.validator.fold import limits_for
 from app.validator.murmur2 import partition_for
@@ -90,6 +91,8 @@ def test_every_client_is_configured_from_the_one_setting() -> None:
     assert int(limits.consumer_config(s)["fetch.max.bytes"]) >= 8 * M
     assert limits.api_producer_config(s)["message.max.bytes"] == sizes.max_record_bytes + LIBRDKAFKA_RECORD_OVERHEAD \
         + limits.SIGNATURE_HEADER_BYTES  # the record's one header, its signature, on top of key + value
+    assert limits.api_producer_config(s, traced=True)["message.max.bytes"] == \
+        limits.api_producer_config(s)["message.max.bytes"] + limits.TRACE_HEADERS_BYTES  # and the trace context
     assert sizes.max_document_bytes > size_limits(M).max_document_bytes
 
 
@@ -134,6 +137,11 @@ def test_clip_utf8_keeps_short_text_and_cuts_on_a_character_boundary() -> None:
     assert len(clipped.encode()) <= 256 and clipped.endswith("…") and clipped[:-1] == "\U0001f600" * 63
 
 
+#: The largest trace context the API stores on a command and the validator copies onto its output (app.traces).
+WORST_TRACE = trace_headers(b"00-" + b"a" * 32 + b"-" + b"b" * 16 + b"-01", b"k=" + b"v" * (TRACESTATE_BYTES - 2))
+assert len(WORST_TRACE) == 2
+
+
 def _worst_state(ids: int) -> ObjectState:
     owner = utf8_id(ids, "owner")
     return ObjectState(exists=True, deleted=False, version=2**63 - 2, owner=owner, editors=(utf8_id(ids, "ed"),))
@@ -159,7 +167,7 @@ def test_the_worst_case_events_fit_and_one_byte_more_is_too_large(m: int) -> Non
     assert create.size == d
     ev = decide(None, create, lim).outcome
     assert isinstance(ev, Event)
-    rec = outcome_record(ev, s, 3)
+    rec = outcome_record(ev, s, 3, WORST_TRACE)
     _fits(rec, m)
     assert record_size(rec) > sizes.max_record_bytes - 32  # the bound is tight, not a guess far below the limit
 
@@ -167,24 +175,26 @@ def test_the_worst_case_events_fit_and_one_byte_more_is_too_large(m: int) -> Non
     update = UpdateObject(cid, oid, state.owner, FAR, expected_version=2**63 - 2, patch=utf8_object(d), **token)
     ev = decide(state, update, lim).outcome
     assert isinstance(ev, Event) and ev.version == 2**63 - 1
-    _fits(outcome_record(ev, s, 3), m)
+    _fits(outcome_record(ev, s, 3, WORST_TRACE), m)
 
     grant = GrantReader(cid, oid, state.owner, FAR, reader=utf8_id(ids, "rd"), **token)
     ev = decide(state, grant, lim).outcome
     assert isinstance(ev, Event)
-    _fits(outcome_record(ev, s, 3), m)
+    _fits(outcome_record(ev, s, 3, WORST_TRACE), m)
 
     # The command itself passes the API producer's check and fits the topic.
     value = codec.encode_command(create)
     header = len(signer_for(s).sign(oid.encode(), value)) + len("arbiter-signature") + 2
     assert header <= limits.SIGNATURE_HEADER_BYTES
-    assert len(oid.encode()) + len(value) + LIBRDKAFKA_RECORD_OVERHEAD + header <= \
-        limits.api_producer_config(s)["message.max.bytes"]
+    trace = sum(len(k) + len(v) + 2 * 5 for k, v in WORST_TRACE)  # the write's trace context, varints at most 5
+    assert trace == limits.TRACE_HEADERS_BYTES and header + trace < MARGIN_BYTES  # what the margin must hold
+    assert len(oid.encode()) + len(value) + LIBRDKAFKA_RECORD_OVERHEAD + header + trace <= \
+        limits.api_producer_config(s, traced=True)["message.max.bytes"]
 
     over = CreateObject(cid, oid, who, FAR, document=utf8_object(d + 1), **token)
     rej = decide(None, over, lim).outcome
     assert isinstance(rej, Rejection) and rej.reason is ReasonCode.TOO_LARGE
-    _fits(outcome_record(rej, s, 3), m)
+    _fits(outcome_record(rej, s, 3, WORST_TRACE), m)
 
 
 @pytest.mark.parametrize("m", [64 * 1024, M])
@@ -211,7 +221,7 @@ def test_the_rejection_of_any_record_on_the_topic_fits(m: int) -> None:
         assert out.original is not None and out.original.value_length == (None if value is None else len(value))
         assert out.original.key_sha256 == hashlib.sha256(key).hexdigest()
         assert len(out.message) <= limits.MESSAGE_CHARS + 1
-        _fits(outcome_record(out, s, 2**31 - 1), m)
+        _fits(outcome_record(out, s, 2**31 - 1, WORST_TRACE), m)
 
 
 def test_min_offsets_per_trigger_reaches_the_source_but_not_an_available_now_drain() -> None:

@@ -69,6 +69,11 @@ def v2_outputs(outputs: list[OutputRecord]) -> bytes:
     return b"".join(parts)
 
 
+def v4_outputs(outputs: list[OutputRecord]) -> bytes:
+    """The outputs framing before trace context: OUTPUTS_V4, V2's layout, headers derived when read."""
+    return frames.OUTPUTS_V4 + v2_outputs(outputs)[len(frames.OUTPUTS_V2):]
+
+
 def v3_outputs(outputs: list[OutputRecord]) -> bytes:
     """The outputs framing that stored each record's headers: OUTPUTS_V3 (briefly written, still read)."""
     q = struct.Struct(">q").pack
@@ -90,11 +95,12 @@ def test_outputs_are_framed_with_64_bit_lengths_headers_derived_and_earlier_fram
     assert {o[0] for o in outs} == {settings.topic_events, settings.topic_rejections, settings.parked_topic}
     assert any(dict(o[4]).get("ce_subject") is None for o in outs)  # the junk record's rejection
     data = encode_outputs(outs)
-    assert data.startswith(frames.OUTPUTS_V4)
-    assert struct.unpack_from(">q", data, len(frames.OUTPUTS_V4)) == (len(outs),)  # the count, then 8-byte lengths
+    assert data.startswith(frames.OUTPUTS_V5)
+    assert struct.unpack_from(">q", data, len(frames.OUTPUTS_V5)) == (len(outs),)  # the count, then 8-byte lengths
     assert b"ce_id" not in data and b"application/avro" not in data  # no header is stored
     assert decode_outputs(data, settings.topic_commands) == outs
     assert decode_outputs(v3_outputs(outs), settings.topic_commands) == outs
+    assert decode_outputs(v4_outputs(outs), settings.topic_commands) == outs  # these outputs carry no trace context
     headerless = [(t, k, v, p, ()) for t, k, v, p, _ in outs]  # what a version before headers wrote, and re-emits
     assert decode_outputs(v2_outputs(outs), settings.topic_commands) == headerless
     assert decode_outputs(old_outputs(outs), settings.topic_commands) == headerless

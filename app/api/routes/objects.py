@@ -257,7 +257,8 @@ async def list_objects(request: Request, principal: ReaderDep, read_model: ReadM
 
 
 @router.get("/{object_id}/events", summary="Page an object's history: its events, oldest first",
-            response_model=EventPage, responses=_READ_PROBLEMS)
+            response_model=EventPage, responses=_READ_PROBLEMS | {
+                410: PROBLEM_RESPONSES[401] | {"description": "Deleted object whose history was erased (arbiter erase)"}})
 async def object_events(request: Request, object_id: ObjectIdPath, principal: ReaderDep, read_model: ReadModelDep,
                         after_version: Annotated[int, Query(ge=0, le=2**53 - 1)] = 0,
                         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
@@ -266,9 +267,12 @@ async def object_events(request: Request, object_id: ObjectIdPath, principal: Re
                                         "with their reason codes")] = None,
                         min_position: MinPosition = None) -> Response:
     """Every event that moved the object's view, with its principal, time and document, patch or grantee. A deleted
-    object's history stays readable by its roles; the history of an object whose events are missing is not served."""
+    object's history stays readable by its roles until it is erased (then 410); the history of an object whose
+    events are missing is not served."""
     view = await _readable(request, object_id, principal, read_model)
     _refuse_unserved(object_id, view)
+    if view.deleted:
+        await _refuse_erased(object_id, view, read_model)
     entries = await _blocking(read_model, read_model.history, object_id, after_version, limit + 1)  # type: ignore[attr-defined]
     rejections = request.app.state.durable_outcomes.rejections(object_id, principal) if include else None
     return Response(event_page(object_id, entries, limit, after_version, rejections), media_type="application/json")
@@ -312,12 +316,22 @@ async def read_object(request: Request, object_id: ObjectIdPath, principal: Read
     return Response(body, media_type="application/json", headers={"ETag": etag})
 
 
+async def _refuse_erased(object_id: str, view: ObjectViewLike, read_model: Any) -> None:  # noqa: ANN401
+    """A deleted object with no history entry at its deletion had its history erased (``arbiter erase``): its
+    events and past versions are ``410 DELETED``, as the object itself is, to those its tombstone admits."""
+    if not await _blocking(read_model, read_model.history, object_id, view.version - 1, 1):
+        raise ApiError(f"object {object_id!r} was deleted at version {view.version} and its history erased",
+                       code="DELETED", headers={"ETag": f'"{view.version}"'})
+
+
 async def _as_of(object_id: str, current: ObjectViewLike, version: int, read_model: Any) -> ObjectViewLike:  # noqa: ANN401
     """Return the object's view at ``version``, folded from its history by the read model's own fold."""
     if current.stale:  # events are missing: the history has a hole too
         _refuse_unserved(object_id, current)
     if version > current.version:
         raise ApiError(f"object {object_id!r} is at version {current.version}", code="VERSION_NOT_FOUND")
+    if current.deleted:
+        await _refuse_erased(object_id, current, read_model)
     entries = await _blocking(read_model, read_model.history, object_id, 0, None, version)  # type: ignore[attr-defined]
     view = fold(object_id, entries, version)
     if view is None or view.version != version:  # history kept from later on (a read model older than history)

@@ -5,15 +5,18 @@ A micro-batch's outputs (and its changelog) can outgrow what one RocksDB value o
 lengths (``encode_outputs``), and a value is stored as a header at its key plus chunks of at most ``CHUNK_BYTES``
 under ``<key>/<index>`` (``chunk_entries``).
 
-An output's Kafka headers are not stored (``OUTPUTS_V4``): they are a function of its value alone
+An output's CloudEvents headers are not stored (``OUTPUTS_V5``): they are a function of its value alone
 (``app.validator.headers``), so ``decode_outputs`` derives them again from the value when a batch is re-emitted,
 the same bytes its first attempt wrote. Storing them (``OUTPUTS_V3``, briefly) more than doubled the bytes a
 batch writes to RocksDB, its changelog and the checkpoint, and cost ~10 µs per command on the peers' stream
-(``bench.validator.shard_task``); deriving them costs an Avro decode per record, on a replay only.
+(``bench.validator.shard_task``); deriving them costs an Avro decode per record, on a replay only. Its trace
+context (``app.traces``: copied from the command's headers, not derived from the value) is stored, three bytes
+of lengths per record and the values when there is one, and appended again after them.
 
-Values written by earlier versions are still read (``read_chunked``, ``decode_outputs``): outputs with stored
-headers (``OUTPUTS_V3``) re-emit those; outputs without headers (64-bit ``OUTPUTS_V2`` or 32-bit lengths) are
-re-emitted without headers, as their first attempt wrote them; one unchunked value is one chunk.
+Values written by earlier versions are still read (``read_chunked``, ``decode_outputs``): ``OUTPUTS_V4`` (no
+trace context) re-emits the derived headers alone; outputs with stored headers (``OUTPUTS_V3``) re-emit those;
+outputs without headers (64-bit ``OUTPUTS_V2`` or 32-bit lengths) are re-emitted without headers, as their first
+attempt wrote them; one unchunked value is one chunk.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Sequence
 
+from app.traces import TRACEPARENT, TRACESTATE
 from app.validator.fold import OutputRecord
 from app.validator.headers import ce_headers
 from app.validator.rocks.checkpoint import CheckpointCorrupt
@@ -32,21 +36,25 @@ CHUNK_BYTES = 64 * 1024 * 1024  # one RocksDB value (and one changelog entry) ho
 OUTPUTS_V2 = b"\xffARBO2"   # 0xff: an old frame starts with its non-negative 32-bit record count, never 0xff
 OUTPUTS_V3 = b"\xffARBO3"   # V2 + each record's headers
 OUTPUTS_V4 = b"\xffARBO4"   # V2's layout; each record's headers derived from its value when read
+OUTPUTS_V5 = b"\xffARBO5"   # V4 + each record's trace context (traceparent and tracestate lengths, then their bytes)
 CHUNKED = b"\xffARBCH1"     # a chunked value's header: total length and chunk count follow
 _I = struct.Struct(">i")
 _Q = struct.Struct(">q")
 _HEAD = struct.Struct(">qI")  # total length, chunk count
+_TRACE = struct.Struct(">BH")  # traceparent length (0 or 55), tracestate length (at most app.traces.TRACESTATE_BYTES)
+_NO_TRACE = _TRACE.pack(0, 0)
 
 Entry = tuple[bytes, bytes | None]
 
 
 def encode_outputs(outputs: Sequence[OutputRecord]) -> bytes:
-    """Return output records framed with 64-bit lengths: topic, key or none, value, partition (headers: derived)."""
+    """Return output records framed with 64-bit lengths: topic, key or none, value, partition, trace context (the
+    other headers: derived)."""
     pack = _Q.pack
-    parts = [OUTPUTS_V4, pack(len(outputs))]
+    parts = [OUTPUTS_V5, pack(len(outputs))]
     append = parts.append
     heads: dict[str, bytes] = {}  # a batch writes to two topics: frame each name once
-    for topic, key, value, partition, _ in outputs:
+    for topic, key, value, partition, headers in outputs:
         head = heads.get(topic)
         if head is None:
             t = topic.encode()
@@ -60,14 +68,26 @@ def encode_outputs(outputs: Sequence[OutputRecord]) -> bytes:
         append(pack(len(value)))
         append(value)
         append(_I.pack(partition))
+        last = headers[-1][0] if headers else None
+        if last != TRACEPARENT and last != TRACESTATE:  # the trace context comes last (app.validator.outputs)
+            append(_NO_TRACE)
+            continue
+        trace = dict(headers[-2:])
+        parent, state = trace.get(TRACEPARENT, b""), trace.get(TRACESTATE, b"")
+        append(_TRACE.pack(len(parent), len(state)))
+        append(parent)
+        append(state)
     return b"".join(parts)
 
 
 def decode_outputs(data: bytes, commands_topic: str) -> list[OutputRecord]:
     """Parse ``encode_outputs``' bytes (headers derived from each value, as decided from ``commands_topic``), or
     an earlier version's framing: with stored headers, or headerless (64- or 32-bit lengths)."""
+    # a parked record (schemas.parked, never an Avro outcome: no magic byte 0) is written without headers
+    if data.startswith(OUTPUTS_V5):
+        return [(t, k, v, p, () if v.startswith(PARKED_MAGIC) else ce_headers(codec.decode_outcome(v), commands_topic)
+                 + trace) for t, k, v, p, trace in _decode(data, len(OUTPUTS_V5), _Q, with_trace=True)]
     if data.startswith(OUTPUTS_V4):
-        # a parked record (schemas.parked, never an Avro outcome: no magic byte 0) is written without headers
         return [(t, k, v, p, () if v.startswith(PARKED_MAGIC) else ce_headers(codec.decode_outcome(v), commands_topic))
                 for t, k, v, p, _ in _decode(data, len(OUTPUTS_V4), _Q)]
     if data.startswith(OUTPUTS_V3):
@@ -77,7 +97,8 @@ def decode_outputs(data: bytes, commands_topic: str) -> list[OutputRecord]:
     return _decode(data, 0, _I)
 
 
-def _decode(data: bytes, pos: int, length: struct.Struct, *, with_headers: bool = False) -> list[OutputRecord]:
+def _decode(data: bytes, pos: int, length: struct.Struct, *, with_headers: bool = False,
+            with_trace: bool = False) -> list[OutputRecord]:
     w = length.size
     (n,) = length.unpack_from(data, pos)
     pos += w
@@ -106,6 +127,14 @@ def _decode(data: bytes, pos: int, length: struct.Struct, *, with_headers: bool 
                 (dl,) = length.unpack_from(data, pos)
                 headers.append((name, data[pos + w:pos + w + dl]))
                 pos += w + dl
+        if with_trace:
+            pl, sl = _TRACE.unpack_from(data, pos)
+            pos += _TRACE.size
+            if pl:
+                headers.append((TRACEPARENT, data[pos:pos + pl]))
+            if sl:
+                headers.append((TRACESTATE, data[pos + pl:pos + pl + sl]))
+            pos += pl + sl
         out.append((topic, key, value, partition, tuple(headers)))
     return out
 

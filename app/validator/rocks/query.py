@@ -28,7 +28,7 @@ from app.validator.rocks.client import ShardClient
 from app.validator.rocks.shard import ShardOrderError, host_settings, rocks_root
 from app.validator.rocks.wire import column_values, int_values, read_ipc, settings_bytes, table_ipc
 from app.validator.sink import SINK_DDL, sink_options
-from app.validator.source import kafka_source
+from app.validator.source import INPUT_COLUMNS, kafka_source
 
 log = logging.getLogger("arbiter.validator.rocks")
 
@@ -184,8 +184,7 @@ def build_query(spark: Any, settings: Settings, *, available_now: bool = False) 
     """Start the rocksdb-backed validator query (the caller holds the checkpoint and checked its layout)."""
     uri = checkpoint_uri(settings)
     name = query_name(settings)
-    source = kafka_source(spark, settings, available_now=available_now).select(
-        "key", "value", "topic", "partition", "offset", "signature")
+    source = kafka_source(spark, settings, available_now=available_now).select(*INPUT_COLUMNS)
     tasks = shard_tasks(settings, str(spark.sparkContext.master), spark.sparkContext.defaultParallelism)
     if tasks < settings.partitions:
         source = source.coalesce(tasks)  # whole partitions per task, each in offset order: no shuffle

@@ -1,7 +1,7 @@
 """The shard server's wire format: one length-prefixed frame per request and per reply, over a Unix socket.
 
 A request carries one shard's share of a micro-batch as an Arrow IPC stream (the rows exactly as Spark's
-task received them: key, value, topic, partition, offset), plus the batch id, the batch's processing time,
+task received them: key, value, topic, partition, offset and the header columns), plus the batch id, the batch's processing time,
 the settings and the checkpoint. A reply carries the sink rows as an Arrow IPC stream (topic, key, value,
 partition, headers) or an error with its machine-readable code. Arrow on both sides means the task neither builds
 nor parses Python objects per row: it slices what Spark gave it and yields what the server sent back.
@@ -176,16 +176,24 @@ def read_ipc(data: bytes) -> pa.Table:
 
 
 def input_records(table: pa.Table) -> list[InputRecord]:
-    """Return the rows of a task's input table (key, value, topic, partition, offset[, signature]) as
-    ``InputRecord``s."""
+    """Return the rows of a task's input table (key, value, topic, partition, offset[, signature, traceparent,
+    tracestate]) as ``InputRecord``s."""
     records: list[InputRecord] = []
     for b in table.to_batches():
-        names = b.schema.names
-        signatures = b.column("signature").to_pylist() if "signature" in names else [None] * b.num_rows
         records += map(InputRecord, b.column("key").to_pylist(), b.column("value").to_pylist(),
                        column_values(b.column("topic")), int_values(b.column("partition")),
-                       int_values(b.column("offset")), signatures)
+                       int_values(b.column("offset")), _optional(b, "signature"), _optional(b, "traceparent"),
+                       _optional(b, "tracestate"))
     return records
+
+
+def _optional(batch: pa.RecordBatch, name: str) -> list[Any]:
+    # A header column most records lack (the trace context, when the API does not trace) is all nulls: no per-row
+    # conversion for it.
+    if name not in batch.schema.names:
+        return [None] * batch.num_rows
+    col = batch.column(name)
+    return [None] * len(col) if col.null_count == len(col) else col.to_pylist()
 
 
 def output_ipc(outputs: list[OutputRecord]) -> bytes:

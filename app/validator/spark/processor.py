@@ -63,7 +63,8 @@ class ValidatorProcessor(StatefulProcessor):
         self.recent.update((codec.encode_state(replace(EMPTY, recent=state.recent)),))
 
     def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Row]:  # noqa: N802, ANN401
-        records = [InputRecord(r.key, r.value, r.topic, r.partition, r.offset, r.signature) for r in rows]
+        records = [InputRecord(r.key, r.value, r.topic, r.partition, r.offset, r.signature, r.traceparent, r.tracestate)
+                   for r in rows]
         parked: list[OutputRecord] = []
         out, state, changed = fold(self._load, records, self.settings, self.limits, parked=parked)
         if changed and state is not None:

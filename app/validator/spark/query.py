@@ -9,7 +9,7 @@ from app.settings import Settings
 from app.validator.backend import query_name
 from app.validator.layout import check_layout
 from app.validator.sink import SINK_COLUMNS, SINK_DDL, sink_options
-from app.validator.source import kafka_source
+from app.validator.source import INPUT_COLUMNS, kafka_source
 
 log = logging.getLogger("arbiter.validator")
 
@@ -59,7 +59,7 @@ def start(spark: Any, settings: Settings, uri: str, *, available_now: bool) -> A
     from app.validator.spark.processor import ValidatorProcessor
 
     src = kafka_source(spark, settings, available_now=available_now).selectExpr(
-        "coalesce(key, X'') AS gkey", "key", "value", "topic", "partition", "offset", "signature")
+        "coalesce(key, X'') AS gkey", *INPUT_COLUMNS)
     outcomes = src.groupBy("gkey").transformWithState(
         statefulProcessor=ValidatorProcessor(settings), outputStructType=SINK_DDL, outputMode="Append",
         timeMode="ProcessingTime")
