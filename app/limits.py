@@ -63,6 +63,10 @@ OUTCOME_BYTES = 16      # Rejection.original_outcome ("ACCEPTED")
 MESSAGE_CHARS = 1000    # rejection messages built by the validator are clipped to this many characters
 MESSAGE_BYTES = 4 * MESSAGE_CHARS + 3  # UTF-8, plus the ellipsis ``commands.rejection.clip`` appends
 FALLBACK_KEEP_BYTES = 1024  # of the key and value of a command whose outcome did not fit
+# What a parked record (schemas.parked: the command's key, value and signature, its coordinates and reason) may
+# take beyond the commands record it copies: the envelope's fixed fields and a topic name, with slack. The parked
+# topic's max.message.bytes and the sink's max.request.size are M + this, so a command that fit its topic fits it.
+PARKED_MARGIN_BYTES = 1024
 # What a command carries of its sender's token (issue 27); the API copies no more than this into a command.
 # Not counted in ``max_document_bytes`` (that would cost every document ~2.4 KiB for the few callers with many groups):
 # a command within ``identity_bytes()`` of the record limit, from such a caller, is refused 413 TOO_LARGE by the
@@ -229,9 +233,15 @@ def for_settings(settings: Settings) -> SizeLimits:
     return size_limits(settings.max_message_bytes)
 
 
-def topic_config(settings: Settings) -> dict[str, str]:
-    """Return the topic-level size setting every Arbiter topic is created (or altered) with."""
-    return {"max.message.bytes": str(settings.max_message_bytes)}
+def topic_max_message_bytes(settings: Settings, topic: str) -> int:
+    """Return ``max.message.bytes`` of ``topic``: M, or M + ``PARKED_MARGIN_BYTES`` for the parked topic."""
+    m = settings.max_message_bytes
+    return m + PARKED_MARGIN_BYTES if topic == settings.parked_topic else m
+
+
+def topic_config(settings: Settings, topic: str = "") -> dict[str, str]:
+    """Return the topic-level size setting Arbiter's topic ``topic`` is created (or altered) with."""
+    return {"max.message.bytes": str(topic_max_message_bytes(settings, topic))}
 
 
 def api_producer_config(settings: Settings, *, traced: bool = False) -> dict[str, Any]:
@@ -247,7 +257,7 @@ def api_producer_config(settings: Settings, *, traced: bool = False) -> dict[str
 
 def sink_options(settings: Settings) -> dict[str, str]:
     """Return the Spark Kafka sink's (Java producer's) size options."""
-    m = settings.max_message_bytes
+    m = settings.max_message_bytes + PARKED_MARGIN_BYTES  # a parked record may be this large (schemas.parked)
     return {"kafka.max.request.size": str(m), "kafka.buffer.memory": str(max(JAVA_BUFFER_MEMORY, 2 * m))}
 
 

@@ -45,6 +45,18 @@ class Settings(BaseSettings):
     topic_commands: str = "commands"
     topic_events: str = "events"
     topic_rejections: str = "rejections"
+    topic_parked: str = Field(default="", description="Full bytes of commands that did not decode; empty = "
+                              "<topic_commands>-parked (README \"The parking lot\").")
+    topic_parked_log: str = Field(default="", description="Redrives and discards of parked records, read by the audit "
+                                  "projection; empty = <topic_commands>-parked-log.")
+    archive_uri: str = Field(default="", description="The Parquet archive (any Hadoop URI: file, s3a://, hdfs://); "
+                             "empty = <var_dir>/archive (README \"The archive\").")
+    archive_trigger_interval: str = Field(default="1 minute", description="The archive query's micro-batch interval "
+                                          "(long by default: each batch is a Parquet file per topic and date).")
+    archive_spark_master: str = Field(default="local[1]", description="The archive's own Spark application's master "
+                                      "(one core by default: it shares the host with the validator).")
+    run_archive: bool = Field(default=True, description="Whether `arbiter run` starts the archive as a component "
+                              "(`arbiter run --no-archive` for one run).")
     partitions: int = Field(default=8, ge=1, le=10_000)
     replication_factor: int = Field(default=1, ge=1)
     min_insync_replicas: int = Field(default=1, ge=1)
@@ -281,6 +293,19 @@ class Settings(BaseSettings):
     def path(self, p: Path) -> Path:
         """Resolve a configured directory against ``home`` unless it is absolute."""
         return p if p.is_absolute() else self.home / p
+
+    @property
+    def parked_topic(self) -> str:
+        return self.topic_parked or f"{self.topic_commands}-parked"
+
+    @property
+    def parked_log_topic(self) -> str:
+        return self.topic_parked_log or f"{self.topic_commands}-parked-log"
+
+    @property
+    def archive_location(self) -> str:
+        """The archive's root URI: ``archive_uri``, or ``<var_dir>/archive``."""
+        return self.archive_uri or str(self.path(self.var_dir) / "archive")
 
     @property
     def jars_dir(self) -> Path:

@@ -17,7 +17,7 @@ from app.settings import Settings
 log = logging.getLogger(__name__)
 
 
-def topic_config(settings: Settings) -> dict[str, str]:
+def topic_config(settings: Settings, name: str = "") -> dict[str, str]:
     """Topic settings a user would want; see README "Topics" for why each is set."""
     return {
         "min.insync.replicas": str(settings.min_insync_replicas),
@@ -25,7 +25,7 @@ def topic_config(settings: Settings) -> dict[str, str]:
         "cleanup.policy": "delete",
         "message.timestamp.type": "CreateTime",
         "unclean.leader.election.enable": "false",
-        **limits.topic_config(settings),  # max.message.bytes: the start of the size chain (app/limits.py)
+        **limits.topic_config(settings, name),  # max.message.bytes: the start of the size chain (app/limits.py)
     }
 
 
@@ -39,7 +39,7 @@ def ensure_topics(settings: Settings, names: list[str] | None = None, partitions
     Existing topics get ``max.message.bytes`` = ``settings.max_message_bytes`` (see ``align_max_message_bytes``),
     and what would lose records is aligned or refused (``check_durability``).
     """
-    names = names or [settings.topic_commands, settings.topic_events, settings.topic_rejections]
+    names = names or default_topics(settings)
     partitions = partitions or settings.partitions
     client = admin(settings.kafka_bootstrap)
     try:
@@ -57,7 +57,7 @@ def ensure_topics(settings: Settings, names: list[str] | None = None, partitions
     check_durability(client, settings, present, {n: existing[n] for n in present})
     new = [
         NewTopic(n, num_partitions=partitions, replication_factor=settings.replication_factor,
-                 config=topic_config(settings))
+                 config=topic_config(settings, n))
         for n in names if n not in existing
     ]
     created, raced = [], []
@@ -76,6 +76,12 @@ def ensure_topics(settings: Settings, names: list[str] | None = None, partitions
     return [t.topic for t in new if t.topic in created]
 
 
+def default_topics(settings: Settings) -> list[str]:
+    """Return the topics ``ensure_topics`` creates: commands, events, rejections and the parking lot's two."""
+    return [settings.topic_commands, settings.topic_events, settings.topic_rejections, settings.parked_topic,
+            settings.parked_log_topic]
+
+
 def ensure_lease_topic(settings: Settings) -> None:
     """Create the validator lease topic (one partition, never written: its owner in a group is the lease)."""
     ensure_topics(settings, [settings.topic_validator_leases], partitions=1)
@@ -90,8 +96,8 @@ def align_max_message_bytes(client: AdminClient, settings: Settings, names: list
     """
     if not names:
         return
-    want = str(settings.max_message_bytes)
     for name, entries in describe_configs(client, names).items():
+        want = str(limits.topic_max_message_bytes(settings, name))
         entry = entries.get("max.message.bytes")
         have = entry.value if entry is not None else None
         if have == want:
@@ -102,7 +108,7 @@ def align_max_message_bytes(client: AdminClient, settings: Settings, names: list
             for fut in client.incremental_alter_configs([change]).values():
                 fut.result(timeout=30)
         except KafkaException as e:
-            if have is None or int(have) < settings.max_message_bytes:
+            if have is None or int(have) < int(want):
                 raise SetupError(f"topic {name!r} has max.message.bytes={have}, below ARBITER_MAX_MESSAGE_BYTES={want}, "
                                  f"and altering it failed: {e}") from e
             log.warning("topic %r keeps max.message.bytes=%s (ARBITER_MAX_MESSAGE_BYTES=%s): altering failed: %s",

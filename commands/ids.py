@@ -37,3 +37,12 @@ def command_rejection_id(command_id: str, object_id: str, state_version: int, re
 def record_rejection_id(topic: str, partition: int, offset: int, reason: str) -> str:
     """Return the id of the rejection of the Kafka record at ``topic[partition]@offset``."""
     return uuid5(f"record:{topic}:{partition}:{offset}:{reason}")
+
+
+def redrive_command_id(topic: str, partition: int, offset: int) -> str:
+    """Return the command id a redrive of the parked record from ``topic[partition]@offset`` gives its command.
+
+    Derived from the record's coordinates alone, so every redrive of one record is one command to the validator's
+    dedup window (a second is a ``DUPLICATE``), whatever fix the operator made in between.
+    """
+    return uuid5(f"redrive:{topic}:{partition}:{offset}")

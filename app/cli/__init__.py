@@ -20,6 +20,8 @@ SUBCOMMANDS = [
     "app.cli.project",
     "app.cli.audit",
     "app.cli.native",
+    "app.cli.archive",
+    "app.cli.parked",
     "app.cli.backup",
     "app.cli.erase",
 ]

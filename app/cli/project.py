@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                           "offsets stored with the documents")
     db.add_argument("--rebuild", action="store_true",
                     help="replay the events topic from the beginning into a fresh store, swap it in when caught up, exit")
+    db.add_argument("--from-archive", action="store_true",
+                    help="with --rebuild: fold the Parquet archive's events first (ARBITER_ARCHIVE_URI, local), then "
+                    "read Kafka from the next offset of each partition; refused if the two leave a gap")
     audit = kinds.add_parser("audit", help="append every event and rejection to the hash-chained audit store")
     logp = kinds.add_parser("log", help="one JSON line per decision to stdout or ARBITER_LOG_FILE")
     for k in (db, audit, logp):
@@ -71,8 +74,13 @@ def _db(args: argparse.Namespace) -> int:
 
     s = get_settings()
     if args.rebuild:
-        res = rebuild_read_model(runner_config(s, "db", (s.topic_events,), assign_all=True), rebuild_target(s))
-        print(f"read model rebuilt: {res.generation} ({res.stats.records} records, {res.counts.applied} applied, "
+        archive = None
+        if args.from_archive:
+            from projections.archived import local_root
+            archive = local_root(s.archive_location)
+        res = rebuild_read_model(runner_config(s, "db", (s.topic_events,), assign_all=True), rebuild_target(s), archive)
+        print(f"read model rebuilt: {res.generation} ({res.archived} from the archive, {res.stats.records} from Kafka, "
+              f"{res.counts.applied} applied, "
               f"{res.counts.gaps} gaps, {res.counts.invalid} invalid) in {res.seconds:.1f}s; now current")
         return 0
     cfg = runner_config(s, "db", (s.topic_events,), assign_all=True, until_caught_up=args.until_caught_up,
@@ -90,7 +98,8 @@ def _audit(args: argparse.Namespace) -> int:
     from projections.audit import AuditProjection
 
     s = get_settings()
-    cfg = runner_config(s, "audit", (s.topic_events, s.topic_rejections), assign_all=True,
+    # the parked-log topic: every redrive and discard of a parked record (app.parked.lot) joins the hash chain
+    cfg = runner_config(s, "audit", (s.topic_events, s.topic_rejections, s.parked_log_topic), assign_all=True,
                         until_caught_up=args.until_caught_up, reset_out_of_range=args.reset_out_of_range)
     return _run(s, cfg, AuditProjection(audit_root(s), sync=s.projection_sync_writes))
 

@@ -27,12 +27,14 @@ from app.topics import ensure_topics
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("run", help="start broker, validator, projections and API; play a scenario; serve until Ctrl-C")
+    p = sub.add_parser("run", help="start broker, validator, projections, API and archive; play a scenario; serve until Ctrl-C")
     p.add_argument("--exit-after-scenario", action="store_true", help="stop everything once the scenario is shown")
     p.add_argument("--no-scenario", action="store_true", help="only start the pipeline")
     p.add_argument("--read-model", choices=["rocksdb", "postgresql"], default=None,
                    help="the DB projection's backend (default ARBITER_READ_MODEL, rocksdb); postgresql starts the "
                         "local server unless ARBITER_POSTGRES_DSN names one")
+    p.add_argument("--no-archive", dest="archive", action="store_false", default=None,
+                   help="do not start the Parquet archive (default ARBITER_RUN_ARCHIVE, true)")
     p.set_defaults(handler=_run)
 
 
@@ -106,6 +108,11 @@ def _run(args: argparse.Namespace) -> int:
                               ready=lambda k=kind: _log_says(sup.log_of(f"project-{k}"), "projection: assigned")))
         print(f"[5/6] API on {api_url} ...", flush=True)
         sup.start(Service("api", arbiter_argv("api"), timeout=60, ready=lambda: _healthy(f"{api_url}/healthz")))
+        if s.run_archive if args.archive is None else args.archive:
+            print(f"      archive to {s.archive_location} (its own Spark, {s.archive_spark_master}, every "
+                  f"{s.archive_trigger_interval}) ...", flush=True)
+            sup.start(Service("archive", arbiter_argv("archive", "run"), timeout=240,
+                              ready=lambda: _log_says(sup.log_of("archive"), "archive started")))
         print(f"      pipeline up in {time.monotonic() - t0:.0f}s; logs in {var / 'logs'}")
         sup.monitor()  # from here on a component that exits is restarted, the scenario's time included
         if not args.no_scenario:

@@ -19,7 +19,7 @@ def _run(args: argparse.Namespace) -> int:
 
     # SIGTERM to this process stops the validator like Ctrl-C: during start-up it raises here; once the query
     # runs, ``run``/``drain`` take both signals, stop the query, then hand its lease over at once
-    # (``app.validator.job._stop_on_signal``). A whole process group's SIGTERM also stops Spark's JVM, and the
+    # (``app.validator.waiting.stop_on_signal``). A whole process group's SIGTERM also stops Spark's JVM, and the
     # lease then expires with its session instead.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     from app.contract.registry import RegistryRegistration

@@ -105,6 +105,10 @@ class LocalBroker:
             # takeover after a crashed holder is one session timeout, which the lease tests keep at 2 s.
             "group.min.session.timeout.ms=1000",
             "auto.create.topics.enable=false",
+            # How often the broker deletes segments past retention (Kafka's default: 5 min). 2 s costs a scan of
+            # segment metadata, and lets a test watch retention delete a topic's early segments (tests/integration/
+            # test_archive.py) without waiting minutes.
+            "log.retention.check.interval.ms=2000",
             "log.flush.interval.messages=9223372036854775807",
             "",
         ])

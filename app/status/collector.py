@@ -1,5 +1,5 @@
 """Gather the figures of the status page: topic rates, validator progress, lag, rejections by reason, hot keys,
-and the health of the components ``arbiter run`` supervises."""
+the parking lot, and the health of the components ``arbiter run`` supervises."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from app.run.restart import components_path, read_components
 from app.settings import Settings
 from app.status.history import MAX_LAG_SERIES, History, percentile
 from app.status.hotkeys import HotKeys
+from app.status.parked import ParkedTail
 from app.validator.backends import BACKENDS
 from app.validator.murmur2 import partition_for
 from commands import Event, Rejection
@@ -46,6 +47,7 @@ class StatusCollector:
         self._compute = threading.Lock()  # one computation at a time (the sampler thread and page requests)
         self._latencies: list[float] = []  # seconds from issued_at to seen here, since the last computation
         self.history = History()
+        self.parked = ParkedTail(settings)
         self._sampling: threading.Event | None = None
         self._sampler: threading.Thread | None = None
 
@@ -157,6 +159,7 @@ class StatusCollector:
         if totals:
             self._last = (now, totals)
         validator = self._validator()
+        parking = self.parked.figures() if broker == "up" else None
         ends = validator.get("end_offsets", {})
         lag = {str(p): hi - ends.get(str(p), 0) for p, hi in (marks.get(s.topic_commands) or {}).items()}
         with self._lock:
@@ -175,6 +178,8 @@ class StatusCollector:
                 "lag_by_partition": lag,
                 "validator": {k: v for k, v in validator.items() if k != "end_offsets"},
                 "history": self.history.columns(),
+                # The parking lot (README "The parking lot"): None while its topics cannot be read.
+                "parking_lot": parking,
                 "hot_keys": {str(p): [{"object_id": k, "count": c, "error": e} for k, c, e in top]
                              for p, top in self.hot.top(5).items()},
                 # Written by `arbiter run` (app/run/supervisor.py); empty when the API runs on its own.
@@ -209,3 +214,4 @@ class StatusCollector:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+        self.parked.close()

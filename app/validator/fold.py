@@ -12,6 +12,7 @@ from app.signing import checker_for
 from app.traces import trace_headers
 from app.validator.decode import to_command
 from app.validator.outputs import OutputRecord, outcome_record, record_size, too_large
+from app.validator.parking import park
 from commands import Limits, ObjectState, Rejection, decide
 
 __all__ = ["InputRecord", "OutputRecord", "fold", "limits_for"]
@@ -45,7 +46,8 @@ class InputRecord(NamedTuple):
 
 
 def fold(load: Callable[[], ObjectState | None], records: Iterable[InputRecord], settings: Settings,
-         limits: Limits | None = None, *, ordered: bool = False) -> tuple[list[OutputRecord], ObjectState | None, bool]:
+         limits: Limits | None = None, *, ordered: bool = False,
+         parked: list[OutputRecord] | None = None) -> tuple[list[OutputRecord], ObjectState | None, bool]:
     """Return (output records, new state, whether any command was accepted) for one key's records.
 
     Records are sorted by (partition, offset) first unless the caller says they are ``ordered``: Spark does
@@ -54,6 +56,9 @@ def fold(load: Callable[[], ObjectState | None], records: Iterable[InputRecord],
 
     An output record over ``app.limits``' ``max_record_bytes`` becomes a ``TOO_LARGE`` rejection that fits
     (``outputs.too_large``), and its command changes nothing: one record never fails the micro-batch.
+
+    A record that did not decode (``app.validator.parking``) also gives a parked copy of its whole bytes, appended
+    to ``parked`` (both backends pass one; the outputs stay one per record). Without ``parked`` nothing is parked.
     """
     limits = limits or limits_for(settings)
     partitions = settings.partitions
@@ -70,6 +75,11 @@ def fold(load: Callable[[], ObjectState | None], records: Iterable[InputRecord],
                           keep=keep, id_bytes=sizes.max_id_bytes, signature=rec.signature, checker=checker)
         trace = trace_headers(rec.traceparent, rec.tracestate) if rec.traceparent is not None else ()
         if isinstance(item, Rejection):
+            if parked is not None:
+                item, copy = park(item, rec.key, rec.value, rec.topic, rec.partition, rec.offset, rec.signature,
+                                  settings)
+                if copy is not None:
+                    parked.append(copy)
             output = outcome_record(item, settings, rec.partition, trace)
             if record_size(output) > bound:  # by construction it fits; kept as the one guarantee for every output
                 output = too_large(item, record_size(output), sizes, settings, *rec[:5], trace)

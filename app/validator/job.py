@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from app.errors import ArbiterError, BrokerUnavailable
@@ -21,6 +18,7 @@ from app.validator.backends import backend_for
 from app.validator.lease import FENCED, TAKEN, CheckpointLeased, LeaseLost, LossCause
 from app.validator.owner import attach, loss_cause, lost_lease, release_after, take
 from app.validator.progress import QueryWatch, add_state, progress_path, write_progress
+from app.validator.waiting import await_query, stop_on_signal
 
 log = logging.getLogger("arbiter.validator")
 
@@ -74,46 +72,6 @@ def query_name_of(query: Any) -> str:  # noqa: ANN401
         return "query"
 
 
-@contextmanager
-def _stop_on_signal() -> Iterator[threading.Event]:
-    """While the driver waits on its query, SIGINT and SIGTERM set the yielded event instead of raising.
-
-    A ``KeyboardInterrupt`` raised inside a py4j call (``awaitTermination`` blocks in one) leaves that thread's
-    py4j connection with an unread answer: the next call, the ``query.stop()`` before the lease is handed
-    over, then fails with "Answer from Java side is empty". A handler that only sets a flag lets the call
-    finish (PEP 475 resumes the read). A second signal raises as before, for a driver that will not stop.
-    """
-    stop = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield stop
-        return
-
-    def handler(_signum: int, _frame: object) -> None:
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.set()
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield stop
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
-def _await(query: Any, timeout: float | None, stop: threading.Event) -> bool:  # noqa: ANN401
-    """Wait until ``query`` ends (True), ``timeout`` seconds pass or ``stop`` is set (False), in short py4j calls."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while not stop.is_set():
-        left = AWAIT_STEP_S if deadline is None else min(AWAIT_STEP_S, deadline - time.monotonic())
-        if left <= 0:
-            return False
-        if query.awaitTermination(left):
-            return True
-    return False
-
-
-AWAIT_STEP_S = 0.5
 
 
 def drain(spark, settings: Settings, timeout: float = 300) -> None:  # noqa: ANN001
@@ -139,11 +97,11 @@ def _supervise(spark, settings: Settings, *, available_now: bool, timeout: float
     """Start the query and wait for it; after a lost lease no other member holds, take it back and start again."""
     deadline = None if timeout is None else time.monotonic() + timeout
     query = build_query(spark, settings, available_now=available_now)
-    with _stop_on_signal() as stop:
+    with stop_on_signal() as stop:
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                ended = _await(query, left, stop)
+                ended = await_query(query, left, stop)
             finally:
                 release_after(query)  # a clean stop (Ctrl-C, SIGTERM to this process) hands the lease over at once
             if stop.is_set():

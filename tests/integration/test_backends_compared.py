@@ -226,7 +226,7 @@ def _by_partition(records: list[Out]) -> dict[tuple[str, int], list[Out]]:
 
 
 def _show(rec: tuple) -> str:
-    key, value, _ = rec
+    key, value = rec[0], rec[1]  # (key, value, partition, headers) of _by_partition
     o = codec.decode_outcome(value)
     what = f"{o.reason.value} at v{o.current_version}" if isinstance(o, Rejection) else f"{o.type.value} v{o.version}"
     return f"key={key!r} {what} command={o.command_id!r} principal={o.principal!r}"
@@ -299,8 +299,9 @@ def test_both_backends_write_the_same_records_in_the_same_order_as_the_oracle(
             _send(b, items)
         drain(spark, b, timeout=180)
         runs[backend] = topic_outputs(b)
+    parked: list[Out] = []
     oracle = expected_from_records(read_all(s, s.topic_commands), s.model_copy(update={
-        "topic_events": f"events-{tag}", "topic_rejections": f"rejections-{tag}"}))
+        "topic_events": f"events-{tag}", "topic_rejections": f"rejections-{tag}"}), parked)
 
     reasons = {codec.decode_rejection(v).reason for t, _, v, _, _ in oracle if t.startswith("rejections")}
     assert reasons >= REASONS, f"seed {seed}: the workload missed {REASONS - reasons}"
@@ -309,3 +310,6 @@ def test_both_backends_write_the_same_records_in_the_same_order_as_the_oracle(
     problems += _compare("rocksdb", runs["rocksdb"], "oracle", oracle)
     problems += _compare("spark", runs["spark"], "oracle", oracle, interleaved=True)
     assert not problems, f"seed {seed} (workload in {dump}):\n" + "\n".join(problems)
+    # Both backends park on the one parked topic of their shared commands topic: each expected copy twice.
+    on_topic = Counter((r.key, r.value, r.partition) for r in read_all(s, s.parked_topic))
+    assert parked and on_topic == Counter({(k, v, p): 2 for _, k, v, p, _ in parked}), (len(parked), on_topic.total())

@@ -15,11 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import pyarrow.parquet as pq
 import pytest
 
 from app.local.kafka_broker import free_port
 from app.settings import Settings, checkpoint_uri
 from app.validator.rocks.client import lanes, socket_path
+from projections import archived
 from tests.integration.browser import chromium, console_errors
 
 pytestmark = pytest.mark.integration
@@ -50,6 +52,7 @@ def pipeline(settings: Settings) -> Iterator[Run]:
     port = free_port()
     metrics = {"validator": free_port(), "db": free_port(), "audit": free_port(), "log": free_port()}
     env = {**_env(settings, port), "ARBITER_VALIDATOR_METRICS_PORT": str(metrics["validator"]),
+           "ARBITER_ARCHIVE_TRIGGER_INTERVAL": "2 seconds",
            "ARBITER_PROJECTION_METRICS_PORTS": json.dumps({k: v for k, v in metrics.items() if k != "validator"})}
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "run"], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
@@ -128,7 +131,7 @@ def test_scenario_status_page_and_clean_stop(pipeline: Run, settings: Settings, 
     assert_scenario(out)
 
     pids = {p.stem: int(p.read_text()) for p in (pipeline.var / "run").glob("*.pid")}
-    assert {"validator", "api", "project-db", "project-audit", "project-log"} <= set(pids)
+    assert {"validator", "api", "project-db", "project-audit", "project-log", "archive"} <= set(pids)
 
     load = subprocess.Popen([sys.executable, "-m", "app.cli", "load", "--via", "topic", "--rate", "150",
                              "--duration", "12", "--objects", "50", "--wait", "20"],
@@ -179,6 +182,13 @@ def test_scenario_status_page_and_clean_stop(pipeline: Run, settings: Settings, 
     # host need not wait for its session (test_validator_lease covers Ctrl-C on a validator run by hand).
     assert "left lease group" in (pipeline.var / "logs" / "validator.log").read_text()
 
+    assert "archive stopped" in (pipeline.var / "logs" / "archive.log").read_text()  # SIGTERM stopped its query
+    # The archive component copied the scenario's garbage record and its parked copy (read through the sink's log).
+    archive = pq.read_table([str(f) for f in archived.files(pipeline.var / "archive")],
+                            columns=["topic", "kind", "value", "decode_error"]).to_pylist()
+    garbage = [r for r in archive if r["topic"] == settings.topic_commands and r["decode_error"] is not None]
+    assert garbage and any(r["kind"] == "parked" for r in archive), archive[-5:]
+
 
 def _cmdline_has(pid: int, needle: bytes) -> bool:
     try:
@@ -196,8 +206,15 @@ def _watch_status_page(api: str, shots: Path, settings: Settings) -> list[tuple[
 
     operator = dev_token(settings, "operator", (OPERATE,), 600)
     assert httpx.get(f"{api}/status.json", timeout=5).status_code == 401  # the status data is for operators
-    assert httpx.get(f"{api}/status.json", timeout=5,
-                     headers={"Authorization": f"Bearer {operator}"}).status_code == 200
+    deadline = time.monotonic() + 30
+    while True:  # the scenario's garbage bytes were parked a moment ago; the page's figures trail by a second or two
+        status = httpx.get(f"{api}/status.json", timeout=5, headers={"Authorization": f"Bearer {operator}"})
+        assert status.status_code == 200
+        lot = status.json()["parking_lot"]
+        if (lot or {}).get("parked") or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert lot["parked"] >= 1 and lot["recent"][0]["reason"] == "MALFORMED", lot
     seen: list[tuple[str, ...]] = []
     with chromium(shots / "profile") as driver:
         driver.get(f"{api}/#token={operator}")
@@ -222,7 +239,7 @@ def test_the_scenario_on_the_postgresql_read_model(settings: Settings) -> None:
            "ARBITER_POSTGRES_PORT": str(free_port())}
     try:
         run = subprocess.run([sys.executable, "-m", "app.cli", "run", "--read-model", "postgresql",
-                              "--exit-after-scenario"], env=env, text=True, capture_output=True, timeout=480)
+                              "--exit-after-scenario", "--no-archive"], env=env, text=True, capture_output=True, timeout=480)
         out = run.stdout.splitlines()
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
         assert any("PostgreSQL for the read model" in line for line in out), run.stdout

@@ -142,7 +142,8 @@ def test_a_position_retention_deleted_stops_the_projections_unless_an_operator_r
     assert verify(path).entries[(settings.topic_events, 0)] == 10, "nothing appended past the hole"
 
     env = {**os.environ, "ARBITER_VAR_DIR": str(settings.var_dir), "ARBITER_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-           "ARBITER_TOPIC_EVENTS": settings.topic_events, "ARBITER_TOPIC_REJECTIONS": settings.topic_rejections}
+           "ARBITER_TOPIC_EVENTS": settings.topic_events, "ARBITER_TOPIC_REJECTIONS": settings.topic_rejections,
+           "ARBITER_TOPIC_COMMANDS": settings.topic_commands}  # the audit projection also reads <commands>-parked-log
     cli = [sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())"]
     refused = subprocess.run([*cli, "project", "audit", "--until-caught-up"], env=env, capture_output=True, text=True,
                              timeout=60, check=False)

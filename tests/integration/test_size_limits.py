@@ -20,9 +20,9 @@ from confluent_kafka.admin import ConfigResource, NewTopic, ResourceType
 from app.api.producer import producer_config
 from app.limits import SIGNATURE_HEADER_BYTES, for_settings
 from app.settings import Settings
-from app.signing import RecordSigner, signer_for
+from app.signing import SIGNATURE_HEADER, RecordSigner, signer_for
 from app.topics import admin, ensure_topics
-from app.validator.fold import InputRecord, fold, limits_for
+from app.validator.fold import InputRecord, OutputRecord, fold, limits_for
 from app.validator.job import drain
 from app.validator.murmur2 import partition_for
 from app.validator.outputs import outcome_record, record_size
@@ -142,9 +142,13 @@ def test_records_at_the_limits_are_decided_and_always_fit(spark, backend: Settin
     by_key: dict[bytes | None, list[InputRecord]] = defaultdict(list)
     for r in inputs:
         by_key[r.key].append(InputRecord(r.key, r.value, r.topic, r.partition, r.offset,
-                                         signer.sign(r.key, r.value or b"")))
-    want = [o for recs in by_key.values() for o in fold(lambda: None, recs, s)[0]]
+                                         next((v for k, v in r.headers if k == SIGNATURE_HEADER), None)))
+    parked: list[OutputRecord] = []
+    want = [o for recs in by_key.values() for o in fold(lambda: None, recs, s, parked=parked)[0]]
     assert Counter(got) == Counter(want)
+    # The records that did not decode, up to the broker's limit, are parked whole (the parked topic takes M + 1 KiB).
+    on_topic = [(r.topic, r.key, r.value, r.partition, r.headers) for r in read_all(s, s.parked_topic)]
+    assert len(parked) == 2 and Counter(on_topic) == Counter(parked), (len(parked), len(on_topic))
 
     outcomes = [codec.decode_outcome(v) for _, _, v, _, _ in got]  # type: ignore[arg-type]
     events = {(e.command_id, e.version): e for e in outcomes if isinstance(e, Event)}

@@ -16,8 +16,11 @@ import pytest
 
 from app.api.auth import OPERATE
 from app.api.main import create_app
+from app.parked import lot
 from app.settings import Settings
+from app.validator.topic_io import produce
 from commands import Command, CreateObject, UpdateObject
+from schemas import codec
 from tests.integration.browser import chromium, console_errors
 from tests.integration.test_api_support import live_pipeline, served, token
 from tests.integration.validator_oracle import send_commands
@@ -52,6 +55,16 @@ def chart_points(driver, chart: str) -> list[int]:  # noqa: ANN001
         "return c ? c.plot.data.map((s) => s.filter((v) => v !== null && v !== undefined).length) : null;", chart)
 
 
+def wait_text(driver, element: str, expected: str, timeout: float = 60) -> str:  # noqa: ANN001
+    """Wait until element ``element`` of the page reads ``expected``; return what it reads last."""
+    from selenium.webdriver.common.by import By
+
+    deadline = time.monotonic() + timeout
+    while (text := driver.find_element(By.ID, element).text) != expected and time.monotonic() < deadline:
+        time.sleep(0.3)
+    return text
+
+
 def test_charts_draw_and_move_with_load(api: str, settings: Settings, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
 
@@ -72,6 +85,17 @@ def test_charts_draw_and_move_with_load(api: str, settings: Settings, tmp_path: 
             driver.save_screenshot(str(tmp_path / "status.png"))
             canvases = {c: len(driver.find_elements(By.CSS_SELECTOR, f"#{c} canvas")) for c in CHARTS}
             state_rows = driver.find_element(By.ID, "s_rows").text
+            # The parking-lot panel: two undecodable records parked, then one redriven (fixed), one discarded.
+            empty = driver.find_element(By.ID, "parked").text
+            garbage = produce(settings, [(b"obj-x", b"\xff garbage"), (b"obj-y", b"\xfe junk")])
+            origins = [f"{settings.topic_commands}[{p}]@{o}" for p, o in garbage]
+            parked_before = wait_text(driver, "pl_parked", "2")
+            table = driver.find_element(By.ID, "parked").text
+            fixed = CreateObject("fixed-x", "obj-x", "alice", datetime.now(UTC), document="{}")
+            lot.redrive(settings, origins[0], codec.encode_command(fixed), operator="test")
+            lot.discard(settings, origins[1], operator="test")
+            after_actions = [wait_text(driver, f"pl_{k}", "1") for k in ("redriven", "discarded")]
+            parked_after = driver.find_element(By.ID, "pl_parked").text
             errors = console_errors(driver)
     finally:
         stop.set()
@@ -85,3 +109,8 @@ def test_charts_draw_and_move_with_load(api: str, settings: Settings, tmp_path: 
     assert len(after["chart_lag"]) == 1 + settings.partitions, "one lag series per partition"
     assert shot1 != shot2, "the flow chart did not change while commands flowed"
     assert state_rows not in ("–", "0"), f"the rocksdb backend's state rows are not shown: {state_rows!r}"
+    assert empty == "nothing parked", empty
+    assert parked_before == "2", parked_before
+    for origin, size in zip(origins, (9, 6), strict=True):
+        assert f"{origin} MALFORMED parked {settings.parked_topic}[" in table and f" {size} " in table, table
+    assert after_actions == ["1", "1"] and parked_after == "0", (after_actions, parked_after)

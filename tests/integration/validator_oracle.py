@@ -13,11 +13,13 @@ from confluent_kafka import Consumer, TopicPartition
 
 from app.limits import size_limits
 from app.settings import Settings
+from app.signing import SIGNATURE_HEADER
 from app.validator.decode import to_command
 from app.validator.fold import limits_for
 from app.validator.headers import ce_headers
 from app.validator.murmur2 import partition_for
 from app.validator.outputs import outcome_record, record_size, too_large
+from app.validator.parking import park
 from app.validator.topic_io import Record, produce, read_all
 from commands import Command, Event, ObjectState, Rejection, decide
 from schemas import codec
@@ -146,13 +148,14 @@ def assert_restart_decided_the_rest(settings: Settings, commands: list[Command])
     assert first == want
 
 
-def expected_from_records(records: list[Record], settings: Settings) -> list[Out]:
+def expected_from_records(records: list[Record], settings: Settings, parked: list[Out] | None = None) -> list[Out]:
     """What the validator must write for the raw ``records`` of the commands topic, garbage and misrouted included.
 
     Its own loop, not ``app.validator.fold``: every record in (partition, offset) order is decoded
     (``to_command``, without a signature check: the callers' records are all signed), decided against its
     object's state by ``commands.decide``, encoded, and replaced by a ``TOO_LARGE`` rejection when it does not
-    fit a record; only accepted commands advance the state.
+    fit a record; only accepted commands advance the state. A record that does not decode is parked
+    (``app.validator.parking``: its rejection points to the parked copy, appended to ``parked`` if given).
     """
     sizes, limits = size_limits(settings.max_message_bytes), limits_for(settings)
     states: dict[str, ObjectState | None] = {}
@@ -161,6 +164,10 @@ def expected_from_records(records: list[Record], settings: Settings) -> list[Out
         item = to_command(r.key, r.value, r.topic, r.partition, r.offset, partitions=settings.partitions,
                           keep=sizes.keep_bytes, id_bytes=sizes.max_id_bytes)
         if isinstance(item, Rejection):
+            signature = next((v for k, v in r.headers if k == SIGNATURE_HEADER), None)
+            item, copy = park(item, r.key, r.value, r.topic, r.partition, r.offset, signature, settings)
+            if copy is not None and parked is not None:
+                parked.append(copy)
             out.append(outcome_record(item, settings, r.partition))
             continue
         d = decide(states.get(item.object_id), item, limits)

@@ -21,7 +21,7 @@ ARBITER_SERVICES = {n: s for n, s in SERVICES.items() if s.get("image") == "arbi
 
 
 def test_arbiter_services_use_the_project_image() -> None:
-    assert {"validator", "project-db", "project-audit", "project-log", "api"} <= set(ARBITER_SERVICES)
+    assert {"validator", "project-db", "project-audit", "project-log", "api", "archive"} <= set(ARBITER_SERVICES)
     assert (ROOT / "Dockerfile").exists()
     for name in ("app", "commands", "projections", "schemas", "build/maven"):
         assert f"COPY {name} {name}" in (ROOT / "Dockerfile").read_text(), name

@@ -82,7 +82,8 @@ def test_every_client_is_configured_from_the_one_setting() -> None:
     s = S.model_copy(update={"max_message_bytes": 8 * M})
     sizes = limits.for_settings(s)
     assert limits.topic_config(s) == {"max.message.bytes": str(8 * M)}
-    assert limits.sink_options(s)["kafka.max.request.size"] == str(8 * M)
+    assert limits.sink_options(s)["kafka.max.request.size"] == str(8 * M + limits.PARKED_MARGIN_BYTES)
+    assert limits.topic_config(s, s.parked_topic) == {"max.message.bytes": str(8 * M + limits.PARKED_MARGIN_BYTES)}
     assert int(limits.sink_options(s)["kafka.buffer.memory"]) >= 2 * 8 * M
     assert int(limits.source_options(s)["kafka.max.partition.fetch.bytes"]) >= 8 * M
     assert int(limits.source_options(s)["kafka.fetch.max.bytes"]) >= 8 * M

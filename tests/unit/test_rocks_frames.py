@@ -92,7 +92,7 @@ def test_outputs_are_framed_with_64_bit_lengths_headers_derived_and_earlier_fram
     """Stored outputs keep no headers: they are derived from each value again, the same bytes (events, rejections,
     a record that never decoded: no subject, no time)."""
     outs = reference([random_commands(80, 10, seed=3)], settings)[0]
-    assert {o[0] for o in outs} == {settings.topic_events, settings.topic_rejections}
+    assert {o[0] for o in outs} == {settings.topic_events, settings.topic_rejections, settings.parked_topic}
     assert any(dict(o[4]).get("ce_subject") is None for o in outs)  # the junk record's rejection
     data = encode_outputs(outs)
     assert data.startswith(frames.OUTPUTS_V5)

@@ -78,12 +78,14 @@ def reference(batches: list[list[InputRecord]], settings: Settings) -> list[list
     result = []
     for batch in batches:
         outs = []
+        parked: list = []  # full copies of undecodable records: the shard writes them after the outcomes
         for r in batch:
-            out, st, changed = fold(lambda k=r.key: states.get(k), [r], settings)  # type: ignore[arg-type, return-value]
+            out, st, changed = fold(lambda k=r.key: states.get(k), [r], settings,  # type: ignore[arg-type, return-value]
+                                    parked=parked)
             if changed:
                 states[r.key] = st
             outs += out
-        result.append(outs)
+        result.append(outs + parked)
     return result
 
 

@@ -44,6 +44,15 @@ function renderState(st) {
   set("s_servers", st.servers_live === undefined ? null : st.servers_live + " (" + st.shards + ")");
 }
 
+// The parking lot: counts by status and the last parked records with their coordinates (null: not readable).
+function renderParked(pl) {
+  ["parked", "redriven", "discarded"].forEach((k) => set("pl_" + k, pl ? pl[k] : null));
+  const body = document.getElementById("parked"); body.replaceChildren();
+  (pl ? pl.recent : []).forEach((r) => body.appendChild(row([r.origin], [r.reason], [r.status],
+    [pl.topic + r.parked_at], [r.value_bytes, true], [r.rejection_id])));
+  if (!body.children.length) body.appendChild(row([pl ? "nothing parked" : "–"]));
+}
+
 // Charts of the last 15 minutes (uPlot, served from /vendor): the API keeps a point a second in s.history.
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
   "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"];
@@ -95,6 +104,7 @@ function render(s) {
   const reasons = document.getElementById("reasons"); reasons.replaceChildren();
   Object.entries(s.rejections_by_reason).forEach(([r, n]) => reasons.appendChild(row([r], [n, true])));
   if (!reasons.children.length) reasons.appendChild(row(["none yet"]));
+  renderParked(s.parking_lot);
   const lag = document.getElementById("lag"); lag.replaceChildren();
   Object.entries(s.lag_by_partition).forEach(([p, n]) => lag.appendChild(row(["partition " + p], [n, true])));
   const hot = document.getElementById("hot"); hot.replaceChildren();

@@ -29,6 +29,7 @@ from app.validator.fold import OutputRecord
 from app.validator.headers import ce_headers
 from app.validator.rocks.checkpoint import CheckpointCorrupt
 from schemas import codec
+from schemas.parked import MAGIC as PARKED_MAGIC
 
 CHUNK_BYTES = 64 * 1024 * 1024  # one RocksDB value (and one changelog entry) holds at most this much
 
@@ -82,11 +83,12 @@ def encode_outputs(outputs: Sequence[OutputRecord]) -> bytes:
 def decode_outputs(data: bytes, commands_topic: str) -> list[OutputRecord]:
     """Parse ``encode_outputs``' bytes (headers derived from each value, as decided from ``commands_topic``), or
     an earlier version's framing: with stored headers, or headerless (64- or 32-bit lengths)."""
+    # a parked record (schemas.parked, never an Avro outcome: no magic byte 0) is written without headers
     if data.startswith(OUTPUTS_V5):
-        return [(t, k, v, p, ce_headers(codec.decode_outcome(v), commands_topic) + trace)
-                for t, k, v, p, trace in _decode(data, len(OUTPUTS_V5), _Q, with_trace=True)]
+        return [(t, k, v, p, () if v.startswith(PARKED_MAGIC) else ce_headers(codec.decode_outcome(v), commands_topic)
+                 + trace) for t, k, v, p, trace in _decode(data, len(OUTPUTS_V5), _Q, with_trace=True)]
     if data.startswith(OUTPUTS_V4):
-        return [(t, k, v, p, ce_headers(codec.decode_outcome(v), commands_topic))
+        return [(t, k, v, p, () if v.startswith(PARKED_MAGIC) else ce_headers(codec.decode_outcome(v), commands_topic))
                 for t, k, v, p, _ in _decode(data, len(OUTPUTS_V4), _Q)]
     if data.startswith(OUTPUTS_V3):
         return _decode(data, len(OUTPUTS_V3), _Q, with_headers=True)

@@ -291,6 +291,7 @@ class Shard:
         stored = dict(zip(keys, raw_states, strict=True))
         limits = limits_for(settings)
         outputs: list[OutputRecord | None] = [None] * len(records)
+        parked: list[OutputRecord] = []  # full copies of records that did not decode (app.validator.parking)
         stamp = _Q.pack(now_ms)
         for key, (idx, recs) in by_key.items():
             hit = cached.get(key) if key is not None else None
@@ -298,7 +299,7 @@ class Shard:
                 load = partial(aged_state, hit[1], hit[0], now_ms, settings)
             else:
                 load = partial(self._load, key, stored.get(key) if key is not None else None, now_ms, settings)
-            outs, new_state, changed = fold(load, recs, settings, limits, ordered=True)
+            outs, new_state, changed = fold(load, recs, settings, limits, ordered=True, parked=parked)
             if len(outs) != len(idx):
                 raise ShardStateError(f"fold returned {len(outs)} outcomes for {len(idx)} records")
             if len(idx) == 1:
@@ -316,7 +317,7 @@ class Shard:
                     cache.discard(key)
                 if new_state.deleted:
                     entries.append((TOMB + _Q.pack(now_ms + settings.tombstone_ttl_ms) + key, b""))
-        return [o for o in outputs if o is not None]
+        return [o for o in outputs if o is not None] + parked
 
     def _load(self, key: bytes | None, raw: bytes | None, now_ms: int, settings: Settings) -> ObjectState | None:
         """Return ``load_state`` of ``raw``; keep the state as decoded in the cache."""

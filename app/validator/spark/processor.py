@@ -21,7 +21,7 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from app.settings import Settings
-from app.validator.fold import InputRecord, fold, limits_for
+from app.validator.fold import InputRecord, OutputRecord, fold, limits_for
 from app.validator.pyworker import freeze_imports_once
 from commands import ObjectState
 from schemas import codec
@@ -65,10 +65,11 @@ class ValidatorProcessor(StatefulProcessor):
     def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Row]:  # noqa: N802, ANN401
         records = [InputRecord(r.key, r.value, r.topic, r.partition, r.offset, r.signature, r.traceparent, r.tracestate)
                    for r in rows]
-        out, state, changed = fold(self._load, records, self.settings, self.limits)
+        parked: list[OutputRecord] = []
+        out, state, changed = fold(self._load, records, self.settings, self.limits, parked=parked)
         if changed and state is not None:
             self._store(state)
-        for topic, k, v, p, h in out:
+        for topic, k, v, p, h in out + parked if parked else out:
             yield Row(topic=topic, key=k, value=v, partition=p, headers=h)
 
     def close(self) -> None:

@@ -1,0 +1,206 @@
+"""Read the parked topic and its log; redrive a parked record to the commands topic, or discard it, with a log record.
+
+Every redrive and discard is first written to the parked-log topic (one JSON record, keyed by the parked record's
+origin), which the audit projection chains like the decisions; then a redrive produces its command. A redrive
+whose command was lost after the log record is redone by running it again: the command id is the same.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from app.errors import BrokerUnavailable
+from app.settings import Settings
+from app.signing import signer_for
+from app.validator.topic_io import Record, producer, read_all
+from commands.errors import ArbiterError
+from commands.ids import redrive_command_id
+from schemas import codec, parked
+from schemas.codec import DecodeError
+
+ACTIONS = ("redrive", "discard")
+_DONE = {"redrive": "redriven", "discard": "discarded"}
+
+
+class ParkedNotFound(ArbiterError):
+    """No parked record comes from the given coordinates."""
+
+    code = "PARKED_NOT_FOUND"
+
+
+class ParkedNotRedrivable(ArbiterError):
+    """The bytes to redrive do not decode into a command (fix them with --value-file), or it was already handled."""
+
+    code = "PARKED_NOT_REDRIVABLE"
+
+
+@dataclass
+class ParkedEntry:
+    """One parked record (the first copy: a replayed batch may have written an identical second), and its fate."""
+
+    record: parked.Parked
+    at: tuple[int, int]                      # (partition, offset) on the parked topic
+    copies: int = 1
+    actions: list[dict[str, Any]] = field(default_factory=list)
+    key_bytes: int | None = None             # sizes of the original key and value (kept when the bytes are not)
+    value_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.key_bytes is None and self.record.key is not None:
+            self.key_bytes = len(self.record.key)
+        if self.value_bytes is None and self.record.value is not None:
+            self.value_bytes = len(self.record.value)
+
+    @property
+    def status(self) -> str:
+        return _DONE.get(self.actions[-1].get("action"), "logged") if self.actions else "parked"
+
+    def summary(self) -> dict[str, Any]:
+        p = self.record
+        return {"origin": p.where, "reason": p.reason, "rejection_id": p.rejection_id, "status": self.status,
+                "parked_at": f"[{self.at[0]}]@{self.at[1]}", "key_bytes": self.key_bytes,
+                "value_bytes": self.value_bytes, "copies": self.copies, "actions": self.actions}
+
+
+class Ledger:
+    """The parking lot folded from the parked topic and its log, in any interleaving of the two.
+
+    ``keep_bytes=False`` keeps each record's coordinates, reason and sizes but not its bytes (the status page).
+    """
+
+    def __init__(self, *, keep_bytes: bool = True) -> None:
+        self.keep_bytes = keep_bytes
+        self.entries: dict[str, ParkedEntry] = {}       # by origin, in the order first seen
+        self._actions: dict[str, list[dict[str, Any]]] = {}
+
+    def add_parked(self, partition: int, offset: int, value: bytes | None) -> None:
+        try:
+            p = parked.decode(value or b"")
+        except parked.ParkedFormatError:
+            return  # not written by the validator; the parking lot has nothing to do with it
+        seen = self.entries.get(p.where)
+        if seen is not None:
+            seen.copies += 1
+            return
+        sizes = (None if p.key is None else len(p.key), None if p.value is None else len(p.value))
+        if not self.keep_bytes:
+            p = replace(p, key=None, signature=None, value=None)
+        self.entries[p.where] = ParkedEntry(p, (partition, offset), actions=self._actions.setdefault(p.where, []),
+                                            key_bytes=sizes[0], value_bytes=sizes[1])
+
+    def add_action(self, value: bytes | None) -> None:
+        try:
+            action = json.loads(value or b"")
+            origin = action["origin"]
+        except (ValueError, KeyError, TypeError):
+            return
+        if isinstance(origin, str):
+            self._actions.setdefault(origin, []).append(action)
+
+    def counts(self) -> dict[str, int]:
+        """Return how many parked records are parked (untouched), redriven and discarded."""
+        out = dict.fromkeys(("parked", "redriven", "discarded"), 0)
+        for e in self.entries.values():
+            out[e.status] = out.get(e.status, 0) + 1
+        return out
+
+
+def origin_of(where: str) -> tuple[str, int, int]:
+    """Parse ``topic[partition]@offset``."""
+    try:
+        head, offset = where.rsplit("@", 1)
+        topic, partition = head[:-1].rsplit("[", 1)
+        return topic, int(partition), int(offset)
+    except ValueError as e:
+        raise ParkedNotFound(f"{where!r} is not topic[partition]@offset") from e
+
+
+def entries(settings: Settings) -> list[ParkedEntry]:
+    """Return every parked record, oldest first per partition, with the redrives and discards logged for it."""
+    ledger = Ledger()
+    for rec in read_all(settings, settings.parked_topic):
+        ledger.add_parked(rec.partition, rec.offset, rec.value)
+    for rec in read_all(settings, settings.parked_log_topic):
+        ledger.add_action(rec.value)
+    return list(ledger.entries.values())
+
+
+def find(settings: Settings, where: str) -> ParkedEntry:
+    """Return the parked record from ``where`` (``topic[partition]@offset`` on the commands topic)."""
+    topic, partition, offset = origin_of(where)
+    for e in entries(settings):
+        if (e.record.topic, e.record.partition, e.record.offset) == (topic, partition, offset):
+            return e
+    raise ParkedNotFound(f"nothing is parked from {where} in {settings.parked_topic}")
+
+
+def redrive_record(entry: ParkedEntry, value: bytes | None) -> tuple[bytes, bytes, str]:
+    """Return (key, value, command id) of the command a redrive of ``entry`` produces: ``value`` (the operator's
+    fix) or the parked bytes, decoded, with the command id derived from the parked record's origin."""
+    p = entry.record
+    data = p.value if value is None else value
+    try:
+        command = codec.decode_command(data or b"")
+    except DecodeError as e:
+        raise ParkedNotRedrivable(f"{p.where}: the {'fixed' if value is not None else 'parked'} bytes do not decode "
+                                  f"into a command ({e}); write a fixed record value and pass --value-file") from e
+    command_id = redrive_command_id(p.topic, p.partition, p.offset)
+    command = replace(command, command_id=command_id)
+    return command.object_id.encode("utf-8"), codec.encode_command(command), command_id
+
+
+def _log(settings: Settings, entry: ParkedEntry, action: str, operator: str | None, note: str,
+         extra: dict[str, Any]) -> dict[str, Any]:
+    p = entry.record
+    record = {"action": action, "origin": p.where, "rejection_id": p.rejection_id, "reason": p.reason,
+              "parked_at": {"topic": settings.parked_topic, "partition": entry.at[0], "offset": entry.at[1]},
+              "operator": operator or getpass.getuser(), "note": note,
+              "at": datetime.now(UTC).isoformat(timespec="microseconds"), **extra}
+    _send(settings, settings.parked_log_topic, p.where.encode(), json.dumps(record, sort_keys=True).encode(),
+          p.partition % max(1, settings.partitions), ())
+    return record
+
+
+def _send(settings: Settings, topic: str, key: bytes, value: bytes, partition: int | None,
+          headers: list[tuple[str, bytes]] | tuple[()]) -> None:
+    errors: list[str] = []
+    prod = producer(settings, **{"message.max.bytes": str(settings.max_message_bytes)})
+    kwargs: dict[str, Any] = {} if partition is None else {"partition": partition}
+    prod.produce(topic, value=value, key=key, headers=list(headers),
+                 on_delivery=lambda err, _msg: errors.append(str(err)) if err is not None else None, **kwargs)
+    if prod.flush(60) != 0 or errors:
+        raise BrokerUnavailable(f"producing to {topic} failed: {errors[:3] or 'flush timed out'}")
+
+
+def redrive(settings: Settings, where: str, value: bytes | None = None, *, operator: str | None = None,
+            note: str = "", again: bool = False) -> dict[str, Any]:
+    """Log, then produce the command of the parked record from ``where``; return the log record.
+
+    A record already redriven or discarded is refused unless ``again``: a second redrive carries the same
+    command id, so the validator answers it ``DUPLICATE`` within its dedup window (``ARBITER_DEDUP_TTL_MS``).
+    """
+    entry = find(settings, where)
+    if entry.actions and not again:
+        raise ParkedNotRedrivable(f"{where} was already {entry.status} ({entry.actions[-1]['at']}); pass --again to "
+                                  "redrive it once more (same command id: the validator answers DUPLICATE)")
+    key, data, command_id = redrive_record(entry, value)
+    record = _log(settings, entry, "redrive", operator, note,
+                  {"command_id": command_id, "object_id": key.decode("utf-8"), "fixed": value is not None})
+    _send(settings, settings.topic_commands, key, data, None, signer_for(settings).headers(key, data))
+    return record
+
+
+def discard(settings: Settings, where: str, *, operator: str | None = None, note: str = "") -> dict[str, Any]:
+    """Log that the parked record from ``where`` is given up; return the log record (the bytes stay on the topic)."""
+    entry = find(settings, where)
+    if entry.actions:
+        raise ParkedNotRedrivable(f"{where} was already {entry.status} ({entry.actions[-1]['at']})")
+    return _log(settings, entry, "discard", operator, note, {})
+
+
+__all__ = ["ACTIONS", "Ledger", "ParkedEntry", "ParkedNotFound", "ParkedNotRedrivable", "Record", "discard", "entries", "find",
+           "origin_of", "redrive", "redrive_record"]

@@ -1,0 +1,72 @@
+"""The archive component's stop and failure paths (``app.archive.run``), with Spark replaced by a scripted query."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.archive import run as archive_run
+from app.settings import Settings
+
+pytestmark = pytest.mark.unit
+
+
+class Query:
+    """What ``run`` calls on a streaming query; ``wait`` scripts its awaitTermination."""
+
+    name = "arbiter-archive"
+    lastProgress = None  # noqa: N815 - pyspark's name
+    isActive = True  # noqa: N815
+
+    def __init__(self, wait: Any) -> None:  # noqa: ANN401
+        self.wait, self.stopped = wait, 0
+
+    def awaitTermination(self, timeout: float) -> bool:  # noqa: N802
+        return self.wait()
+
+    def stop(self) -> None:
+        self.stopped += 1
+        raise RuntimeError("An error occurred while calling o98.stop.")  # the JVM got the group's SIGTERM too
+
+
+class Session:
+    stopped = 0
+
+    def stop(self) -> None:
+        self.stopped += 1
+
+
+def _run(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, query: Query) -> Session:
+    spark = Session()
+    monkeypatch.setattr(archive_run, "session", lambda s: spark)
+    monkeypatch.setattr(archive_run, "start", lambda sp, s, available_now: query)
+    archive_run.run(Settings(var_dir=tmp_path))
+    return spark
+
+
+def test_a_stop_signal_ends_the_archive_cleanly_whichever_side_stops_first(monkeypatch: pytest.MonkeyPatch,
+                                                                           tmp_path: Path,
+                                                                           caplog: pytest.LogCaptureFixture) -> None:
+    def signalled_then_failed() -> bool:
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler only sets the stop flag
+        raise RuntimeError("Query arbiter-archive terminated with error")  # ...and the JVM went first
+
+    for wait in (lambda: os.kill(os.getpid(), signal.SIGTERM) or False, signalled_then_failed):
+        query = Query(wait)
+        caplog.clear()
+        with caplog.at_level("INFO", "arbiter.archive"):
+            spark = _run(monkeypatch, tmp_path, query)
+        assert "archive stopped" in caplog.text and spark.stopped == 1
+
+
+def test_a_failed_query_is_archive_failed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def failed() -> bool:
+        raise RuntimeError("Partition commands-0's offset was changed from 10 to 0, some data may have been missed")
+
+    with pytest.raises(archive_run.ArchiveFailed, match="offset was changed") as e:
+        _run(monkeypatch, tmp_path, Query(failed))
+    assert e.value.code == "ARCHIVE_FAILED"
