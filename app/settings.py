@@ -55,6 +55,9 @@ class Settings(BaseSettings):
                                           "(long by default: each batch is a Parquet file per topic and date).")
     archive_spark_master: str = Field(default="local[1]", description="The archive's own Spark application's master "
                                       "(one core by default: it shares the host with the validator).")
+    archive_compact_every_s: float = Field(default=3600.0, ge=0, description="How often the running archive compacts "
+                                           "its finished date partitions (local archives; 0 = never: run "
+                                           "`arbiter archive compact` yourself).")
     run_archive: bool = Field(default=True, description="Whether `arbiter run` starts the archive as a component "
                               "(`arbiter run --no-archive` for one run).")
     partitions: int = Field(default=8, ge=1, le=10_000)

@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import uuid
+from collections.abc import Callable
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -61,4 +63,44 @@ def compact(spark: Any, root: Path, topic: str, day: str) -> int:  # noqa: ANN40
     return len(sources)
 
 
-__all__ = ["compact", "files", "finished"]
+def compact_finished(spark: Any, root: Path, today: date | None = None) -> int:  # noqa: ANN401
+    """Compact every finished partition of the archive at ``root``; return how many files were replaced."""
+    return sum(compact(spark, root, topic, day) for topic, day in finished(root, today))
+
+
+class Compactor:
+    """Compact the running archive's finished partitions every ``every_s`` seconds, in a thread of its own.
+
+    It shares the archive's Spark session (jobs from two threads are fine). A pass that fails is logged and tried
+    again next time: compaction only adds files beside the sink's, so a failed pass loses nothing.
+    """
+
+    def __init__(self, work: Callable[[], int], every_s: float) -> None:
+        self._work, self._every = work, every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="arbiter-archive-compactor", daemon=True)
+        self.passes = 0
+
+    def start(self) -> Compactor:
+        if self._every > 0:
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._every):
+            try:
+                replaced = self._work()
+            except Exception as e:  # noqa: BLE001 - logged; the archive itself goes on
+                log.warning("archive: scheduled compaction failed, tried again in %g s: %s", self._every, e)
+            else:
+                if replaced:
+                    log.info("archive: scheduled compaction replaced %d files", replaced)
+            self.passes += 1
+
+
+__all__ = ["Compactor", "compact", "compact_finished", "files", "finished"]

@@ -7,11 +7,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from app.archive.compact import Compactor, compact_finished
 from app.archive.query import locations, start
 from app.errors import ArbiterError
 from app.settings import Settings
 from app.validator.progress import QueryWatch, write_progress
 from app.validator.waiting import await_query, stop_on_signal
+from projections.archived import local_root
 
 log = logging.getLogger("arbiter.archive")
 PROGRESS_FILE = "archive-progress.json"
@@ -48,9 +50,11 @@ def run(settings: Settings, *, once: bool = False) -> None:
     """
     spark = session(settings)
     stopping = False
+    compactor = _compactor(spark, settings, once)
     try:
         with stop_on_signal() as stop:
             query = start(spark, settings, available_now=once)
+            compactor.start()
             watch = QueryWatch(query, progress_path(settings))
             log.info("archive started: query=%s path=%s checkpoint=%s master=%s trigger=%s", query.name,
                      *locations(settings), settings.archive_spark_master,
@@ -64,6 +68,7 @@ def run(settings: Settings, *, once: bool = False) -> None:
                     raise ArchiveFailed(f"the archive query failed: {_first_line(e)}") from e
                 log.info("archive: its Spark JVM stopped first (%s)", _first_line(e))
             finally:
+                compactor.stop()
                 watch.stop()
                 stopping = stop.is_set()
         if stopping:
@@ -79,6 +84,19 @@ def run(settings: Settings, *, once: bool = False) -> None:
             if not stopping:
                 raise
             log.debug("spark.stop() after the JVM stopped: %s", e)
+
+
+def _compactor(spark: Any, settings: Settings, once: bool) -> Compactor:  # noqa: ANN401
+    """Return the scheduled compaction of a running, local archive (``archive_compact_every_s``; never for --once)."""
+    every = 0.0 if once else settings.archive_compact_every_s
+    try:
+        root = local_root(settings.archive_location)
+    except ArbiterError:
+        if every:
+            log.info("archive: %s is not local; compact it with Spark yourself", settings.archive_location)
+        every = 0.0
+        root = Path()
+    return Compactor(lambda: compact_finished(spark, root), every)
 
 
 def _first_line(e: BaseException) -> str:

@@ -45,12 +45,13 @@ def _run(args: argparse.Namespace) -> int:
 
 def _compact(args: argparse.Namespace) -> int:
     from app.archive.compact import compact, finished
+    from app.archive.query import kinds
     from projections.archived import local_root
 
     root = local_root(get_settings().archive_location)
     todo = [(t, d) for t, d in finished(root) if (args.topic in (None, t)) and (args.date in (None, d))]
-    if args.date and args.topic:
-        todo = [(args.topic, args.date)]
+    if args.date:  # even today's, as its help says: every topic unless one is named
+        todo = [(t, args.date) for t in ([args.topic] if args.topic else kinds(get_settings()))]
     if not todo:
         print("nothing to compact")
         return 0

@@ -70,3 +70,41 @@ def test_a_failed_query_is_archive_failed(monkeypatch: pytest.MonkeyPatch, tmp_p
     with pytest.raises(archive_run.ArchiveFailed, match="offset was changed") as e:
         _run(monkeypatch, tmp_path, Query(failed))
     assert e.value.code == "ARCHIVE_FAILED"
+
+
+def test_the_scheduled_compaction_runs_every_interval_survives_a_failed_pass_and_stops() -> None:
+    import threading
+
+    from app.archive.compact import Compactor
+
+    calls: list[int] = []
+    third = threading.Event()
+
+    def work() -> int:
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("disk full")  # a failed pass is logged; the next one still comes
+        if len(calls) >= 3:
+            third.set()
+        return 2
+
+    compactor = Compactor(work, 0.01).start()
+    assert third.wait(10), "the compactor stopped after a failed pass"
+    compactor.stop()
+    n = len(calls)
+    assert compactor.passes >= 3
+    threading.Event().wait(0.05)
+    assert len(calls) == n, "the compactor went on after stop()"
+    idle = Compactor(work, 0).start()  # 0 = never
+    idle.stop()
+    assert len(calls) == n
+
+
+def test_only_a_running_local_archive_compacts_on_a_schedule(tmp_path: Path) -> None:
+    s = Settings(var_dir=tmp_path / "var")
+    assert archive_run._compactor(None, s, once=False)._every == 3600.0
+    assert archive_run._compactor(None, s, once=True)._every == 0.0  # --once: what the topics hold, then exit
+    remote = s.model_copy(update={"archive_uri": "s3a://bucket/archive"})
+    assert archive_run._compactor(None, remote, once=False)._every == 0.0
+    off = s.model_copy(update={"archive_compact_every_s": 0})
+    assert archive_run._compactor(None, off, once=False)._every == 0.0
