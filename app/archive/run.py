@@ -7,11 +7,14 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from app.archive.erase import lock
 from app.archive.query import locations, start
 from app.errors import ArbiterError
 from app.settings import Settings
+from app.validator.lock import FileLock
 from app.validator.progress import QueryWatch, write_progress
 from app.validator.waiting import await_query, stop_on_signal
+from projections.archived import local_root
 
 log = logging.getLogger("arbiter.archive")
 PROGRESS_FILE = "archive-progress.json"
@@ -46,6 +49,26 @@ def run(settings: Settings, *, once: bool = False) -> None:
     A stop is clean whatever the order in which the driver and its JVM get the signal (``arbiter run`` signals
     the whole process group): the batch under way is not in the sink's log and is redone on the next start.
     """
+    held = _lock(settings)  # an erasure rewrites the archive's files: never under a running query
+    try:
+        _run(settings, once=once)
+    finally:
+        if held is not None:
+            held.release()
+
+
+def _lock(settings: Settings) -> FileLock | None:
+    """Take a local archive's lock (``ArchiveBusy`` if held); a remote archive has none."""
+    from urllib.parse import urlparse
+
+    if urlparse(settings.archive_location).scheme not in ("", "file"):
+        return None
+    root = local_root(settings.archive_location)
+    root.mkdir(parents=True, exist_ok=True)
+    return lock(root, "starting another archive query")
+
+
+def _run(settings: Settings, *, once: bool) -> None:
     spark = session(settings)
     stopping = False
     try:
