@@ -12,7 +12,8 @@ Spark's file-sink log records each file's size and modification time (``SinkFile
 listed file with that size: so each log entry naming a rewritten file gets its new size and time, the log file
 rewritten the same way. Both steps are idempotent, and the log step re-derives what to fix from the files
 (``arbiter.erased`` and a size that differs), so a purge stopped between them is finished by running it again.
-The archive query must be stopped (``lock``: ``arbiter archive run`` and ``compact`` hold it).
+The archive query and compaction must be stopped (``lock_all``: ``arbiter archive run`` holds ``_lock``,
+``arbiter archive compact`` ``_compact.lock``, so the two still run side by side).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from app.validator.lock import FileLock
 from projections.archived import COMPACTED, STREAM, local_path
 
 MARKER = b"arbiter.erased"
-LOCK = "_lock"  # a hidden name for Spark: "_" prefixed files are not data
+LOCK, COMPACT_LOCK = "_lock", "_compact.lock"  # hidden names for Spark: "_" prefixed files are not data
 
 
 class ArchiveBusy(ArbiterError):
@@ -38,13 +39,24 @@ class ArchiveBusy(ArbiterError):
     code = "ARCHIVE_BUSY"
 
 
-def lock(root: Path, what: str) -> FileLock:
-    """Take the archive's lock (``root/_lock``) or raise ``ArchiveBusy`` naming its holder."""
-    held = FileLock(root / LOCK)
+def lock(root: Path, what: str, name: str = LOCK) -> FileLock:
+    """Take one of the archive's locks (the query's ``_lock``, compaction's ``_compact.lock``) or raise
+    ``ArchiveBusy`` naming its holder."""
+    held = FileLock(root / name)
     if not held.try_acquire():
-        raise ArchiveBusy(f"the archive {root} is in use by pid {held.holder()} (arbiter archive run or compact): "
-                          f"stop it before {what}")
+        raise ArchiveBusy(f"the archive {root} is in use by pid {held.holder()} (arbiter archive "
+                          f"{'compact' if name == COMPACT_LOCK else 'run'}): stop it before {what}")
     return held
+
+
+def lock_all(root: Path, what: str) -> list[FileLock]:
+    """Take both locks: no query writes the stream and no compaction copies it while an erasure rewrites them."""
+    first = lock(root, what)
+    try:
+        return [first, lock(root, what, COMPACT_LOCK)]
+    except BaseException:
+        first.release()
+        raise
 
 
 class ArchiveNotDeleted(ArbiterError):
@@ -62,11 +74,11 @@ class ArchiveErasure:
     log_entries: int = 0
 
 
-def erase_archive(root: Path, object_id: str, held: FileLock | None = None) -> ArchiveErasure:
+def erase_archive(root: Path, object_id: str, held: list[FileLock] | None = None) -> ArchiveErasure:
     """Null the value of ``object_id``'s rows (but its DELETED event's) in every Parquet file of the archive,
-    under the archive's lock (``held``, else taken here)."""
+    under the archive's locks (``held``, else taken here)."""
     done = ArchiveErasure()
-    held = held or lock(root, "erasing")
+    held = held or lock_all(root, "erasing")
     try:
         found = {f: _types(f, object_id) for f in sorted(p for d in (STREAM, COMPACTED)
                                                           for p in (root / d).rglob("*.parquet"))}
@@ -81,7 +93,8 @@ def erase_archive(root: Path, object_id: str, held: FileLock | None = None) -> A
                 done.rows += n
         done.log_entries = _sync_log(root / STREAM)
     finally:
-        held.release()
+        for h in held:
+            h.release()
     return done
 
 

@@ -54,9 +54,9 @@ def _compact(args: argparse.Namespace) -> int:
     if not todo:
         print("nothing to compact")
         return 0
-    from app.archive.erase import lock
+    from app.archive.erase import COMPACT_LOCK, lock
 
-    held = lock(root, "compacting")
+    held = lock(root, "compacting", COMPACT_LOCK)
     try:
         spark = _session()
         try:

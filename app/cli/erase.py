@@ -49,7 +49,7 @@ def _erase(args: argparse.Namespace) -> int:
     else:
         from app.archive.erase import erase_archive
 
-        done_archive = erase_archive(archive.path.parent, args.object_id, archive)
+        done_archive = erase_archive(archive[0].path.parent, args.object_id, archive)
         for f in done_archive.files:
             print(f"archive: {f} rewritten")
         print(f"archive: {done_archive.rows} row value(s) erased in {len(done_archive.files)} file(s), "
@@ -63,12 +63,12 @@ def _is_local(uri: str) -> bool:
     return urlparse(uri).scheme in ("", "file")
 
 
-def _archive_lock(s: Settings) -> FileLock | None:
-    """Take a local archive's lock, or raise ``ArchiveBusy``; None when there is no local archive."""
-    from app.archive.erase import lock
+def _archive_lock(s: Settings) -> list[FileLock] | None:
+    """Take a local archive's locks, or raise ``ArchiveBusy``; None when there is no local archive."""
+    from app.archive.erase import lock_all
     from projections.archived import local_root
 
     if not _is_local(s.archive_location):
         return None
     root = local_root(s.archive_location)
-    return lock(root, "erasing") if root.is_dir() else None
+    return lock_all(root, "erasing") if root.is_dir() else None

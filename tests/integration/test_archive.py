@@ -6,6 +6,7 @@ topics (the suite's time budget).
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -17,7 +18,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 from app.archive import compact as compaction
-from app.archive.erase import ArchiveBusy, erase_archive
+from app.archive.erase import COMPACT_LOCK, LOCK, ArchiveBusy, erase_archive
 from app.archive.erase import lock as archive_lock
 from app.archive.query import locations
 from app.archive.query import start as start_archive
@@ -214,12 +215,17 @@ def test_archive_rebuild_after_retention_and_parking(spark, settings: Settings, 
     stream_rows = spark.read.parquet(locations(s)[0]).count()
     duck_rows = con.execute("SELECT count(*) FROM read_parquet($files, hive_partitioning = true)",
                             {"files": files}).fetchone()
-    held = archive_lock(root, "testing")
-    with pytest.raises(ArchiveBusy):
-        erase_archive(root, "obj-x")
-    done = erase_archive(root, "obj-x", held)
+    for name in (LOCK, COMPACT_LOCK):  # a running query or compaction refuses the erasure
+        held = archive_lock(root, "testing", name)
+        with pytest.raises(ArchiveBusy):
+            erase_archive(root, "obj-x")
+        held.release()
+    done = erase_archive(root, "obj-x")
     assert holding() == []
     assert done.rows >= 7 and done.log_entries >= 2  # 4 commands, 3 events (the DELETED keeps its value); log sizes
+    logged = [json.loads(line) for f in (root / "stream" / "_spark_metadata").iterdir() if f.name[0].isdigit()
+              for line in f.read_text().splitlines()[1:]]
+    assert all(e["size"] == archived.local_path(e["path"]).stat().st_size for e in logged)  # the sink's log agrees
     assert erase_archive(root, "obj-x").rows == 0  # idempotent
     spark.read.parquet(locations(s)[0]).createOrReplaceTempView("erased")
     assert spark.sql("SELECT count(*) AS n FROM erased").collect()[0]["n"] == stream_rows
