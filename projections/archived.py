@@ -46,7 +46,8 @@ def local_root(uri: str) -> Path:
                        code="ARCHIVE_NOT_LOCAL")
 
 
-def _local(path: str) -> Path:
+def local_path(path: str) -> Path:
+    """Return the local path of a file named in the sink's log (a ``file:`` URI or a path)."""
     parsed = urlparse(path)
     return Path(unquote(parsed.path)) if parsed.scheme in ("file", "") else Path(path)
 
@@ -71,7 +72,7 @@ def sink_log(stream: Path) -> list[Path]:
         for line in lines[1:]:
             entry = json.loads(line)
             if entry.get("action", "add") == "add":
-                live[entry["path"]] = _local(entry["path"])
+                live[entry["path"]] = local_path(entry["path"])
             else:
                 live.pop(entry["path"], None)
     return sorted(live.values())

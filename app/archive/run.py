@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 from app.archive.compact import Compactor, compact_finished
+from app.archive.erase import COMPACT_LOCK, ArchiveBusy, lock
 from app.archive.query import locations, start
 from app.errors import ArbiterError
 from app.settings import Settings
+from app.validator.lock import FileLock
 from app.validator.progress import QueryWatch, write_progress
 from app.validator.waiting import await_query, stop_on_signal
 from projections.archived import local_root
@@ -48,6 +50,26 @@ def run(settings: Settings, *, once: bool = False) -> None:
     A stop is clean whatever the order in which the driver and its JVM get the signal (``arbiter run`` signals
     the whole process group): the batch under way is not in the sink's log and is redone on the next start.
     """
+    held = _lock(settings)  # an erasure rewrites the archive's files: never under a running query
+    try:
+        _run(settings, once=once)
+    finally:
+        if held is not None:
+            held.release()
+
+
+def _lock(settings: Settings) -> FileLock | None:
+    """Take a local archive's lock (``ArchiveBusy`` if held); a remote archive has none."""
+    from urllib.parse import urlparse
+
+    if urlparse(settings.archive_location).scheme not in ("", "file"):
+        return None
+    root = local_root(settings.archive_location)
+    root.mkdir(parents=True, exist_ok=True)
+    return lock(root, "starting another archive query")
+
+
+def _run(settings: Settings, *, once: bool) -> None:
     spark = session(settings)
     stopping = False
     compactor = _compactor(spark, settings, once)
@@ -96,7 +118,20 @@ def _compactor(spark: Any, settings: Settings, once: bool) -> Compactor:  # noqa
             log.info("archive: %s is not local; compact it with Spark yourself", settings.archive_location)
         every = 0.0
         root = Path()
-    return Compactor(lambda: compact_finished(spark, root), every)
+    return Compactor(lambda: _compact_pass(spark, root), every)
+
+
+def _compact_pass(spark: Any, root: Path) -> int:  # noqa: ANN401
+    """One scheduled pass under compaction's lock (``arbiter archive compact`` takes it too); skipped if held."""
+    try:
+        held = lock(root, "compacting", COMPACT_LOCK)
+    except ArchiveBusy as e:
+        log.info("archive: scheduled compaction skipped: %s", e)
+        return 0
+    try:
+        return compact_finished(spark, root)
+    finally:
+        held.release()
 
 
 def _first_line(e: BaseException) -> str:

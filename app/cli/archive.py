@@ -55,12 +55,18 @@ def _compact(args: argparse.Namespace) -> int:
     if not todo:
         print("nothing to compact")
         return 0
-    spark = _session()
+    from app.archive.erase import COMPACT_LOCK, lock
+
+    held = lock(root, "compacting", COMPACT_LOCK)
     try:
-        for topic, day in todo:
-            print(f"{topic} {day}: {compact(spark, root, topic, day)} files compacted")
+        spark = _session()
+        try:
+            for topic, day in todo:
+                print(f"{topic} {day}: {compact(spark, root, topic, day)} files compacted")
+        finally:
+            spark.stop()
     finally:
-        spark.stop()
+        held.release()
     return 0
 
 

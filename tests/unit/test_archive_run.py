@@ -108,3 +108,24 @@ def test_only_a_running_local_archive_compacts_on_a_schedule(tmp_path: Path) -> 
     assert archive_run._compactor(None, remote, once=False)._every == 0.0
     off = s.model_copy(update={"archive_compact_every_s": 0})
     assert archive_run._compactor(None, off, once=False)._every == 0.0
+
+
+def test_a_scheduled_pass_holds_compactions_lock_and_skips_while_another_compaction_holds_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.archive.erase import COMPACT_LOCK, ArchiveBusy, lock
+
+    calls: list[bool] = []
+
+    def compact_finished(spark: object, root: Path) -> int:
+        with pytest.raises(ArchiveBusy):  # held by the pass: arbiter archive compact and erase keep out
+            lock(root, "a second compaction", COMPACT_LOCK)
+        calls.append(True)
+        return 5
+
+    monkeypatch.setattr(archive_run, "compact_finished", compact_finished)
+    assert archive_run._compact_pass(None, tmp_path) == 5 and calls == [True]
+    held = lock(tmp_path, "compacting by hand", COMPACT_LOCK)  # arbiter archive compact is running
+    try:
+        assert archive_run._compact_pass(None, tmp_path) == 0 and calls == [True]
+    finally:
+        held.release()
