@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from commands import Event
+from projections.durable import fsync_path
 from projections.runner import Item, Projection
 
 
@@ -48,14 +49,6 @@ def _sync_file(stream: TextIO) -> None:
         return
     if stat.S_ISREG(os.fstat(fd).st_mode):
         os.fsync(fd)
-
-
-def _sync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class _FileHandler(logging.handlers.RotatingFileHandler):
@@ -87,7 +80,7 @@ class _FileHandler(logging.handlers.RotatingFileHandler):
         if self.sync:
             _sync_file(self.stream)
             if self.rotated:
-                _sync_dir(Path(self.baseFilename).parent)
+                fsync_path(Path(self.baseFilename).parent)
         self.rotated = False
 
 

@@ -28,6 +28,7 @@ from typing import Any
 from app.errors import ArbiterError
 from app.validator.lock import FileLock
 from projections.archived import COMPACTED, STREAM, local_path
+from projections.durable import fsync_path
 
 MARKER = b"arbiter.erased"
 LOCK, COMPACT_LOCK = "_lock", "_compact.lock"  # hidden names for Spark: "_" prefixed files are not data
@@ -144,7 +145,7 @@ def _purge_file(path: Path, object_id: str) -> int:
     tmp = path.with_name(f".{path.name}.erase.tmp")
     pq.write_table(table, tmp, compression=_codec(first.compression if first else "SNAPPY"),
                    use_deprecated_int96_timestamps=int96)  # Spark wrote INT96 timestamps: keep its types
-    _fsync(tmp)
+    fsync_path(tmp)
     _replace(tmp, path)
     return len(rows)
 
@@ -170,7 +171,7 @@ def _sync_log(stream: Path) -> int:
         if touched:
             tmp = log_file.with_name(f".{log_file.name}.erase.tmp")
             tmp.write_text("\n".join(out))  # Spark writes no newline after the last entry
-            _fsync(tmp)
+            fsync_path(tmp)
             _replace(tmp, log_file)
             changed += touched
     return changed
@@ -184,14 +185,6 @@ def _purged(path: Path) -> bool:
 
 def _codec(name: str) -> str:
     return "none" if name.upper() == "UNCOMPRESSED" else name.lower()
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _replace(tmp: Path, path: Path) -> None:
