@@ -50,6 +50,9 @@ STATUS: dict[str, int] = {
     "VIEW_STALE": 503,
     "DOCUMENT_QUARANTINED": 503,
     "POSITION_NOT_REACHED": 503,
+    "TOO_MANY_SUBSCRIBERS": 503,
+    "TOO_MANY_SUBSCRIPTIONS": 429,
+    "CHANGES_EXPIRED": 410,
 }
 
 _TITLES: dict[str, str] = {
@@ -73,6 +76,9 @@ _TITLES: dict[str, str] = {
     "VIEW_STALE": "Events of this object are missing from the read model; its view is not served",
     "DOCUMENT_QUARANTINED": "An event's document could not be applied; the document is not served",
     "POSITION_NOT_REACHED": "The read model has not yet projected the positions in Arbiter-Min-Position",
+    "TOO_MANY_SUBSCRIBERS": "This API process serves its most change streams; retry later",
+    "TOO_MANY_SUBSCRIPTIONS": "The principal holds its most change streams on this API process",
+    "CHANGES_EXPIRED": "Events after Last-Event-ID are no longer kept (retention); start again without it",
 }
 
 
