@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -11,11 +12,13 @@ from hypothesis import strategies as st
 
 from app.api.changes import cursor
 from app.api.changes.fanout import ChangeFeed, Subscriber
-from app.api.changes.roles import RolesBook, RolesUnknown
+from app.api.changes.roles import AuditRoles, RolesBook, RolesUnknown
 from app.api.changes.stream import Plan, events
 from app.api.problems import ApiError
 from commands import Event, EventType
 from commands.access import Roles, roles_after
+from projections.audit import AuditProjection
+from projections.runner import Item, Record
 from schemas import codec
 
 pytestmark = pytest.mark.unit
@@ -91,6 +94,8 @@ def test_the_book_seeds_only_what_it_cannot_fold() -> None:
     assert src.asked == 2  # evicted: seeded again
     book.observe(ev("x", 12, EventType.UPDATED), 0, 90)
     assert src.asked == 3  # a gap in its versions: seeded again, never folded across it
+    with pytest.raises(RolesUnknown):  # a trail without its earlier events: an error, never "owner only"
+        RolesBook(Source(None), "events").observe(ev("x", 2, EventType.UPDATED), 0, 1)
 
 
 # -- the feed's filter ---------------------------------------------------------------------------------------------
@@ -183,3 +188,26 @@ def test_a_live_stream_ends_on_a_reset_with_the_id_to_resume_from() -> None:
     assert b'"version":2' in data and b'"patch":{}' in data
     assert reset.startswith(b"event: reset\ndata: ") and b'"code":"SHUTDOWN"' in reset
     assert cursor.encode({0: 11, 1: 3}).encode() in reset
+
+
+def test_roles_are_seeded_from_the_audit_trail_below_the_event(tmp_path: Path) -> None:
+    """The audit store written by the real audit projection: roles before an event are the fold of the object's
+    events at lower offsets of its partition (later ones, other partitions and other objects left out)."""
+    proj = AuditProjection(tmp_path / "audit", sync=False)
+    history = [(0, ev("x", 1, EventType.CREATED, document="{}")), (1, ev("y", 1, EventType.CREATED, document="{}")),
+               (2, ev("x", 2, EventType.READER_GRANTED, reader="bob")),
+               (3, ev("x", 3, EventType.EDITOR_GRANTED, editor="carol")),
+               (4, ev("x", 4, EventType.READER_REVOKED, reader="bob"))]
+    proj.apply([Item(Record("events", 3, o, e.object_id.encode(), codec.encode_event(e), 0), e) for o, e in history])
+    roles = AuditRoles(tmp_path / "audit", wait_s=0.0)
+    try:
+        assert roles.roles_before("x", "events", 3, 4) == Roles("alice", frozenset({"carol"}), frozenset({"bob"}),
+                                                               version=3)
+        assert roles.roles_before("x", "events", 3, 1) == Roles("alice", version=1)
+        assert roles.roles_before("x", "events", 3, 0) is None
+        assert roles.roles_before("x", "events", 2, 0) is None  # another partition holds none of it
+        with pytest.raises(RolesUnknown):  # not stored that far yet: never a guess
+            roles.roles_before("x", "events", 3, 9)
+    finally:
+        roles.close()
+        proj.close()

@@ -24,7 +24,7 @@ from commands import Event, EventType
 from commands.access import Roles, roles_after
 from commands.errors import ArbiterError
 from projections.audit import store
-from projections.audit.chain import index_key, unpack_entry
+from projections.audit.chain import chain_prefix, index_key, unpack_entry
 from projections.rocks import close_secondary, prefixed
 from schemas import codec
 from schemas.wire import DecodeError
@@ -82,8 +82,9 @@ class AuditRoles:
                 time.sleep(self.poll_s)
             roles: Roles | None = None
             prefix = index_key(object_id, topic, partition, 0)[:-8]  # this object's entries of that partition
+            chain = chain_prefix(topic, partition)
             for k, _ in prefixed(db, prefix):
-                ek = k[len(prefix):]
+                ek = chain + k[len(prefix):]  # the index key ends in the entry's seq
                 raw = db.get(ek)
                 if raw is None:
                     continue
@@ -128,6 +129,9 @@ class RolesBook:
             before = None
         elif before is None or before.version != event.version - 1:  # never seen, or events of it were not seen
             before = self.source.roles_before(oid, self.topic, partition, offset)
+            if before is None:  # events of it, none of them stored: guessing "owner only" would hide events
+                raise RolesUnknown(f"no earlier event of {oid!r} is in the audit trail, though {event.type.value} "
+                                   f"at version {event.version} follows them")
         after = roles_after(before, event)
         self._roles[oid] = after
         if len(self._roles) > self.max_objects:
