@@ -95,6 +95,11 @@ def test_changes_live_resume_access_and_limits(spark, settings: Settings) -> Non
     with validator_running(spark, s), db_projection_running(s), audit_projection_running(s), served(app) as url, \
             httpx.Client(base_url=url, timeout=60) as c:
         alice, bob, eve = auth(s, "alice"), auth(s, "bob"), auth(s, "eve")
+        paths = c.get("/openapi.json").json()["paths"]
+        for route in ("/changes", "/objects/{object_id}/changes"):
+            doc = paths[route]["get"]
+            assert "text/event-stream" in doc["responses"]["200"]["content"] and doc["security"] == [{"bearer": []}]
+            assert {"400", "401", "410", "429", "503"} <= set(doc["responses"]), doc["responses"].keys()
         operator = auth(s, "operator")
 
         def open_streams() -> int:

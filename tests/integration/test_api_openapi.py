@@ -109,7 +109,8 @@ def test_the_real_read_model_answers_in_every_role(api_url: tuple[str, Settings]
 
 @pytest.fixture(scope="module")
 def api_schema(api_url: tuple[str, Settings]):  # noqa: ANN201
-    return schemathesis.openapi.from_url(f"{api_url[0]}/openapi.json")
+    # The change feed's streams do not end while the caller may read: test_api_changes holds them to their document
+    return schemathesis.openapi.from_url(f"{api_url[0]}/openapi.json").exclude(path_regex=r"/changes$")
 
 
 schema = schemathesis.pytest.from_fixture("api_schema")

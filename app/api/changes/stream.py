@@ -128,6 +128,8 @@ async def events(plan: Plan, feed: ChangeFeed, reader: RangeReader | None,
                         return
                 if catchup.finished:
                     return
+            await run_in_threadpool(reader.close)  # live from here: the catch-up's consumer is not needed
+            yield b": live\n\n"
         else:
             start = feed.attach(sub)
             cursor = Cursor({p: start.get(p, 0) for p in plan.partitions})

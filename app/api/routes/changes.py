@@ -104,13 +104,13 @@ async def _open(request: Request, principal: str, object_id: str | None, resume:
 
 
 @router.get("/changes", summary="Live changes of every object the caller may read (Server-Sent Events)",
-            response_class=EventStream, responses=_RESPONSES)
+            response_class=EventStream, status_code=200, responses=_RESPONSES)
 async def all_changes(request: Request, principal: ReaderDep, last_event_id: LastEventId = None) -> Response:
     return await _open(request, principal, None, _resume(last_event_id))
 
 
 @router.get("/objects/{object_id}/changes", summary="Live changes of one object (Server-Sent Events)",
-            response_class=EventStream,
+            response_class=EventStream, status_code=200,
             responses={**_RESPONSES, 404: PROBLEM_RESPONSES[401] | {
                 "description": "Unknown object, or one the caller may not read (the same answer)"},
                 410: PROBLEM_RESPONSES[401] | {"description": "DELETED (without Last-Event-ID: nothing more will "
