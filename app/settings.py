@@ -201,6 +201,17 @@ class Settings(BaseSettings):
     # --- API (issue 13: gate integrity) -----------------------------------------------------------
     outcome_cache_bytes: int = Field(default=64 * 1024 * 1024, ge=64 * 1024,
                                      description="Memory bound (estimated bytes) of the outcome summaries kept per API process.")
+    # --- API (issue 29: the change feed, GET /changes and /objects/{id}/changes) -----------------------
+    changes_max_subscribers: int = Field(default=1000, ge=1, description="Most change streams open at once per API "
+                                         "process; beyond it 503 TOO_MANY_SUBSCRIBERS.")
+    changes_max_per_principal: int = Field(default=16, ge=1, description="Most change streams one principal holds "
+                                           "open per API process; beyond it 429 TOO_MANY_SUBSCRIPTIONS.")
+    changes_queue_events: int = Field(default=1000, ge=1, description="Live events queued for one stream; a stream "
+                                      "whose client falls this far behind is ended with a `reset` (SLOW_CONSUMER).")
+    changes_heartbeat_s: float = Field(default=15.0, gt=0, description="A comment line on a stream idle this long.")
+    changes_roles_wait_s: float = Field(default=5.0, ge=0, description="Longest the change feed waits for the audit "
+                                        "projection to hold an object's earlier events (who may read it).")
+    changes_roles_cache: int = Field(default=100_000, ge=1, description="Objects whose roles the live feed keeps.")
     max_waiters: int = Field(default=10_000, ge=1, description="Most concurrent `Prefer: wait` requests per API process; "
                              "beyond it a write is refused before it is produced: 503 TOO_MANY_WAITERS.")
     # --- API (issue 25: fair shares per principal, per API process) ----------------------------------

@@ -14,6 +14,8 @@ from fastapi import FastAPI
 from app import traces
 from app.api import problems
 from app.api.body_limit import BodyLimit, object_body_limit
+from app.api.changes.fanout import ChangeFeed
+from app.api.changes.roles import AuditRoles
 from app.api.deps import ApiContext, ReadModelPort
 from app.api.fast_writes import FastWrites
 from app.api.identity import build_verifier, local_issuer
@@ -25,7 +27,7 @@ from app.api.position import PositionWatch
 from app.api.producer import CommandProducer
 from app.api.quota import Quotas
 from app.api.read_model import HistoryFigures, open_read_model, read_model_ready
-from app.api.routes import commands, contract, identity, objects, ops
+from app.api.routes import changes, commands, contract, identity, objects, ops
 from app.api.routes import status as status_routes
 from app.api.secret_policy import require_usable_secret
 from app.api.traces import TraceWrites
@@ -51,7 +53,7 @@ owner, editors and readers only (a grantee `group:<name>` stands for the members
 """
 
 #: Paths that need a bearer token (declared in the OpenAPI document).
-_SECURED = ("/objects", "/commands", "/status.json", "/metrics")
+_SECURED = ("/objects", "/commands", "/changes", "/status.json", "/metrics")
 
 
 async def _set_gauges(metrics: ApiMetrics, outcomes: OutcomeCache) -> None:
@@ -116,6 +118,8 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
                 log.error("%d commands were still unacknowledged at shutdown", left)
             app.state.durable_outcomes.close()
             app.state.history_figures.close()
+            await asyncio.to_thread(app.state.changes.close)
+            app.state.changes.book.source.close()
             if tracers is not None and tracer_provider is None:
                 tracers.shutdown()
             if owned and app.state.read_model is not None and hasattr(app.state.read_model, "close"):
@@ -130,8 +134,15 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
     app.state.verifier = build_verifier(settings)
     app.state.status = StatusCollector(settings)
     history_figures = app.state.history_figures = HistoryFigures(settings)
+    app.state.changes = ChangeFeed(
+        settings.kafka_bootstrap, settings.topic_events,
+        AuditRoles(audit_root(settings), wait_s=settings.changes_roles_wait_s),
+        max_subscribers=settings.changes_max_subscribers, max_per_principal=settings.changes_max_per_principal,
+        max_queue=settings.changes_queue_events, retry_after_s=settings.retry_after_s,
+        kafka_config=settings.kafka_config, max_roles=settings.changes_roles_cache)
     app.state.status_memo = status_routes.status_memo(
-        lambda: {**app.state.status.snapshot(), "read_model_history": history_figures()})
+        lambda: {**app.state.status.snapshot(), "read_model_history": history_figures(),
+                 "change_subscribers": app.state.changes.subscribers})
 
     def on_outcome(outcome: Any) -> None:  # noqa: ANN401 - Event | Rejection
         metrics.outcome(outcome)
@@ -148,6 +159,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
     app.state.read_model_probe = Memo(lambda: read_model_ready(app.state.read_model), interval=1.0)
     app.state.outcome_consumer = None
     problems.install(app)
+    app.include_router(changes.router)  # before objects: /objects/{id}/changes is not an object id
     app.include_router(objects.router)
     app.include_router(commands.router)
     app.include_router(ops.router)

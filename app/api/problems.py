@@ -52,6 +52,9 @@ STATUS: dict[str, int] = {
     "POSITION_NOT_REACHED": 503,
     "INVALID_CURSOR": 400,
     "VERSION_NOT_FOUND": 404,
+    "TOO_MANY_SUBSCRIBERS": 503,
+    "TOO_MANY_SUBSCRIPTIONS": 429,
+    "CHANGES_EXPIRED": 410,
 }
 
 _TITLES: dict[str, str] = {
@@ -77,6 +80,9 @@ _TITLES: dict[str, str] = {
     "POSITION_NOT_REACHED": "The read model has not yet projected the positions in Arbiter-Min-Position",
     "INVALID_CURSOR": "The list cursor was not handed out by this API",
     "VERSION_NOT_FOUND": "The object has not reached this version",
+    "TOO_MANY_SUBSCRIBERS": "This API process serves its most change streams; retry later",
+    "TOO_MANY_SUBSCRIPTIONS": "The principal holds its most change streams on this API process",
+    "CHANGES_EXPIRED": "Events after Last-Event-ID are no longer kept (retention); start again without it",
 }
 
 

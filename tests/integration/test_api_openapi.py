@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import unquote
 
 import httpx
 import pytest
@@ -109,7 +110,8 @@ def test_the_real_read_model_answers_in_every_role(api_url: tuple[str, Settings]
 
 @pytest.fixture(scope="module")
 def api_schema(api_url: tuple[str, Settings]):  # noqa: ANN201
-    return schemathesis.openapi.from_url(f"{api_url[0]}/openapi.json")
+    # The change feed's streams do not end while the caller may read: test_api_changes holds them to their document
+    return schemathesis.openapi.from_url(f"{api_url[0]}/openapi.json").exclude(path_regex=r"^.*/changes$")
 
 
 schema = schemathesis.pytest.from_fixture("api_schema")
@@ -167,6 +169,8 @@ def _check(response: httpx.Response | Any, what: str) -> None:  # noqa: ANN401
 def test_no_undocumented_5xx_and_every_error_is_a_problem(case, data, api_url) -> None:  # noqa: ANN001
     base, s = api_url
     case.headers = {**(case.headers or {}), **auth(s, "fuzzer")}  # bad tokens are test_api_http's subject
+    if unquote(case.formatted_path).endswith("/changes"):
+        return  # an id with an encoded "/" reaches the change feed, whose readable streams never end (test_api_changes)
     response = case.call(timeout=20)
     _check(response, f"{case.method} {case.formatted_path}")
     # The token is injected above, so the checks that send no or bad credentials do not apply here; _check holds

@@ -95,7 +95,7 @@ function render(s) {
   renderComponents(s.components);
   renderCharts(s.history);
   ["commands_in_per_s", "events_out_per_s", "rejections_out_per_s"].forEach((k) => set(k, s[k]));
-  set("total_commands", s.totals.commands); set("total_events", s.totals.events); set("total_rejections", s.totals.rejections);
+  set("total_commands", s.totals.commands); set("total_events", s.totals.events); set("total_rejections", s.totals.rejections); set("change_subscribers", s.change_subscribers);
   const v = s.validator || {};
   ["batch_id", "batch_duration_ms", "input_rows"].forEach((k) => set("v_" + k, v[k]));
   renderState(v.state);

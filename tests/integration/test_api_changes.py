@@ -1,0 +1,165 @@
+"""The change feed over real HTTP (uvicorn, httpx streaming) behind the real validator, DB and audit projections:
+live events, a disconnect and resume under load with every event exactly once, the outsider's 404 and silence,
+access-revoked, and the per-principal limit."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from app.api.main import create_app
+from app.settings import Settings
+from tests.integration.test_api_support import (
+    audit_projection_running,
+    auth,
+    db_projection_running,
+    decided,
+    is_problem,
+    served,
+    validator_running,
+)
+
+pytestmark = pytest.mark.integration
+WAIT = {"Prefer": "wait=30"}
+MERGE = {"Content-Type": "application/merge-patch+json"}
+
+
+class Stream:
+    """A client of one SSE route on a thread of its own: its frames as (event, id, data), until it ends or ``stop``."""
+
+    def __init__(self, url: str, path: str, headers: dict[str, str], stop_after: int | None = None) -> None:
+        self.frames: list[tuple[str, str | None, Any]] = []
+        self.comments: list[str] = []
+        self.status: int | None = None
+        self.ended = threading.Event()
+        self._stop_after = stop_after
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, args=(url, path, headers), daemon=True)
+        self._thread.start()
+
+    def _run(self, url: str, path: str, headers: dict[str, str]) -> None:
+        try:
+            with httpx.Client(base_url=url, timeout=httpx.Timeout(60, read=120)) as client, \
+                    client.stream("GET", path, headers=headers) as r:
+                self.status = r.status_code
+                kind, sid, data = "message", None, ""
+                for line in r.iter_lines():
+                    if line.startswith(":"):
+                        self.comments.append(line)
+                    elif line.startswith("event: "):
+                        kind = line[7:]
+                    elif line.startswith("id: "):
+                        sid = line[4:]
+                    elif line.startswith("data: "):
+                        data = line[6:]
+                    elif line == "" and data:  # a blank line ends a frame; after a comment there is none
+                        self.frames.append((kind, sid, json.loads(data)))
+                        kind, sid, data = "message", None, ""
+                        if self._stop or (self._stop_after is not None and len(self.frames) >= self._stop_after):
+                            return  # leaving mid-stream: the connection is closed here
+                    if self._stop:
+                        return
+        finally:
+            self.ended.set()
+
+    def stop(self) -> None:
+        self._stop = True
+
+    def changes(self) -> list[tuple[str, int]]:
+        return [(d["object_id"], d["version"]) for k, _, d in self.frames if k == "change"]
+
+    def last_id(self) -> str:
+        return next(sid for _, sid, _ in reversed(self.frames) if sid is not None)
+
+
+def until(condition: Any, what: str, timeout: float = 60.0) -> None:  # noqa: ANN401 - a callable
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_changes_live_resume_access_and_limits(spark, settings: Settings) -> None:  # noqa: ANN001
+    """Alice's /changes stream leaves after 15 frames while 60 patches and 10 creates flow, and resumes with its
+    Last-Event-ID: over both connections she sees every one of those events exactly once. An object stream
+    resumed from its 10th id gets exactly the rest. Eve, an outsider, gets the unknown id's 404 byte for byte on
+    /objects/{id}/changes and no event of alice's on /changes (her first is the grant alice then gives her). Bob,
+    a reader, gets access-revoked when alice revokes him, and his stream ends. A principal's third stream is 429."""
+    s = settings.model_copy(update={"changes_max_per_principal": 3, "changes_heartbeat_s": 1.0})
+    app = create_app(s)
+    with validator_running(spark, s), db_projection_running(s), audit_projection_running(s), served(app) as url, \
+            httpx.Client(base_url=url, timeout=60) as c:
+        alice, bob, eve = auth(s, "alice"), auth(s, "bob"), auth(s, "eve")
+        paths = c.get("/openapi.json").json()["paths"]
+        for route in ("/changes", "/objects/{object_id}/changes"):
+            doc = paths[route]["get"]
+            assert "text/event-stream" in doc["responses"]["200"]["content"] and doc["security"] == [{"bearer": []}]
+            assert {"400", "401", "410", "429", "503"} <= set(doc["responses"]), doc["responses"].keys()
+        operator = auth(s, "operator")
+
+        def open_streams() -> int:
+            return int(c.get("/status.json", headers=operator).json()["change_subscribers"])
+        decided(c.post("/objects", json={"id": "doc", "document": {"n": 0}}, headers={**alice, **WAIT}), 201, '"1"')
+        decided(c.put("/objects/doc/readers/bob", headers={**alice, **WAIT}), 200, '"2"')
+        until(lambda: c.get("/objects/doc", headers=bob).status_code == 200, "the read model to hold doc")
+
+        hidden = c.get("/objects/doc/changes", headers=eve)
+        unknown = c.get("/objects/dox/changes", headers=eve)
+        plain = c.get("/objects/dox", headers=eve)
+        is_problem(hidden, 404, "NOT_FOUND")
+        assert hidden.content == unknown.content.replace(b"dox", b"doc")
+        # and GET /objects/{id}'s own 404, but for the problem's instance (the path asked)
+        assert hidden.content == plain.content.replace(b"dox", b"doc").replace(b'/objects/doc"', b'/objects/doc/changes"')
+        assert {**hidden.headers, "date": ""} == {**unknown.headers, "date": ""}
+
+        everything = Stream(url, "/changes", alice, stop_after=15)
+        one = Stream(url, "/objects/doc/changes", alice)
+        reader = Stream(url, "/objects/doc/changes", bob)
+        outsider = Stream(url, "/changes", eve)
+        extra = Stream(url, "/changes", alice)
+        until(lambda: all(x.comments for x in (everything, one, reader, outsider, extra)), "five streams to go live")
+        assert (everything.status, one.status, reader.status, outsider.status, extra.status) == (200,) * 5
+        is_problem(c.get("/changes", headers=alice), 429, "TOO_MANY_SUBSCRIPTIONS")  # her fourth
+        assert open_streams() == 5
+        extra.stop()
+        until(lambda: open_streams() == 4, "the server to see alice's extra stream leave")
+
+        for i in range(60):  # answered 202 at once: the writes keep flowing while alice's stream leaves
+            assert c.patch("/objects/doc", json={"n": i + 1}, headers={**alice, **MERGE}).status_code == 202
+            if i % 6 == 0:
+                assert c.post("/objects", json={"id": f"other-{i}", "document": {}}, headers=alice).status_code == 202
+        assert everything.ended.wait(60), "alice's first /changes stream did not get its 15 frames"
+        until(lambda: open_streams() == 3, "the server to see alice's first stream leave")
+        resumed = Stream(url, "/changes", {**alice, "Last-Event-ID": everything.last_id()})
+        wanted = {("doc", v) for v in range(3, 63)} | {(f"other-{i}", 1) for i in range(0, 60, 6)}
+        until(lambda: set(everything.changes() + resumed.changes()) >= wanted, "every event over both connections")
+        seen = everything.changes() + resumed.changes()
+        assert len(seen) == len(set(seen)) == len(wanted) and set(seen) == wanted  # once each: no gap, no duplicate
+        assert [v for o, v in seen if o == "doc"] == list(range(3, 63))  # in order, across the reconnect
+
+        until(lambda: ("doc", 62) in one.changes(), "alice's object stream to reach version 62")
+        assert one.changes() == [("doc", v) for v in range(3, 63)]
+        again = Stream(url, "/objects/doc/changes", {**alice, "Last-Event-ID": one.frames[9][1]}, stop_after=50)
+        assert again.ended.wait(60)
+        assert again.changes() == [("doc", v) for v in range(13, 63)]
+
+        decided(c.delete("/objects/doc/readers/bob", headers={**alice, **WAIT}), 200, '"63"')
+        assert reader.ended.wait(30), f"bob's stream did not end after access-revoked: {reader.frames[-3:]}"
+        assert reader.changes() == [("doc", v) for v in range(3, 63)]
+        assert reader.frames[-1][0] == "access-revoked" and reader.frames[-1][2] == {"object_id": "doc", "version": 63}
+
+        decided(c.put("/objects/other-0/readers/eve", headers={**alice, **WAIT}), 200, '"2"')
+        until(lambda: bool(outsider.frames), "eve's first frame")
+        assert outsider.frames[0][0] == "change" and outsider.frames[0][2]["object_id"] == "other-0"
+        assert outsider.frames[0][2]["type"] == "READER_GRANTED"
+        assert not [d for _, _, d in outsider.frames if d["object_id"] == "doc"]
+
+        until(lambda: open_streams() == 3, "the open streams to be alice's two and eve's")  # bob's was ended
+        for x in (resumed, one, outsider):
+            x.stop()
+        until(lambda: open_streams() == 0, "every stream to be closed")
