@@ -158,3 +158,7 @@ def _scenario(s: Settings, api_url: str) -> None:
     print(f"\nHistory of {sc.doc} as its owner reads it (GET /objects/{{id}}/events?include=rejections, alice):")
     for line in sc.history(sc.doc, "alice"):
         print(f"  {line}")
+    if sc.live is not None:
+        print(f"\nLive change feed (GET /objects/{{id}}/changes, bob, opened on {sc.notes} before his update):")
+        for line in sc.live.result():
+            print(f"  {line}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -44,6 +45,7 @@ class Scenario:
         self.rows: list[Step] = []
         tag = uuid.uuid4().hex[:6]
         self.doc, self.notes = f"plan-{tag}", f"notes-{tag}"
+        self.live: LiveChanges | None = None
 
     def _call(self, what: str, who: str, method: str, path: str, body: Any = None, *,  # noqa: ANN401
               if_match: int | None = None, key: str | None = None, raw: bytes | None = None) -> httpx.Response:
@@ -105,6 +107,7 @@ class Scenario:
         self._call("eve reads it", "eve", "GET", f"/objects/{d}")
         self._call("malformed JSON body", "alice", "POST", "/objects", raw=b'{"id": "x", "document": ')
         self._call("bob creates his notes", "bob", "POST", "/objects", {"id": n, "document": {"text": "hello"}})
+        self.live = LiveChanges(self.http.base_url, n, self.tokens["bob"], until_version=2).start()
         self._call("bob updates his notes", "bob", "PATCH", f"/objects/{n}", {"text": "hello, world"})
         self._call("alice deletes the document", "alice", "DELETE", f"/objects/{d}")
         self._call("bob updates after delete", "bob", "PATCH", f"/objects/{d}", {"status": "too late"})
@@ -178,6 +181,65 @@ class Scenario:
         for rej in page.get("rejections") or []:
             lines.append(f"     {'rejected':<16} {who:<8} {rej['reason']} at version {rej['version']}")
         return lines
+
+
+class LiveChanges:
+    """Follow one object's change feed (``GET /objects/{id}/changes``) in a thread until it reaches a version."""
+
+    def __init__(self, base_url: httpx.URL, oid: str, token: str, until_version: int) -> None:
+        self.url, self.oid, self.token, self.until = str(base_url).rstrip("/"), oid, token, until_version
+        self.lines: list[str] = []
+        self._subscribed = threading.Event()
+        self._thread = threading.Thread(target=self._follow, name="scenario-changes", daemon=True)
+        self._t0 = 0.0
+
+    def start(self, timeout: float = 30.0) -> LiveChanges:
+        """Open the stream and return once the API says it is live (so the next write is seen live)."""
+        self._thread.start()
+        self._subscribed.wait(timeout)
+        self._t0 = time.monotonic()
+        return self
+
+    def result(self, timeout: float = 60.0) -> list[str]:
+        self._thread.join(timeout)
+        return self.lines or ["no change arrived"]
+
+    def _follow(self) -> None:
+        headers = {"Authorization": f"Bearer {self.token}", "Accept": "text/event-stream"}
+        try:
+            with httpx.Client(timeout=httpx.Timeout(10.0, read=60.0)) as client, client.stream(
+                    "GET", f"{self.url}/objects/{self.oid}/changes", headers=headers) as r:
+                if r.status_code != 200:
+                    self.lines.append(f"HTTP {r.status_code} {r.read()[:200]!r}")
+                    return
+                event, data = "", ""
+                for line in r.iter_lines():
+                    if line.startswith(": live"):
+                        self._subscribed.set()
+                    elif line.startswith("event:"):
+                        event = line[6:].strip()
+                    elif line.startswith("data:"):
+                        data = line[5:].strip()
+                    elif not line and event:
+                        if self._record(event, data):
+                            return
+                        event, data = "", ""
+        except httpx.HTTPError as e:
+            self.lines.append(f"stream failed: {e!r}")
+        finally:
+            self._subscribed.set()
+
+    def _record(self, event: str, data: str) -> bool:
+        """Note one frame; return True once the stream has shown what the scenario waits for."""
+        body = json.loads(data) if data else {}
+        if event != "change":
+            self.lines.append(f"{event} {data}")
+            return True
+        what = body.get("patch") or body.get("document") or body.get("editor") or body.get("reader") or ""
+        after = (time.monotonic() - self._t0) * 1000
+        self.lines.append(f"change v{body.get('version')} {body.get('type')} by {body.get('principal')} "
+                          f"{json.dumps(what, separators=(',', ':'))}  ({after:.0f} ms after the update was sent)")
+        return int(body.get("version") or 0) >= self.until
 
 
 def _row(what: str, who: str, r: httpx.Response) -> Step:

@@ -122,6 +122,9 @@ def assert_scenario(out: list[str]) -> None:
     assert versions[:7] == [["v1", "CREATED"], ["v2", "EDITOR_GRANTED"], ["v3", "READER_GRANTED"], ["v4", "UPDATED"],
                             ["v5", "UPDATED"], ["v6", "UPDATED"], ["v7", "DELETED"]], history
     assert any("rejected" in line and "IDEMPOTENCY_KEY_REUSED" in line for line in history), history
+    # bob's change feed on his notes, opened before his update, shows the update arriving live.
+    live = out[next(i for i, line in enumerate(out) if line.startswith("Live change feed")) + 1]
+    assert live.strip().startswith('change v2 UPDATED by bob {"text":"hello, world"}'), live
 
 
 
