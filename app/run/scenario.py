@@ -106,13 +106,23 @@ class Scenario:
         self._call("eve (no access) edits", "eve", "PATCH", f"/objects/{d}", {"status": "hacked"})
         self._call("eve reads it", "eve", "GET", f"/objects/{d}")
         self._call("malformed JSON body", "alice", "POST", "/objects", raw=b'{"id": "x", "document": ')
-        self._call("bob creates his notes", "bob", "POST", "/objects", {"id": n, "document": {"text": "hello"}})
+        created = self._call("bob creates his notes", "bob", "POST", "/objects", {"id": n, "document": {"text": "hello"}})
+        self._read_your_write(n, "bob", created.headers.get("Arbiter-Position"))  # the feed answers known objects
         self.live = LiveChanges(self.http.base_url, n, self.tokens["bob"], until_version=2).start()
         self._call("bob updates his notes", "bob", "PATCH", f"/objects/{n}", {"text": "hello, world"})
         self._call("alice deletes the document", "alice", "DELETE", f"/objects/{d}")
         self._call("bob updates after delete", "bob", "PATCH", f"/objects/{d}", {"status": "too late"})
         self.rows.append(self._garbage())
         return self.rows
+
+    def _read_your_write(self, oid: str, who: str, position: str | None, timeout: float = 30.0) -> None:
+        """GET ``oid`` with the write's position (``Arbiter-Min-Position``) until the read model has it."""
+        headers = {"Authorization": f"Bearer {self.tokens[who]}"}
+        if position:
+            headers["Arbiter-Min-Position"] = position
+        deadline = time.monotonic() + timeout
+        while self.http.get(f"/objects/{oid}", headers=headers).status_code != 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
 
     def _garbage(self) -> Step:
         """Put bytes no codec can read straight onto the commands topic and find their rejection."""
