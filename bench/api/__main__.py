@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -18,7 +19,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -196,7 +197,15 @@ def main() -> None:
                          "routes), alternating with the default, in the same run")
     args = ap.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="bench-api-"))
+    with bench_stack("bench-api-", args.partitions) as (work, s):
+        run_bench(args, work, s)
+
+
+@contextlib.contextmanager
+def bench_stack(prefix: str, partitions: int) -> Iterator[tuple[Path, Settings]]:
+    """Yield a work directory and settings with fresh topics on ``ARBITER_KAFKA_BOOTSTRAP``, or on a throwaway
+    broker started here and stopped by its PID afterwards."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
     bootstrap = os.environ.get("ARBITER_KAFKA_BOOTSTRAP")
     broker = None
     if not bootstrap:
@@ -204,11 +213,19 @@ def main() -> None:
         broker.start(Settings())
         bootstrap = broker.bootstrap
     tag = uuid.uuid4().hex[:8]
-    s = Settings(kafka_bootstrap=bootstrap, partitions=args.partitions, topic_commands=f"bench-commands-{tag}",
+    s = Settings(kafka_bootstrap=bootstrap, partitions=partitions, topic_commands=f"bench-commands-{tag}",
                  topic_events=f"bench-events-{tag}", topic_rejections=f"bench-rejections-{tag}", var_dir=work / "var")
-    server = None
     try:
         ensure_topics(s)
+        yield work, s
+    finally:
+        if broker is not None:
+            broker.stop()
+
+
+def run_bench(args: argparse.Namespace, work: Path, s: Settings) -> None:
+    server = None
+    try:
         port = free_port()
         server = start_server(s, port, args.workers, work / "server.log")
         token = dev_token(s, "bench", ttl_s=3600)  # the server trusts the development issuer of its var_dir
@@ -283,8 +300,6 @@ def main() -> None:
     finally:
         if server is not None:
             stop_server(server)
-        if broker is not None:
-            broker.stop()
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import tempfile
 import time
 import uuid
 from datetime import UTC, datetime
@@ -23,10 +22,9 @@ import httpx
 from confluent_kafka import Producer
 
 from app.api.identity import dev_token
-from app.local.kafka_broker import LocalBroker, free_port
+from app.local.kafka_broker import free_port
 from app.settings import Settings
-from app.topics import ensure_topics
-from bench.api.__main__ import start_server, stop_server, tree_cpu_s
+from bench.api.__main__ import bench_stack, start_server, stop_server, tree_cpu_s
 from commands import Event, EventType
 from schemas import codec
 
@@ -76,19 +74,13 @@ def main() -> None:
     args = ap.parse_args()
     ns = [int(x) for x in args.subscribers.split(",")]
 
-    work = Path(tempfile.mkdtemp(prefix="bench-changes-"))
-    bootstrap = os.environ.get("ARBITER_KAFKA_BOOTSTRAP")
-    broker = None
-    if not bootstrap:
-        broker = LocalBroker(work / "kafka", port=free_port(), controller_port=free_port(), heap="512m")
-        broker.start(Settings())
-        bootstrap = broker.bootstrap
-    tag = uuid.uuid4().hex[:8]
-    s = Settings(kafka_bootstrap=bootstrap, partitions=args.partitions, topic_commands=f"bench-commands-{tag}",
-                 topic_events=f"bench-events-{tag}", topic_rejections=f"bench-rejections-{tag}", var_dir=work / "var")
+    with bench_stack("bench-changes-", args.partitions) as (work, s):
+        _run(args, ns, work, s)
+
+
+def _run(args: argparse.Namespace, ns: list[int], work: Path, s: Settings) -> None:
     server = None
     try:
-        ensure_topics(s)
         port = free_port()
         most = str(max(ns) + 1)
         server = start_server(s, port, 1, work / "server.log", extra_env={
@@ -106,8 +98,6 @@ def main() -> None:
     finally:
         if server is not None:
             stop_server(server)
-        if broker is not None:
-            broker.stop()
 
 
 if __name__ == "__main__":
