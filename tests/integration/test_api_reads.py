@@ -153,6 +153,15 @@ def test_history_versions_and_lists_answer_the_roles_and_look_unknown_to_an_outs
             r = client.get(f"/objects/shared?version={version}", headers=h)
             assert (r.status_code, r.json(), r.headers["etag"]) == (200, doc, f'"{version}"')
         is_problem(client.get("/objects/shared?version=5", headers=h), 404, "VERSION_NOT_FOUND")
+        # page sizes at and past their bounds (1..1000), for history and lists alike
+        for path in ("/objects/shared/events", "/objects"):
+            for limit in (1, 1000):
+                assert client.get(f"{path}?limit={limit}", headers=h).status_code == 200, (path, limit)
+            for limit in (0, 1001, -1):
+                is_problem(client.get(f"{path}?limit={limit}", headers=h), 422, "INVALID_REQUEST")
+        assert len(client.get("/objects/shared/events?limit=1", headers=h).json()["events"]) == 1
+        is_problem(client.get("/objects/shared/events?after_version=-1", headers=h), 422, "INVALID_REQUEST")
+        is_problem(client.get("/objects/shared?version=0", headers=h), 422, "INVALID_REQUEST")
         # a deleted object's history stays readable by its roles; its document before the deletion too
         tomb = client.get("/objects/tomb/events", headers=h).json()["events"]
         assert [e["type"] for e in tomb] == ["CREATED", "READER_GRANTED", "DELETED"]
