@@ -40,7 +40,8 @@ A deleted object keeps its owner, editors and readers (they are told DELETED; ev
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from commands.access import may_administer, may_read, may_update
 from commands.command import (
@@ -60,7 +61,11 @@ from commands.event import Event, EventType
 from commands.ids import command_rejection_id, event_id
 from commands.json_text import id_problem, object_problem
 from commands.rejection import Rejection, clip
+from commands.rules.bounds import type_name_problem
 from commands.state import ACCEPTED, DEFAULT_LIMITS, Limits, ObjectState, RecentCommand, remember
+
+if TYPE_CHECKING:
+    from commands.rules import RuleSet
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +112,8 @@ def _not_found(state: ObjectState | None, command: Command) -> Decision:
 def _accept(state: ObjectState | None, command: Command, etype: EventType, limits: Limits, *,
             owner: str, editors: tuple[str, ...], readers: tuple[str, ...], document_size: int,
             deleted: bool = False, document: str | None = None, patch: str | None = None,
-            editor: str | None = None, reader: str | None = None) -> Decision:
+            editor: str | None = None, reader: str | None = None, object_type: str | None = None,
+            tracked: str | None = None) -> Decision:
     at = command.issued_at
     version = state.version + 1 if state is not None else 1
     entry = RecentCommand(command.command_id, ACCEPTED, version, at, command.principal, fingerprint(command))
@@ -124,9 +130,12 @@ def _accept(state: ObjectState | None, command: Command, etype: EventType, limit
         document_size,
         remember(state.recent if state is not None else (), entry, limits),  # recent
         readers,
+        object_type,
+        tracked,
     )
     event = Event(event_id(command.object_id, version), etype, command.object_id, version, command.command_id,
-                  command.principal, at, owner, document, patch, editor, reader, command.issuer, command.jti)
+                  command.principal, at, owner, document, patch, editor, reader, command.issuer, command.jti,
+                  object_type)
     return Decision(event, new_state)
 
 
@@ -143,6 +152,10 @@ def _check_payload(command: Command, limits: Limits) -> tuple[ReasonCode, str] |
     if size > limits.max_document_bytes:
         return ReasonCode.TOO_LARGE, f"payload is {size} bytes, over the limit of {limits.max_document_bytes}"
     if isinstance(command, CreateObject):
+        if command.object_type is not None:
+            problem = type_name_problem(command.object_type)
+            if problem is not None:
+                return ReasonCode.MALFORMED, problem
         problem = object_problem(command.document, limits.max_json_depth)
         if problem is not None:
             return ReasonCode.MALFORMED, f"document must be the JSON text of an object: {problem}"
@@ -190,8 +203,19 @@ def _dedup(state: ObjectState, command: Command, limits: Limits) -> Decision | N
                    f"{seen.version}", original=seen)
 
 
-def decide(state: ObjectState | None, command: Command, limits: Limits = DEFAULT_LIMITS) -> Decision:
-    """Decide ``command`` against ``state`` (None for an unknown object); pure and deterministic."""
+def decide(state: ObjectState | None, command: Command, limits: Limits = DEFAULT_LIMITS,
+           rules: RuleSet | None = None) -> Decision:
+    """Decide ``command`` against ``state`` (None for an unknown object) under ``rules``; pure and deterministic.
+
+    ``rules=None`` decides as Arbiter always has; with a rule set every outcome names ``rules.version``.
+    """
+    if rules is None:
+        return _decide(state, command, limits)
+    decision = _decide(state, command, limits)
+    return Decision(replace(decision.outcome, rules_version=rules.version), decision.state)
+
+
+def _decide(state: ObjectState | None, command: Command, limits: Limits) -> Decision:
     problem = _ids_problem(command, limits)
     if problem is not None:
         return _reject(state, command, ReasonCode.MALFORMED, problem)
@@ -243,30 +267,31 @@ def _decide_create(state: ObjectState | None, command: CreateObject, limits: Lim
     if problem is not None:
         return _reject(state, command, *problem)
     return _accept(state, command, EventType.CREATED, limits, owner=command.principal, editors=(), readers=(),
-                   document_size=command.size, document=command.document)
+                   document_size=command.size, document=command.document, object_type=command.object_type)
 
 
 def _decide_change(state: ObjectState, command: Command, limits: Limits) -> Decision:
     owner, editors, readers, size = state.owner, state.editors, state.readers, state.document_size
+    ot, tr = state.object_type, state.tracked  # a change keeps the type; only a rule-checked update moves tracked
     if isinstance(command, UpdateObject):
-        return _accept(state, command, EventType.UPDATED, limits, owner=owner, editors=editors, readers=readers,
-                       document_size=size, patch=command.patch)
+        return _accept(state, command, EventType.UPDATED, limits, object_type=ot, tracked=tr, owner=owner,
+                       editors=editors, readers=readers, document_size=size, patch=command.patch)
     if isinstance(command, DeleteObject):
-        return _accept(state, command, EventType.DELETED, limits, owner=owner, editors=editors, readers=readers,
-                       document_size=size, deleted=True)
+        return _accept(state, command, EventType.DELETED, limits, object_type=ot, tracked=tr, owner=owner,
+                       editors=editors, readers=readers, document_size=size, deleted=True)
     if isinstance(command, GrantEditor):
         if command.editor == owner or command.editor in editors:
             return _reject(state, command, ReasonCode.ALREADY_EXISTS, f"{clip(command.editor)} may already edit")
         if len(editors) >= limits.max_editors:
             return _reject(state, command, ReasonCode.TOO_LARGE,
                            f"object already has the maximum of {limits.max_editors} editors")
-        return _accept(state, command, EventType.EDITOR_GRANTED, limits, owner=owner,
+        return _accept(state, command, EventType.EDITOR_GRANTED, limits, object_type=ot, tracked=tr, owner=owner,
                        editors=(*editors, command.editor), readers=readers, document_size=size,
                        editor=command.editor)
     if isinstance(command, RevokeEditor):
         if command.editor not in editors:
             return _reject(state, command, ReasonCode.NOT_FOUND, f"{clip(command.editor)} is not an editor")
-        return _accept(state, command, EventType.EDITOR_REVOKED, limits, owner=owner,
+        return _accept(state, command, EventType.EDITOR_REVOKED, limits, object_type=ot, tracked=tr, owner=owner,
                        editors=tuple(e for e in editors if e != command.editor), readers=readers,
                        document_size=size, editor=command.editor)
     if isinstance(command, GrantReader):
@@ -275,12 +300,12 @@ def _decide_change(state: ObjectState, command: Command, limits: Limits) -> Deci
         if len(readers) >= limits.max_readers:
             return _reject(state, command, ReasonCode.TOO_LARGE,
                            f"object already has the maximum of {limits.max_readers} readers")
-        return _accept(state, command, EventType.READER_GRANTED, limits, owner=owner, editors=editors,
+        return _accept(state, command, EventType.READER_GRANTED, limits, object_type=ot, tracked=tr, owner=owner, editors=editors,
                        readers=(*readers, command.reader), document_size=size, reader=command.reader)
     if isinstance(command, RevokeReader):
         if command.reader not in readers:
             return _reject(state, command, ReasonCode.NOT_FOUND, f"{clip(command.reader)} is not a reader")
-        return _accept(state, command, EventType.READER_REVOKED, limits, owner=owner, editors=editors,
+        return _accept(state, command, EventType.READER_REVOKED, limits, object_type=ot, tracked=tr, owner=owner, editors=editors,
                        readers=tuple(r for r in readers if r != command.reader), document_size=size,
                        reader=command.reader)
     raise TypeError(f"not a command: {type(command).__name__}")  # pragma: no cover - exhaustive union
