@@ -9,6 +9,7 @@ in its inputs, which Arbiter bounds (ids, groups, editors, readers, tracked byte
   build lists whose order over a map is not defined, and a guard is a yes/no question);
 - it must type-check in cel-cpp with ``state``, ``next``, ``command`` and ``caller`` declared as maps of string to
   dyn (so an unknown variable or function, or a syntax error, is refused) and its static type must be bool or dyn;
+- the four variables are read only as ``<variable>.<member>`` (not indexed or whole, so what a guard reads is known);
 - every ``next.<name>`` and ``state.<name>`` names a tracked field (or, for ``state``, one of its own members);
   ``caller.<name>`` and ``command.<name>`` name members those maps have (``STATE_MEMBERS`` and below).
 
@@ -37,6 +38,7 @@ _REFUSED_MACROS = ("map", "filter")
 _STRING = re.compile(r"""(?:[rR]?[bB]?|[bB]?[rR]?)('''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*")""",
                      re.DOTALL)
 _MEMBER = re.compile(r"(?<![\w.])(state|next|command|caller)\s*\.\s*([A-Za-z_]\w*)")
+_BARE = re.compile(r"(?<![\w.])(state|next|command|caller)\b(?!\s*\.\s*[A-Za-z_])")
 _MACRO = re.compile(r"\.\s*([A-Za-z_]\w*)\s*\(")
 
 
@@ -67,6 +69,8 @@ def text_problems(expr: str, tracked: tuple[str, ...]) -> list[str]:
             open_brackets.pop()
     if deepest > MAX_EXPRESSION_DEPTH:
         problems.append(f"brackets nested deeper than {MAX_EXPRESSION_DEPTH}")
+    problems += [f"{m.group(1)}: read its members as {m.group(1)}.<name> (not indexed, not whole)"
+                 for m in _BARE.finditer(code)]
     for m in _MEMBER.finditer(code):
         var, member = m.group(1), m.group(2)
         known: tuple[str, ...]

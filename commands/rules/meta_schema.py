@@ -23,7 +23,7 @@ from commands.rules.bounds import (
     NAME_PATTERN,
 )
 
-#: The command kinds a guard may run on (``on``), as CEL sees them in ``command.kind``.
+#: The command kinds a guard may run on (``kinds``), as CEL sees them in ``command.kind``.
 COMMAND_KINDS = ("create", "update", "delete", "grant_editor", "revoke_editor", "grant_reader", "revoke_reader")
 
 _NAME = {"type": "string", "pattern": NAME_PATTERN, "maxLength": MAX_NAME_BYTES}
@@ -107,7 +107,7 @@ META_SCHEMA: dict[str, Any] = {
                                          "description": "A CEL expression over state, next, command and caller; "
                                                         "true lets the command pass."},
                                 "message": _MESSAGE,
-                                "on": {"type": "array", "items": {"enum": list(COMMAND_KINDS)}, "minItems": 1,
+                                "kinds": {"type": "array", "items": {"enum": list(COMMAND_KINDS)}, "minItems": 1,
                                        "uniqueItems": True, "default": ["create", "update"]},
                                 "pointers": {"type": "array", "items": _POINTER, "maxItems": MAX_POINTERS},
                             },
