@@ -115,6 +115,15 @@ def _bounded(rules: TypeRules, values: dict[str, Any]) -> tuple[Verdict | None, 
     return None, text
 
 
+def _same(a: Any, b: Any) -> bool:  # noqa: ANN401
+    """Return True if two JSON values are equal as JSON (1, 1.0 and true all differ)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict | list):
+        return _as_json(a) == _as_json(b)
+    return bool(a == b)
+
+
 def _transition_verdict(t: Transition, old: Any, new: Any, creating: bool) -> Verdict | None:  # noqa: ANN401
     keys = t.allowed
     if creating:
@@ -125,7 +134,7 @@ def _transition_verdict(t: Transition, old: Any, new: Any, creating: bool) -> Ve
         if ok:
             return None
         return _violated(t.rule, t.message or f"{t.field} may not start as {_as_json(new)}", [t.pointer])
-    if _as_json(old) == _as_json(new):
+    if _same(old, new):
         return None
     if not isinstance(new, str) or new not in keys:
         return _violated(t.rule, t.message or f"{t.field} may not become {_as_json(new)}: not one of its states",
@@ -140,28 +149,37 @@ def _transition_verdict(t: Transition, old: Any, new: Any, creating: bool) -> Ve
                      [t.pointer])
 
 
-def _guards_verdict(rules: TypeRules, ruleset: RuleSet, state: ObjectState | None, command: Command,
-                    kind: str, old: dict[str, Any], new: dict[str, Any], payload: Any) -> Verdict | None:  # noqa: ANN401
-    guards = [g for g in rules.guards if kind in g.kinds]
-    if not guards:
+def _guards_verdict(rules: TypeRules, state: ObjectState | None, command: Command, kind: str,
+                    old: dict[str, Any], new: dict[str, Any], payload: Any) -> Verdict | None:  # noqa: ANN401
+    runs = rules.by_kind.get(kind)
+    if not runs:
         return None
     data = _variables(rules, state, command, kind, old, new, payload)
-    try:
-        activation = ruleset.environment.Activation(data)
-    except Exception as e:  # noqa: BLE001 - a value CEL cannot hold (an integer over 64 bits): the first guard's error
-        return _violated(guards[0].rule, f"evaluation failed: {e}", guards[0].pointers, ReasonCode.RULE_ERROR)
     from cel_expr_python import cel
 
-    for g in guards:
-        result = g.program.eval(activation)
-        kind_of = result.type()
-        if kind_of == cel.Type.BOOL:
-            if result.value() is True:
-                continue
-            return _violated(g.rule, g.message, g.pointers)
-        if kind_of == cel.Type.ERROR:
-            return _violated(g.rule, f"evaluation failed: {result.value()}", g.pointers, ReasonCode.RULE_ERROR)
-        return _violated(g.rule, f"evaluation gave a {kind_of.name()}, not a bool", g.pointers, ReasonCode.RULE_ERROR)
+    for guards, chain in runs:
+        try:
+            if chain is not None:  # one evaluation for the run: the index of its first false guard, or -1
+                result = chain.eval(data=data)
+                if result.type() == cel.Type.INT:
+                    index = result.value()
+                    if index < 0:
+                        continue
+                    return _violated(guards[index].rule, guards[index].message, guards[index].pointers)
+                # an error somewhere: evaluate one by one, in order, to name the guard (as if there were no chain)
+            for g in guards:
+                result = g.program.eval(data=data)
+                kind_of = result.type()
+                if kind_of == cel.Type.BOOL:
+                    if result.value() is True:
+                        continue
+                    return _violated(g.rule, g.message, g.pointers)
+                if kind_of == cel.Type.ERROR:
+                    return _violated(g.rule, f"evaluation failed: {result.value()}", g.pointers, ReasonCode.RULE_ERROR)
+                return _violated(g.rule, f"evaluation gave a {kind_of.name()}, not a bool", g.pointers,
+                                 ReasonCode.RULE_ERROR)
+        except Exception as e:  # noqa: BLE001 - a value CEL cannot hold (an integer over 64 bits): the first guard's error
+            return _violated(guards[0].rule, f"evaluation failed: {e}", guards[0].pointers, ReasonCode.RULE_ERROR)
     return None
 
 
@@ -245,5 +263,5 @@ def apply_rules(ruleset: RuleSet | None, state: ObjectState | None, command: Com
             verdict = _transition_verdict(t, old.get(t.pointer), new.get(t.pointer), creating)
             if verdict is not None:
                 return verdict, None
-    verdict = _guards_verdict(rules, ruleset, state, command, kind, old, new, payload)
+    verdict = _guards_verdict(rules, state, command, kind, old, new, payload)
     return verdict, None if verdict is not None else text
