@@ -41,6 +41,7 @@ Nothing here raises: a rule's failure is a rejection. ``decide`` stays a pure fu
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -195,30 +196,45 @@ def _timestamp(at: datetime | None) -> Any:  # noqa: ANN401 - a protobuf Timesta
     return Timestamp(seconds=d.days * 86_400 + d.seconds, nanos=d.microseconds * 1000)
 
 
+_NO_STATE = {"exists": False, "deleted": False, "version": 0, "owner": "", "editors": [], "readers": [], "type": None,
+             "created_at": None, "updated_at": None}
+_STATE: dict[str, Callable[[ObjectState], Any]] = {
+    "exists": lambda s: True, "deleted": lambda s: s.deleted, "version": lambda s: s.version,
+    "owner": lambda s: s.owner, "editors": lambda s: list(s.editors), "readers": lambda s: list(s.readers),
+    "type": lambda s: s.object_type, "created_at": lambda s: _timestamp(s.created_at),
+    "updated_at": lambda s: _timestamp(s.updated_at)}
+_COMMAND: dict[str, Callable[[Command], Any]] = {
+    "id": lambda c: c.command_id, "object_id": lambda c: c.object_id, "expected_version": lambda c: c.expected_version,
+    "issued_at": lambda c: _timestamp(c.issued_at),
+    "editor": lambda c: c.editor if isinstance(c, GrantEditor | RevokeEditor) else None,
+    "reader": lambda c: c.reader if isinstance(c, GrantReader | RevokeReader) else None}
+_CALLER: dict[str, Callable[[Command], Any]] = {
+    "principal": lambda c: c.principal, "groups": lambda c: list(c.groups), "issuer": lambda c: c.issuer}
+
+
+def _command_member(member: str, rules: TypeRules, command: Command, kind: str, payload: Any) -> Any:  # noqa: ANN401
+    if member == "kind":
+        return kind
+    if member == "type":
+        return rules.name
+    if member == "document":
+        return payload if kind == "create" else None
+    if member == "patch":
+        return payload if kind == "update" else None
+    return _COMMAND[member](command)
+
+
 def _variables(rules: TypeRules, state: ObjectState | None, command: Command, kind: str,
                old: dict[str, Any], new: dict[str, Any], payload: Any) -> dict[str, Any]:  # noqa: ANN401
-    if state is not None and state.exists:
-        st: dict[str, Any] = {"exists": True, "deleted": state.deleted, "version": state.version, "owner": state.owner,
-                              "editors": list(state.editors), "readers": list(state.readers), "type": state.object_type,
-                              "created_at": None, "updated_at": None}
-        if rules.needs_times:
-            st["created_at"], st["updated_at"] = _timestamp(state.created_at), _timestamp(state.updated_at)
-    else:
-        st = {"exists": False, "deleted": False, "version": 0, "owner": "", "editors": [], "readers": [],
-              "type": None, "created_at": None, "updated_at": None}
-    for name, ptr, _ in rules.tracked:
-        st[name] = old.get(ptr)
-    nxt = {name: new.get(ptr) for name, ptr, _ in rules.tracked}
-    cmd: dict[str, Any] = {
-        "kind": kind, "id": command.command_id, "object_id": command.object_id,
-        "expected_version": command.expected_version,
-        "issued_at": _timestamp(command.issued_at) if rules.needs_times else None, "type": rules.name,
-        "editor": command.editor if isinstance(command, GrantEditor | RevokeEditor) else None,
-        "reader": command.reader if isinstance(command, GrantReader | RevokeReader) else None,
-        "document": payload if kind == "create" and rules.needs_document else None,
-        "patch": payload if kind == "update" and rules.needs_patch else None,
-    }
-    caller = {"principal": command.principal, "groups": list(command.groups), "issuer": command.issuer}
+    """Return the four variables of a guard with the members the type's guards read (see the module docstring)."""
+    reads = rules.reads
+    pointers = {name: ptr for name, ptr, _ in rules.tracked}
+    live = state if state is not None and state.exists else None
+    st = {m: old.get(pointers[m]) if m in pointers else _STATE[m](live) if live is not None else _NO_STATE[m]
+          for m in reads["state"]}
+    nxt = {m: new.get(pointers[m]) for m in reads["next"]}
+    cmd = {m: _command_member(m, rules, command, kind, payload) for m in reads["command"]}
+    caller = {m: _CALLER[m](command) for m in reads["caller"]}
     return {"state": st, "next": nxt, "command": cmd, "caller": caller}
 
 

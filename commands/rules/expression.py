@@ -87,6 +87,11 @@ def text_problems(expr: str, tracked: tuple[str, ...]) -> list[str]:
     return problems
 
 
+def references(expr: str) -> set[tuple[str, str]]:
+    """Return every (variable, member) the guard's text reads (outside string literals)."""
+    return {(m.group(1), m.group(2)) for m in _MEMBER.finditer(_without_strings(expr))}
+
+
 def uses(expr: str, var: str, member: str) -> bool:
     """Return True if the guard's text mentions ``var.member`` (outside string literals)."""
     return any(m.group(1) == var and m.group(2) == member for m in _MEMBER.finditer(_without_strings(expr)))

@@ -17,7 +17,15 @@ from typing import Any
 
 from commands.rules.bounds import DEFAULT_MAX_TRACKED_BYTES
 from commands.rules.document import RulesInvalid, canonical_json, parse_rules, pointer, rules_digest
-from commands.rules.expression import STATE_MEMBERS, compile_expression, new_environment, text_problems, uses
+from commands.rules.expression import (
+    STATE_MEMBERS,
+    VARIABLES,
+    compile_expression,
+    new_environment,
+    references,
+    text_problems,
+    uses,
+)
 from commands.rules.meta_schema import COMMAND_KINDS
 from commands.rules.tracked import parse_pointer
 
@@ -67,6 +75,9 @@ class TypeRules:
     # Per command kind: its guards in runs of up to CHAIN, each run with one CEL program that gives the index of
     # the run's first false guard (-1 if none is), or None: one evaluation per run instead of one per guard.
     by_kind: dict[str, tuple[tuple[tuple[Guard, ...], Any], ...]] = field(default_factory=dict)
+    # Per variable, the members some guard reads: only those are handed to CEL (a guard reads no other; the
+    # compile-time check refuses indexed or whole-variable reads).
+    reads: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,8 +181,10 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, env: Any,
             chosen = [g for g in guards if kind in g.kinds]
             runs = [tuple(chosen[i:i + CHAIN]) for i in range(0, len(chosen), CHAIN)]
             by_kind[kind] = tuple((run, _chain(env, [exprs[g.rule] for g in run])) for run in runs)
+    read = set().union(*(references(g["expr"]) for g in spec.get("guards", [])))
+    reads = {var: tuple(sorted(m for v, m in read if v == var)) for var in VARIABLES}
     return TypeRules(name, create, patch, tracked, spec.get("max_tracked_bytes", default_bound), tuple(transitions),
-                     tuple(guards), needs_document, needs_patch, needs_times, by_kind)
+                     tuple(guards), needs_document, needs_patch, needs_times, by_kind, reads)
 
 
 #: The most guards one chained program holds (cel-cpp refuses an expression nested deeper than 32).
