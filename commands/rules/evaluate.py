@@ -243,7 +243,16 @@ def apply_rules(ruleset: RuleSet | None, state: ObjectState | None, command: Com
     """Return (the verdict of the first failing rule, or None; the object's tracked text after the command).
 
     ``object_type`` is the command's type on create and the object's otherwise. See the module for the order.
+    Never raises: anything unforeseen (a state whose tracked text is not JSON) is RULE_ERROR of rule ``types``.
     """
+    try:
+        return _apply_rules(ruleset, state, command, object_type)
+    except Exception as e:  # noqa: BLE001 - a rule's failure rejects one command, it never stops the validator
+        return _violated("types", f"the rules could not be applied: {e!r}", (), ReasonCode.RULE_ERROR), None
+
+
+def _apply_rules(ruleset: RuleSet | None, state: ObjectState | None, command: Command,
+                 object_type: str) -> tuple[Verdict | None, str | None]:
     rules = ruleset.types.get(object_type) if ruleset is not None else None
     kept = state.tracked if state is not None else None
     creating = isinstance(command, CreateObject)
