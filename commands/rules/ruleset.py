@@ -111,6 +111,17 @@ class RuleSet:
         object.__setattr__(self, "types", types)
         object.__setattr__(self, "environment", env)
 
+    def rule_names(self) -> tuple[str, ...]:
+        """Return every name a rejection under this version may carry in ``rule`` (for ``arbiter rules check`` and
+        per-rule metrics): ``types``, then per type its built-in rules in use and its own, in document order."""
+        names = ["types"]
+        for t in self.types.values():
+            names += [f"{t.name}:{n}" for n, used in (("create_schema", t.create_schema is not None),
+                                                       ("patch_schema", t.patch_schema is not None),
+                                                       ("max_tracked_bytes", bool(t.tracked))) if used]
+            names += [r.rule for r in t.transitions] + [g.rule for g in t.guards]
+        return tuple(names)
+
     def __reduce__(self) -> tuple[Any, tuple[int, str, str]]:
         """Pickle as (version, digest, document); loading compiles again."""
         return RuleSet, (self.version, self.digest, self.document)
