@@ -214,7 +214,7 @@ def test_resumed_streams_replay_only_what_may_be_read_now_and_a_deleted_object_l
         own = Stream(url, "/objects/doc/changes", alice)
         until(lambda: bool(own.comments), "alice's stream to go live")
         decided(c.patch("/objects/doc", json={"n": 3}, headers={**alice, **MERGE, **WAIT}), 200, '"6"')
-        decided(c.delete("/objects/doc", headers={**alice, **WAIT}), 200, '"7"')
+        decided(c.delete("/objects/doc", headers={**alice, **WAIT}), 204, '"7"')
         assert own.ended.wait(30), f"alice's stream did not end with the object: {own.frames}"
         assert [(d["type"], d["version"]) for _, _, d in own.frames] == [("UPDATED", 6), ("DELETED", 7)]
         until(lambda: c.get("/objects/doc", headers=alice).status_code == 410, "the read model to hold the deletion")
