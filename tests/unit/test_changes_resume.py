@@ -59,14 +59,19 @@ class FoldedRoles:
 
 
 class Reader:
-    """``RangeReader``'s contract over a list of records: two records a read; ``expire_after`` reads, Expired."""
+    """``RangeReader``'s contract over a list of records: two records a read; after ``expire_after`` reads, or at
+    the ``expire_at_assign``-th assign, Expired (retention deleted what the range needs)."""
 
-    def __init__(self, records: list[Rec], expire_after: int | None = None) -> None:
-        self.records, self.expire_after = records, expire_after
+    def __init__(self, records: list[Rec], expire_after: int | None = None,
+                 expire_at_assign: int | None = None) -> None:
+        self.records, self.expire_after, self.expire_at_assign = records, expire_after, expire_at_assign
         self._todo: list[Rec] = []
-        self.reads = 0
+        self.reads = self.assigns = 0
 
     def assign(self, starts: Mapping[int, int], ends: Mapping[int, int]) -> None:
+        self.assigns += 1
+        if self.assigns == self.expire_at_assign:
+            raise Expired(0, 0, 1)
         self._todo = [(p, o, e) for p, o, e in self.records if p in starts and starts[p] <= o < ends.get(p, 0)]
 
     @property
@@ -222,13 +227,19 @@ def test_a_stream_never_outlives_its_token() -> None:
 
 def test_retention_striking_during_the_catch_up_ends_the_stream_with_changes_expired() -> None:
     """The first read brings versions 1 and 2; then the topic no longer keeps what follows: ``reset``
-    CHANGES_EXPIRED, its ``resume_from`` just past version 2, and the stream ends. Break caught: the
-    ``except Expired`` clause left out (the stream dies with an exception, no reset)."""
+    CHANGES_EXPIRED, its ``resume_from`` just past version 2, and the stream ends. So too when retention strikes
+    between the first read of the catch-up and the second (attached) one's start. Breaks caught: the ``except
+    Expired`` clause left out (the stream dies with an exception, no reset); main's, which covered only the reads
+    (an assign's Expired broke the connection without a reset, seen in test_api_changes)."""
     records = [(0, o, ev("x", o + 1, EventType.CREATED if o == 0 else EventType.UPDATED, document="{}"
                          if o == 0 else None, **({} if o == 0 else {"patch": "{}"}))) for o in range(4)]
     parsed, ended = resumed("alice", records, FakeReadModel({"x": View({}, 4)}), reader=Reader(records, 1))
     assert seen(parsed) == [("change", "x", 1), ("change", "x", 2), ("reset", "CHANGES_EXPIRED", 0)] and ended
     assert parsed[-1][1]["resume_from"] == parsed[1][2] == cursor.Ids(KEY, "alice", ()).encode({0: 2})
+    parsed, ended = resumed("alice", records, FakeReadModel({"x": View({}, 4)}), reader=Reader(records,
+                                                                                                expire_at_assign=2))
+    assert [k for k, _, _ in parsed] == ["change"] * 4 + ["reset"] and ended
+    assert parsed[-1][1]["code"] == "CHANGES_EXPIRED" and parsed[-1][1]["resume_from"] == parsed[3][2]
 
 
 # -- one JSON rule -------------------------------------------------------------------------------------------------
