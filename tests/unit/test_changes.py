@@ -190,13 +190,13 @@ def test_a_queue_is_bounded_in_bytes_at_the_bound_and_one_past_it() -> None:
     at = attach(feed, "alice")
     feed._deliver(at, _item(100, 0))
     feed._deliver(at, _item(50, 1))
-    assert not at.cut and at.bytes == 150 and feed.budget.used == 150 and len(at.queue) == 2
+    assert not at.cut and at.queued == 150 and feed.budget.used == 150 and len(at.queue) == 2
     past = attach(feed, "bob")
     feed._deliver(past, _item(100, 0))
     feed._deliver(past, _item(51, 1))
     assert past.cut and [(i.kind, i.data) for i in past.queue] == [("reset", b"SLOW_CONSUMER")]
-    assert past.bytes == 0 and feed.budget.used == 150  # bob's 100 bytes went back at once
-    assert at.pop() is not None and at.bytes == 50 and feed.budget.used == 50  # a read gives its bytes back
+    assert past.queued == 0 and feed.budget.used == 150  # bob's 100 bytes went back at once
+    assert at.pop() is not None and at.queued == 50 and feed.budget.used == 50  # a read gives its bytes back
     feed.detach(at)
     assert feed.budget.used == 0 and at.cut  # an ended stream's queue goes, and it takes nothing more
     feed._deliver(at, _item(10))
@@ -214,8 +214,8 @@ def test_the_process_total_is_bounded_in_bytes_and_the_biggest_queue_is_cut() ->
     assert not slow.cut and not fast.cut and feed.budget.used == 300
     assert fast.pop() is not None
     feed._deliver(fast, _item(101, 1))
-    assert slow.cut and [i.kind for i in slow.queue] == ["reset"] and slow.bytes == 0
-    assert not fast.cut and fast.bytes == 101 and feed.budget.used == 101
+    assert slow.cut and [i.kind for i in slow.queue] == ["reset"] and slow.queued == 0
+    assert not fast.cut and fast.queued == 101 and feed.budget.used == 101
     alone = feed_with(None, queue_bytes=1000, total_bytes=50)
     sub = attach(alone, "alice")
     alone._deliver(sub, _item(51))  # bigger than the whole budget: nobody else to cut, so the stream itself

@@ -87,7 +87,7 @@ class Subscriber:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     cut: bool = False  # the feed stopped feeding it (overflow, roles unknown, shutdown); its last item says why
     dropped: asyncio.Event = field(default_factory=asyncio.Event)  # set (on the loop) when it is cut off
-    bytes: int = 0
+    queued: int = 0  # bytes queued now
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def push(self, item: Item) -> bool:
@@ -97,13 +97,13 @@ class Subscriber:
         with self._lock:
             if self.cut:
                 return True
-            if len(self.queue) >= self.max_queue or self.bytes + n > self.max_bytes:
+            if len(self.queue) >= self.max_queue or self.queued + n > self.max_bytes:
                 self._cut("SLOW_CONSUMER")
             elif not self.budget.take(n):
                 return False
             else:
                 self.queue.append(item)
-                self.bytes += n
+                self.queued += n
         self._wake()
         return True
 
@@ -114,15 +114,15 @@ class Subscriber:
                 return None
             item = self.queue.popleft()
             if item.kind != "reset":
-                self.bytes -= len(item.data)
+                self.queued -= len(item.data)
                 self.budget.give(len(item.data))
             return item
 
     def _cut(self, code: str) -> None:
         # under ``_lock``: the queue goes at once (its bytes back to the process), only the ``reset`` stays
         self.cut = True
-        self.budget.give(self.bytes)
-        self.bytes = 0
+        self.budget.give(self.queued)
+        self.queued = 0
         self.queue.clear()
         self.queue.append(Item("reset", -1, -1, code.encode()))
         if self.loop is not None:
@@ -148,8 +148,8 @@ class Subscriber:
         """Drop what is still queued and take nothing more (the stream ended): its bytes go back to the process."""
         with self._lock:
             self.cut = True
-            self.budget.give(self.bytes)
-            self.bytes = 0
+            self.budget.give(self.queued)
+            self.queued = 0
             self.queue.clear()
 
 
@@ -326,8 +326,8 @@ class ChangeFeed:
         """Queue ``item`` for ``sub``; while the process's budget cannot hold it, cut off the subscriber holding the
         most bytes (the slowest reader), ``sub`` itself if nobody holds any."""
         while not sub.push(item):
-            hog = max(self._everyone(), key=lambda s: s.bytes)
-            if hog.bytes == 0:
+            hog = max(self._everyone(), key=lambda s: s.queued)
+            if hog.queued == 0:
                 sub.stop("SLOW_CONSUMER")
                 return
             hog.stop("SLOW_CONSUMER")

@@ -133,6 +133,41 @@ def _reset_detail(code: str) -> str:
     }.get(code, "resume with Last-Event-ID")
 
 
+async def _catch_up(catchup: _Catchup, feed: ChangeFeed, sub: Subscriber, reader: RangeReader) -> AsyncIterator[bytes]:
+    """Yield the catch-up's frames (and heartbeats); a final ``reset`` (token expired, cut off) sets ``finished``.
+    Raises ``Expired`` and ``RolesUnknown`` for ``events`` to answer."""
+    plan, cursor = catchup.plan, catchup.cursor
+    last_write = time.monotonic()
+    # 1: up to the ends found at the start, not yet attached (live items would pile up meanwhile)
+    # 2: attached, up to where the feed starts handing on (a finite stream needs no live items)
+    for attach in (False,) if plan.finite else (False, True):
+        ends = feed.attach(sub) if attach else plan.ends
+        await run_in_threadpool(reader.assign, {p: cursor.offsets[p] for p in plan.partitions},
+                                {p: ends.get(p, 0) for p in plan.partitions})
+        while not reader.done and not catchup.finished:
+            if time.time() >= plan.expires_at:  # checked before each batch: nothing goes out after it
+                catchup.finished = True
+                yield frames.reset("TOKEN_EXPIRED", _reset_detail("TOKEN_EXPIRED"), cursor.id())
+                return
+            if sub.cut:  # cut off while catching up (attached): its reset now, not after the catch-up
+                item = sub.pop()
+                code = item.data.decode() if item is not None else "SHUTDOWN"
+                catchup.finished = True
+                yield frames.reset(code, _reset_detail(code), cursor.id())
+                return
+            out = await catchup.frames(await run_in_threadpool(lambda: catchup.observe(reader.read())))
+            for chunk in out:
+                yield chunk
+            now = time.monotonic()
+            if out:
+                last_write = now
+            elif now - last_write >= plan.heartbeat_s:
+                yield frames.HEARTBEAT
+                last_write = now
+        if catchup.finished:
+            return
+
+
 async def events(plan: Plan, feed: ChangeFeed, sub: Subscriber, reader: RangeReader | None, book: RolesBook,
                  access: CurrentAccess | None) -> AsyncIterator[bytes]:
     """Yield the stream's frames until the client leaves, access ends, or the stream is cut (a final ``reset``)."""
@@ -141,39 +176,17 @@ async def events(plan: Plan, feed: ChangeFeed, sub: Subscriber, reader: RangeRea
     try:
         if plan.resume is not None and reader is not None and access is not None:
             catchup = _Catchup(plan, cursor, book, access)
-            # 1: up to the ends found at the start, not yet attached (live items would pile up meanwhile)
-            # 2: attached, up to where the feed starts handing on (a finite stream needs no live items)
-            for attach in (False,) if plan.finite else (False, True):
-                ends = feed.attach(sub) if attach else plan.ends
-                await run_in_threadpool(reader.assign, {p: cursor.offsets[p] for p in plan.partitions},
-                                        {p: ends.get(p, 0) for p in plan.partitions})
-                while not reader.done and not catchup.finished:
-                    if time.time() >= plan.expires_at:  # checked before each batch: nothing goes out after it
-                        yield frames.reset("TOKEN_EXPIRED", _reset_detail("TOKEN_EXPIRED"), cursor.id())
-                        return
-                    if sub.cut:  # cut off while catching up (attached): its reset now, not after the catch-up
-                        item = sub.pop()
-                        code = item.data.decode() if item is not None else "SHUTDOWN"
-                        yield frames.reset(code, _reset_detail(code), cursor.id())
-                        return
-                    try:
-                        out = await catchup.frames(await run_in_threadpool(lambda: catchup.observe(reader.read())))
-                    except Expired:
-                        yield frames.reset("CHANGES_EXPIRED", _reset_detail("CHANGES_EXPIRED"), cursor.id())
-                        return
-                    except RolesUnknown:
-                        yield frames.reset("ROLES_UNKNOWN", _reset_detail("ROLES_UNKNOWN"), cursor.id())
-                        return
-                    for chunk in out:
-                        yield chunk
-                    now = time.monotonic()
-                    if out:
-                        last_write = now
-                    elif now - last_write >= plan.heartbeat_s:
-                        yield frames.HEARTBEAT
-                        last_write = now
-                if catchup.finished or plan.finite:
-                    return
+            try:
+                async for chunk in _catch_up(catchup, feed, sub, reader):
+                    yield chunk
+            except Expired:  # retention deleted what the catch-up still needed (at an assign or a read)
+                yield frames.reset("CHANGES_EXPIRED", _reset_detail("CHANGES_EXPIRED"), cursor.id())
+                return
+            except RolesUnknown:
+                yield frames.reset("ROLES_UNKNOWN", _reset_detail("ROLES_UNKNOWN"), cursor.id())
+                return
+            if catchup.finished or plan.finite:
+                return
             await run_in_threadpool(reader.close)  # live from here: the catch-up's consumer is not needed
             yield b": live\n\n"
         else:
