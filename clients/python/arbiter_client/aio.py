@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from arbiter_client.errors import TransportFailed
+from arbiter_client.errors import ArbiterError, TransportFailed
 from arbiter_client.feed import FeedCursor, SseParser
 from arbiter_client.models import Accepted, Change, Document, HistoryEvent, ListedObject, Queued
 from arbiter_client.plans import Plan, Protocol, Reply, Sleep, T, _path, raise_for
@@ -41,9 +41,10 @@ class AsyncClient:
     def __init__(self, base_url: str, token: str | Callable[[], str], *, retry: RetryPolicy | None = None,
                  wait_s: float = 10.0, follow_timeout_s: float = 60.0, read_your_writes: bool = True,
                  timeout: float = 30.0, feed_read_timeout_s: float = 60.0,
+                 on_retry: Callable[[ArbiterError, float], None] | None = None,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.protocol = Protocol(base_url, token, retry=retry, wait_s=wait_s, follow_timeout_s=follow_timeout_s,
-                                 read_your_writes=read_your_writes)
+                                 read_your_writes=read_your_writes, on_retry=on_retry)
         self.feed_read_timeout_s = feed_read_timeout_s
         self._http = httpx.AsyncClient(timeout=timeout, transport=transport)
 
@@ -137,4 +138,6 @@ class AsyncClient:
             wait = self.protocol.retry.delay(failures, retry_after)
             if wait is None:
                 raise error
+            if self.protocol.on_retry is not None:
+                self.protocol.on_retry(error, wait)
             await asyncio.sleep(wait)

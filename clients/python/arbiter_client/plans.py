@@ -19,7 +19,7 @@ from urllib.parse import quote
 
 import httpx
 
-from arbiter_client.errors import CODES, ArbiterError, TransportFailed, VersionConflict, error_from
+from arbiter_client.errors import CODES, ArbiterError, Duplicate, TransportFailed, VersionConflict, error_from
 from arbiter_client.merge_patch import diff
 from arbiter_client.models import Accepted, Document, HistoryEvent, ListedObject, Queued, fields_of
 from arbiter_client.retry import RetryPolicy, parse_retry_after
@@ -76,8 +76,10 @@ class Protocol:
     """
 
     def __init__(self, base_url: str, token: str | Callable[[], str], *, retry: RetryPolicy | None = None,
-                 wait_s: float = 10.0, follow_timeout_s: float = 60.0, read_your_writes: bool = True) -> None:
+                 wait_s: float = 10.0, follow_timeout_s: float = 60.0, read_your_writes: bool = True,
+                 on_retry: Callable[[ArbiterError, float], None] | None = None) -> None:
         self.base_url = httpx.URL(base_url.rstrip("/") + "/")
+        self.on_retry = on_retry  # told of each retry (the error, the seconds it waits): for logs and metrics
         self._token = token
         self.retry = retry or RetryPolicy()
         self.wait_s = wait_s
@@ -128,6 +130,8 @@ class Protocol:
                 if isinstance(reply, httpx.TransportError):
                     raise error from reply
                 raise error
+            if self.on_retry is not None:
+                self.on_retry(error, wait)
             yield Sleep(wait)
 
     # --- writes ------------------------------------------------------------------------------------------
@@ -236,8 +240,8 @@ class Protocol:
     def update_with_retry(self, object_id: str, fn: Callable[[dict[str, Any]], dict[str, Any]], *,
                           attempts: int = 10, **kw: Any) -> Plan[Accepted]:  # noqa: ANN401
         """Read the document, apply ``fn`` to a copy, write the difference as a merge patch with ``If-Match``;
-        on ``VERSION_CONFLICT`` read again (until the read model serves the version the conflict named) and repeat.
-        Raise ``VersionConflict`` after ``attempts`` conflicts."""
+        on ``VERSION_CONFLICT`` (or a rejected first attempt's ``DUPLICATE``) read again, until the read model
+        serves the version the conflict named, and repeat. Raise the conflict after ``attempts`` of them."""
         at_least = 0
         for attempt in range(1, attempts + 1):
             current = yield from self.get(object_id)
@@ -248,7 +252,9 @@ class Protocol:
             patch = diff(current.document, wanted)
             try:
                 outcome = yield from self.update(object_id, patch, if_match=current.version, follow=True, **kw)
-            except VersionConflict as conflict:
+            except (VersionConflict, Duplicate) as conflict:
+                # DUPLICATE raised (not answered 200) means a first attempt of this very key was stored and rejected
+                # (a conflict the API could not answer in time): nothing was applied, so it is a conflict too
                 if attempt == attempts:
                     raise
                 at_least = conflict.current_version or current.version + 1

@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from arbiter_client.errors import TransportFailed
+from arbiter_client.errors import ArbiterError, TransportFailed
 from arbiter_client.feed import FeedCursor, SseParser
 from arbiter_client.models import Accepted, Change, Document, HistoryEvent, ListedObject, Queued
 from arbiter_client.plans import Plan, Protocol, T, _path, raise_for, run_sync
@@ -26,9 +26,10 @@ class Client:
     def __init__(self, base_url: str, token: str | Callable[[], str], *, retry: RetryPolicy | None = None,
                  wait_s: float = 10.0, follow_timeout_s: float = 60.0, read_your_writes: bool = True,
                  timeout: float = 30.0, feed_read_timeout_s: float = 60.0,
+                 on_retry: Callable[[ArbiterError, float], None] | None = None,
                  transport: httpx.BaseTransport | None = None) -> None:
         self.protocol = Protocol(base_url, token, retry=retry, wait_s=wait_s, follow_timeout_s=follow_timeout_s,
-                                 read_your_writes=read_your_writes)
+                                 read_your_writes=read_your_writes, on_retry=on_retry)
         self.feed_read_timeout_s = feed_read_timeout_s
         self._http = httpx.Client(timeout=timeout, transport=transport)
 
@@ -128,12 +129,14 @@ class Client:
             wait = self.protocol.retry.delay(failures, retry_after)
             if wait is None:
                 raise error
+            if self.protocol.on_retry is not None:
+                self.protocol.on_retry(error, wait)
             time.sleep(wait)
 
 
-def _error(response: httpx.Response) -> Exception:
+def _error(response: httpx.Response) -> ArbiterError:
     try:
         raise_for(response)
-    except Exception as e:  # noqa: BLE001 - the typed error of this answer, returned for a retry decision
+    except ArbiterError as e:  # the typed error of this answer, returned for a retry decision
         return e
     return TransportFailed(f"HTTP {response.status_code}")
