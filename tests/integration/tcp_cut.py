@@ -71,3 +71,26 @@ def relay_to(url: str) -> Iterator[tuple[str, Relay]]:
         yield f"http://127.0.0.1:{relay.port}", relay
     finally:
         relay.close()
+
+
+def group_coordinator_ready(bootstrap: str, timeout: float = 120.0) -> None:
+    """Wait until the broker answers a consumer-group request (its group coordinator loaded).
+
+    The validator's lease check gives a fresh broker 15 s for that; on a loaded machine a session broker's first
+    group request can take longer, and the test would fail on start-up, not on what it tests.
+    """
+    import time
+
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            admin.describe_consumer_groups(["arbiter-warm-up"], request_timeout=10)["arbiter-warm-up"].result(timeout=15)
+            return
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)

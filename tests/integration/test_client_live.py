@@ -26,7 +26,7 @@ from arbiter_client import (
     Queued,
     VersionConflict,
 )
-from tests.integration.tcp_cut import relay_to
+from tests.integration.tcp_cut import group_coordinator_ready, relay_to
 from tests.integration.test_api_support import (
     audit_projection_running,
     db_projection_running,
@@ -47,6 +47,7 @@ def until(condition: Any, what: str, timeout: float = 60.0) -> None:  # noqa: AN
 
 def test_the_client_against_the_live_pipeline(spark, settings: Settings) -> None:  # noqa: ANN001
     s = settings.model_copy(update={"changes_heartbeat_s": 1.0})
+    group_coordinator_ready(s.kafka_bootstrap)
     with validator_running(spark, s), db_projection_running(s), audit_projection_running(s), \
             served(create_app(s)) as url:
         alice, bob, mallory, eve = (Client(url, token(s, p), wait_s=30) for p in ("alice", "bob", "mallory", "eve"))
@@ -94,9 +95,14 @@ def test_the_client_against_the_live_pipeline(spark, settings: Settings) -> None
             until(lambda: relay.accepted == 1, "the feed to connect")
             time.sleep(1.5)  # subscribed ("live") before the writes start
 
+            failures: list[BaseException] = []
+
             def racer(client: Client) -> None:
-                for _ in range(5):
-                    client.update_with_retry("doc", lambda d: {**d, "n": d["n"] + 1})
+                try:
+                    for _ in range(5):
+                        client.update_with_retry("doc", lambda d: {**d, "n": d["n"] + 1})
+                except BaseException as e:  # noqa: BLE001 - reported by the test thread
+                    failures.append(e)
 
             racers = [threading.Thread(target=racer, args=(c,)) for c in (alice, bob)]
             for t in racers:
@@ -106,6 +112,7 @@ def test_the_client_against_the_live_pipeline(spark, settings: Settings) -> None
                 relay.cut()
             for t in racers:
                 t.join(120)
+            assert not failures, failures
             assert alice.get("doc").document["n"] == 10, "an increment was lost in the If-Match race"
             deleted = alice.delete("doc")
             assert deleted.version == 16 and deleted.event is None
