@@ -17,7 +17,7 @@ from app.api.problems import problem
 from app.settings import Settings
 
 #: Request headers a page may send: the API's own (README "API") and W3C trace context.
-ALLOW_HEADERS = ("Authorization", "Content-Type", "Idempotency-Key", "If-Match", "If-None-Match", "Prefer",
+ALLOW_HEADERS = ("Authorization", "Content-Type", "Idempotency-Key", "If-Match", "If-None-Match", "Prefer", "Cache-Control",
                  "Arbiter-Min-Position", "Last-Event-ID", "traceparent", "tracestate")
 #: Answer headers a page may read besides the CORS-safelisted ones.
 EXPOSE_HEADERS = ("ETag", "Location", "Arbiter-Position", "Retry-After", "RateLimit", "RateLimit-Policy",

@@ -58,6 +58,8 @@ class TicketGate:
                           headers={"WWW-Authenticate": e.www_authenticate})(scope, receive, send)
             return
         scope[CALLER_SCOPE_KEY] = ticket.caller()
+        if ticket.resume_from is not None and b"last-event-id" not in names:  # a new ticket picking up where one ended
+            scope["headers"] = [*scope["headers"], (b"last-event-id", ticket.resume_from.encode("latin-1"))]
         try:
             await self.app(scope, receive, send)
         finally:

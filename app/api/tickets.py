@@ -36,8 +36,10 @@ from pathlib import Path
 from app.api.auth import READ, Caller, Unauthorized
 
 PREFIX = "t1."
-#: Longest ticket text accepted (a caller's 32 groups of 64 characters fit well within it).
-MAX_TICKET_CHARS = 4096
+#: Longest ticket text accepted: a caller's 32 groups of 64 characters and a resume id of RESUME_ID_CHARS fit.
+MAX_TICKET_CHARS = 8192
+#: Longest ``Last-Event-ID`` a ticket may carry (an id of a few hundred partitions).
+RESUME_ID_CHARS = 2048
 _PRUNE_EVERY_S = 60.0
 
 
@@ -59,6 +61,7 @@ class Ticket:
     expires_at: float
     token_expires_at: float
     nonce: str
+    resume_from: str | None = None
 
     def caller(self) -> Caller:
         """The caller a stream opened with this ticket runs as: read scope only, until its token's expiry."""
@@ -96,12 +99,18 @@ class TicketBook:
     def _mac(self, body: str) -> str:
         return _b64(hmac.new(self._key, (PREFIX + body).encode(), hashlib.sha256).digest())
 
-    def issue(self, caller: Caller) -> tuple[str, float]:
-        """Return a new ticket for ``caller`` and its lifetime in seconds (never past the caller's token)."""
+    def issue(self, caller: Caller, resume_from: str | None = None) -> tuple[str, float]:
+        """Return a new ticket for ``caller`` and its lifetime in seconds (never past the caller's token).
+
+        ``resume_from``: a ``Last-Event-ID`` its first stream resumes from when the request carries none, so a page
+        whose old ticket was refused subscribes again with a new one without a gap (a new ``EventSource`` cannot
+        send the header)."""
         now = time.time()
         expires = min(now + self.ttl_s, caller.expires_at)
         payload = {"p": caller.principal, "g": list(caller.groups), "i": caller.issuer, "x": expires,
                    "t": caller.expires_at, "n": secrets.token_urlsafe(18)}
+        if resume_from is not None:
+            payload["r"] = resume_from
         body = _b64(json.dumps(payload, separators=(",", ":")).encode())
         self._prune(now)
         return f"{PREFIX}{body}.{self._mac(body)}", max(0.0, expires - now)
@@ -116,7 +125,7 @@ class TicketBook:
         try:
             p = json.loads(_unb64(body))
             return Ticket(str(p["p"]), tuple(str(g) for g in p["g"]), str(p["i"]), float(p["x"]), float(p["t"]),
-                          str(p["n"]))
+                          str(p["n"]), str(p["r"]) if "r" in p else None)
         except (ValueError, KeyError, TypeError) as e:  # a MAC'd body is ours: only a bug gets here
             raise Unauthorized("the change-feed ticket is malformed") from e
 

@@ -5,6 +5,8 @@ read-your-writes, cursor pages, the change feed resumed across two cut connectio
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import threading
 import time
 from typing import Any
@@ -34,6 +36,7 @@ from tests.integration.test_api_support import (
     token,
     validator_running,
 )
+from tests.integration.validator_oracle import ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -134,6 +137,7 @@ def test_the_client_against_the_live_pipeline(spark, settings: Settings) -> None
         assert [e.type for e in alice.history("doc", page_size=3)][:3] == ["CREATED", "EDITOR_GRANTED", "READER_GRANTED"]
 
         asyncio.run(_async_flavour(url, s))
+        _readme_example(url, token(s, "reader-of-the-readme"))
         for c in (alice, bob, mallory, eve):
             c.close()
 
@@ -148,3 +152,13 @@ async def _async_flavour(url: str, s: Settings) -> None:
         assert (await carol.get("async-doc")).document == {"n": 4}
         assert [o.id async for o in carol.objects(page_size=1)] == ["async-doc"]
         assert [e.version async for e in carol.history("async-doc")] == [1, 2, 3, 4, 5]
+
+
+def _readme_example(url: str, bearer: str) -> None:
+    """Run the README's client example (the block after its ``client-example`` marker) and check what it prints."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("<!-- client-example", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(block, "README.md client example", "exec"), {"API_URL": url, "TOKEN": bearer})  # noqa: S102
+    assert out.getvalue().splitlines() == ["plan-1 is at version 3", "['CREATED', 'EDITOR_GRANTED', 'UPDATED']"]

@@ -158,3 +158,41 @@ def test_cors_allows_only_the_listed_origins_and_nothing_by_default(tmp_path: Pa
         Settings(cors_allow_origins="*")
     with pytest.raises(ValueError, match="origin"):
         Settings(cors_allow_origins="http://a.test/path")
+
+
+async def _last_event_id(scope: Any, receive: Any, send: Any) -> None:  # noqa: ANN401
+    value = dict(scope["headers"]).get(b"last-event-id", b"-")
+    await send({"type": "http.response.start", "status": 200, "headers": []})
+    await send({"type": "http.response.body", "body": value})
+
+
+def test_a_ticket_may_carry_where_its_first_stream_resumes(tmp_path: Path) -> None:
+    b = book(tmp_path)
+    client = TestClient(TicketGate(_last_event_id, book=b))
+    carried, _ = b.issue(ALICE, "c1.AAAA")
+    assert client.get("/changes", params={"ticket": carried}).text == "c1.AAAA"  # a new EventSource sends none
+    plain, _ = b.issue(ALICE)
+    assert client.get("/changes", params={"ticket": plain}).text == "-"
+    again, _ = b.issue(ALICE, "c1.AAAA")
+    assert client.get("/changes", params={"ticket": again}, headers={"Last-Event-ID": "c1.BBBB"}).text == "c1.BBBB"
+
+
+def test_the_ticket_route_takes_a_bearer_token_and_checks_the_resume_id(tmp_path: Path) -> None:
+    from app.api.changes import cursor
+    from app.api.identity import dev_token
+
+    s = Settings(var_dir=tmp_path)
+    client = TestClient(create_app(s))
+    bearer = {"Authorization": f"Bearer {dev_token(s, 'alice', (READ,), 60, ())}"}
+    r = client.post("/changes/tickets", headers=bearer)
+    assert r.status_code == 201 and r.headers["cache-control"] == "no-store" and 0 < r.json()["expires_in"] <= 30
+    assert client.app.state.tickets.verify(r.json()["ticket"]).principal == "alice"  # type: ignore[attr-defined]
+    good = cursor.encode({0: 3, 1: 0})
+    r = client.post("/changes/tickets", headers=bearer, json={"last_event_id": good})
+    assert r.status_code == 201
+    assert client.app.state.tickets.verify(r.json()["ticket"]).resume_from == good  # type: ignore[attr-defined]
+    assert client.post("/changes/tickets", headers=bearer, json={"last_event_id": "c1.!"}).json()["code"] == "BAD_REQUEST"
+    assert client.post("/changes/tickets", headers=bearer, json={"other": 1}).status_code == 422
+    assert client.post("/changes/tickets").status_code == 401
+    writer = {"Authorization": f"Bearer {dev_token(s, 'alice', ('arbiter:write',), 60, ())}"}
+    assert client.post("/changes/tickets", headers=writer).json()["code"] == "INSUFFICIENT_SCOPE"
