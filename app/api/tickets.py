@@ -143,7 +143,11 @@ class TicketBook:
                 fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
             except FileExistsError:
                 return ticket, self._resume(path, now, resuming)
-            fcntl.flock(fd, fcntl.LOCK_EX)  # just created: nobody else holds it, and a racer finds it empty (open)
+            try:  # just created, so free: a racer that opened it first finds it empty (open) and lets go
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # never blocks the event loop
+            except BlockingIOError as e:
+                os.close(fd)
+                raise Unauthorized("the change-feed ticket's stream is still open") from e
             return ticket, Redemption(fd)
         if not resuming:
             raise Unauthorized("the change-feed ticket has expired; get a new one")
