@@ -26,7 +26,11 @@ class Relay:
                 client, _ = self.listener.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:  # the server is gone (the test is ending): drop the client
+                client.close()
+                continue
             with self._lock:
                 self._open |= {client, upstream}
                 self.accepted += 1
