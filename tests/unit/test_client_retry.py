@@ -3,9 +3,10 @@ Idempotency-Key, Retry-After, following Location, the If-Match loop, read-your-w
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import Any
@@ -15,7 +16,9 @@ import pytest
 
 from arbiter_client import (
     Accepted,
+    AsyncClient,
     BrokerUnavailable,
+    ChangesExpired,
     Client,
     RetryPolicy,
     RuleViolated,
@@ -249,3 +252,36 @@ def test_merge_patch_difference_round_trips_and_refuses_nulls() -> None:
         diff(old, {"a": None})
     with pytest.raises(ValueError, match="null"):
         diff(old, {"z": {"y": None}})
+
+
+class _AsyncStream(httpx.AsyncByteStream):
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self.chunks = chunks
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            yield chunk
+
+
+def test_the_async_feed_resumes_too_and_a_503_waits_its_retry_after() -> None:
+    change = 'id: c1.{n}\nevent: change\ndata: {{"object_id":"o{n}","type":"CREATED","version":1}}\n\n'
+    script = Script(
+        lambda r: httpx.Response(200, stream=_AsyncStream(_frames(change.format(n=1), fail=True))),
+        problem(503, "TOO_MANY_SUBSCRIBERS", {"Retry-After": "0"}),
+        lambda r: httpx.Response(200, stream=_AsyncStream(_frames(change.format(n=2)))),
+        lambda r: httpx.Response(200, stream=_AsyncStream(_frames(
+            'event: reset\ndata: {"code":"CHANGES_EXPIRED","detail":"gone","resume_from":"c1.2"}\n\n'))))
+    retried: list[str] = []
+
+    async def read() -> list[str]:
+        async with AsyncClient(BASE, "tok", transport=httpx.MockTransport(script), retry=RetryPolicy(base_s=0.001),
+                               on_retry=lambda e, _: retried.append(e.code)) as client:
+            got: list[str] = []
+            with pytest.raises(ChangesExpired):
+                async for c in client.changes():
+                    got.append(c.object_id)
+            return got
+
+    assert asyncio.run(read()) == ["o1", "o2"]
+    assert [r.headers.get("last-event-id") for r in script.requests] == [None, "c1.1", "c1.1", "c1.2"]
+    assert retried == ["TRANSPORT_FAILED", "TOO_MANY_SUBSCRIBERS", "TRANSPORT_FAILED"]
