@@ -27,6 +27,7 @@ from tests.integration.tcp_cut import group_coordinator_ready, relay_to
 from tests.integration.test_api_support import (
     audit_projection_running,
     db_projection_running,
+    served,
     token,
     validator_running,
 )
@@ -104,25 +105,14 @@ class _Lines(logging.Handler):
 @contextmanager
 def served_with_access_log(app: Any) -> Iterator[tuple[str, list[str]]]:  # noqa: ANN401 - an ASGI app
     """Serve ``app`` under uvicorn with its access log on (what ``--log-level info`` prints); yield URL and lines."""
-    import uvicorn
-
     access = logging.getLogger("uvicorn.access")
     handler, level = _Lines(), access.level
     access.addHandler(handler)
     access.setLevel(logging.INFO)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_config=None,
-                                           access_log=True, lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.05)
     try:
-        yield f"http://127.0.0.1:{server.config.port}", handler.lines
+        with served(app, log_config=None, log_level=None, access_log=True) as url:
+            yield url, handler.lines
     finally:
-        server.should_exit = True
-        thread.join(30)
         access.removeHandler(handler)
         access.setLevel(level)
 

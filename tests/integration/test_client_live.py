@@ -9,7 +9,6 @@ import contextlib
 import io
 import threading
 import time
-from typing import Any
 
 import pytest
 
@@ -29,6 +28,7 @@ from arbiter_client import (
     VersionConflict,
 )
 from tests.integration.tcp_cut import group_coordinator_ready, relay_to
+from tests.integration.test_api_changes import until
 from tests.integration.test_api_support import (
     audit_projection_running,
     db_projection_running,
@@ -39,13 +39,6 @@ from tests.integration.test_api_support import (
 from tests.integration.validator_oracle import ROOT
 
 pytestmark = pytest.mark.integration
-
-
-def until(condition: Any, what: str, timeout: float = 60.0) -> None:  # noqa: ANN401 - a callable
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def test_the_client_against_the_live_pipeline(spark, settings: Settings) -> None:  # noqa: ANN001
