@@ -6,6 +6,7 @@ import base64
 import hashlib
 import hmac
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -218,6 +219,14 @@ class Settings(BaseSettings):
     changes_roles_wait_s: float = Field(default=5.0, ge=0, description="Longest the change feed waits for the audit "
                                         "projection to hold an object's earlier events (who may read it).")
     changes_roles_cache: int = Field(default=100_000, ge=1, description="Objects whose roles the live feed keeps.")
+    # --- API (issue 40: browsers: CORS and change-feed tickets, app/api/cors.py, app/api/tickets.py) ---------
+    cors_allow_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Origins (scheme://host[:port]) whose pages may call the API from a browser "
+        "(CORS); separated by spaces or commas. Empty = none: no cross-origin answer is readable.")
+    changes_ticket_ttl_s: float = Field(default=30.0, gt=0, le=300, description="How long a change-feed ticket "
+                                        "(POST /changes/tickets) may open its first stream.")
+    changes_ticket_resume_s: float = Field(default=30.0, ge=0, le=300, description="How long after a ticket's "
+                                           "stream ended the browser may resume it (Last-Event-ID) with that ticket.")
     max_waiters: int = Field(default=10_000, ge=1, description="Most concurrent `Prefer: wait` requests per API process; "
                              "beyond it a write is refused before it is produced: 503 TOO_MANY_WAITERS.")
     # --- API (issue 25: fair shares per principal, per API process) ----------------------------------
@@ -271,12 +280,20 @@ class Settings(BaseSettings):
         default=False, description="Let the validator decide command records without a valid signature (other "
         "producers than Arbiter's); off, they are rejected UNAUTHENTICATED.")
 
-    @field_validator("oidc_issuer", "oidc_audience", "oidc_algorithms", mode="before")
+    @field_validator("oidc_issuer", "oidc_audience", "oidc_algorithms", "cors_allow_origins", mode="before")
     @classmethod
     def _words(cls, value: Any) -> Any:  # noqa: ANN401 - pydantic's validator signature
         if isinstance(value, str):
             text = value.strip()
             return json.loads(text) if text.startswith("[") else [w for w in text.replace(",", " ").split() if w]
+        return value
+
+    @field_validator("cors_allow_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        for origin in value:
+            if not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+", origin) or origin.endswith((":", "/")):
+                raise ValueError(f"{origin!r} is not an origin (scheme://host[:port], no path, no wildcard)")
         return value
 
     @property

@@ -179,3 +179,14 @@ def expected_from_records(records: list[Record], settings: Settings, parked: lis
             states[item.object_id] = d.state
         out.append(rec)
     return out
+
+
+def stop_validator(job: subprocess.Popen[bytes]) -> None:
+    """Stop a ``start_validator`` child: SIGTERM, then SIGKILL of its process group after 60 s."""
+    if job.poll() is None:
+        os.kill(job.pid, signal.SIGTERM)
+        try:
+            job.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(30)
