@@ -24,7 +24,6 @@ from commands.errors import ArbiterError
 from projections.audit import store
 from projections.audit.chain import (
     ENVELOPE_V2,
-    object_prefix,
     ERASURE_OFFSET,
     GENESIS,
     Entry,
@@ -34,11 +33,11 @@ from projections.audit.chain import (
     erasure_value,
     head_key,
     link,
+    object_prefix,
     pack_entry,
     pack_head,
     unpack_entry,
 )
-
 from schemas import codec
 from schemas.wire import DecodeError
 

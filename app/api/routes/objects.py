@@ -10,7 +10,7 @@ from starlette.concurrency import run_in_threadpool
 
 from app.api.auth import PRINCIPAL_PATTERN
 from app.api.deps import ApiContext, ContextDep, ObjectViewLike, PrincipalDep, ReaderDep, ReadModelDep, caller_of
-from app.api.history import EventPage, ObjectPage, RoleName, event_page, object_page
+from app.api.history import EventPage, ObjectPage, RoleName, event_page, object_page, page_events
 from app.api.json_body import StrictJsonRoute
 from app.api.models import (
     IDEMPOTENCY_KEY_PATTERN,
@@ -34,6 +34,7 @@ from app.api.submit import (
     submit,
     update_command,
 )
+from app.limits import OWN_REJECTIONS_PER_PAGE
 from commands import (
     Command,
     GrantEditor,
@@ -274,8 +275,12 @@ async def object_events(request: Request, object_id: ObjectIdPath, principal: Re
     if view.deleted:
         await _refuse_erased(object_id, view, read_model)
     entries = await _blocking(read_model, read_model.history, object_id, after_version, limit + 1)  # type: ignore[attr-defined]
-    rejections = request.app.state.durable_outcomes.rejections(object_id, principal) if include else None
-    return Response(event_page(object_id, entries, limit, after_version, rejections), media_type="application/json")
+    events, more, before = page_events(entries, limit)
+    # The caller's own rejections only (an index by principal and object), at most OWN_REJECTIONS_PER_PAGE read, on
+    # the threadpool: what any caller can pile up on its own object never runs on the event loop.
+    own = await run_in_threadpool(request.app.state.durable_outcomes.rejections, object_id, principal, after_version,
+                                  before, limit=OWN_REJECTIONS_PER_PAGE) if include else None
+    return Response(event_page(object_id, events, more, after_version, own), media_type="application/json")
 
 
 @router.get("/{object_id}", summary="Read an object's document from the read model (eventually consistent), or as of "
