@@ -5,6 +5,7 @@ a caller may read. The routes are in ``app.api.routes.objects``; the stores are 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -13,7 +14,7 @@ from commands.rejection import clip
 from projections.audit.outcomes import OwnRejections
 from projections.db import fastjson
 from projections.db.history import HistoryEntry, entry_json
-from projections.db.lists import Page, encode_cursor
+from projections.db.lists import ListItem, Page
 
 #: Bytes of event entries past which a page stops (after at least one event): a page of 10 MB documents stays small.
 PAGE_BYTES = 4 * 1024 * 1024
@@ -102,10 +103,10 @@ def event_page(object_id: str, events: list[dict[str, Any]], more: bool, after_v
     return _strict_json(body).encode("utf-8")
 
 
-def object_page(page: Page) -> bytes:
-    """Return the JSON body of one list page."""
+def object_page(page: Page, cursor: Callable[[ListItem], str]) -> bytes:
+    """Return the JSON body of one list page; ``cursor`` makes the cursor after an item (``app.api.cursors``)."""
     body = {"items": [{"id": i.id, "version": i.version, "updated_at": i.updated_at} for i in page.items],
-            "next_cursor": encode_cursor(page.items[-1]) if page.more and page.items else None}
+            "next_cursor": cursor(page.items[-1]) if page.more and page.items else None}
     return _strict_json(body).encode("utf-8")
 
 
