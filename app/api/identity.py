@@ -56,6 +56,10 @@ def build_verifier(settings: Settings) -> TokenVerifier:
         name = settings.local_issuer_name or None
         issuers.append(file_issuer(settings.local_issuer_id, name, local_issuer(settings).jwks, fetchers,
                                    trust_groups=groups_of(name, settings.local_issuer_id), **options))
+    unknown = believed - {"*"} - {i.issuer for i in issuers} - {i.name for i in issuers if i.name is not None}
+    if unknown:  # a typo would silently take every group of the issuer meant
+        raise ValueError(f"ARBITER_OIDC_GROUPS_ISSUERS names {sorted(unknown)}, which is no trusted issuer's name "
+                         "or iss")
     return TokenVerifier(issuers, audiences=settings.oidc_audience, algorithms=settings.oidc_algorithms,
                          rules=ClaimRules(settings.oidc_principal_claim, settings.oidc_groups_claim,
                                           settings.oidc_max_groups, settings.oidc_leeway_s),

@@ -98,6 +98,8 @@ def test_an_issuer_whose_groups_are_not_believed_has_none(corp: Provider, partne
     v = build_verifier(s)
     assert v.verify(dev_token(s, "carol", groups=("finance",))).groups == ("finance",)
     assert v.verify(corp.token("c1", groups=["finance"])).groups == ()
+    with pytest.raises(ValueError, match="no trusted issuer"):
+        build_verifier(two_providers(corp, partner, tmp_path, oidc_groups_issuers=["crop"]))
 
 
 def test_two_bare_issuers_are_refused_at_start(corp: Provider, partner: Provider, tmp_path: Path) -> None:
