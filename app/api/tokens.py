@@ -164,8 +164,8 @@ class TokenVerifier:
         return caller
 
     async def averify(self, token: str) -> Caller:
-        """Return the ``Caller`` of ``token``; raise ``Unauthorized`` (or ``app.api.jwks.ProviderUnavailable``, 503). A key to
-        fetch is awaited off the event loop."""
+        """Return the ``Caller`` of ``token``; raise ``Unauthorized`` (or ``app.api.jwks.ProviderUnavailable``,
+        503). A key to fetch is awaited off the event loop."""
         cached = self._cached(token)
         if cached is not None:
             return cached
