@@ -94,9 +94,8 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # The providers' keys are fetched before the first request: a fetch blocks (urllib), and on the event loop
-        # it would hold every request for up to ARBITER_OIDC_HTTP_TIMEOUT_S. A later refetch (an unknown kid, at
-        # most once per ARBITER_OIDC_JWKS_REFRESH_MIN_S) still runs inline.
+        # The providers' keys are fetched before the first request, so it need not wait for them. Every fetch runs
+        # on a worker thread (app.api.jwks): a later one (expiry, an unknown kid) never holds the event loop.
         await asyncio.to_thread(app.state.verifier.warm)
         app.state.producer = CommandProducer(settings, traced=tracers is not None)
         app.state.broker_probe = Memo(app.state.producer.broker_reachable, interval=1.0)
