@@ -70,6 +70,12 @@ def kafka_bootstrap(session_dir: Path) -> Iterator[str]:
     broker = LocalBroker(session_dir / "kafka", port=free_port(), controller_port=free_port(), heap="512m")
     broker.start(Settings())
     try:
+        # The validator's lease check gives a fresh broker 15 s to answer a group request; on a loaded machine the
+        # first one (the group coordinator loading __consumer_offsets) can take longer than that, failing whichever
+        # test comes first on start-up rather than on what it tests.
+        from tests.integration.tcp_cut import group_coordinator_ready
+
+        group_coordinator_ready(broker.bootstrap)
         yield broker.bootstrap
     finally:
         broker.stop()
