@@ -178,7 +178,7 @@ def test_a_ticket_may_carry_where_its_first_stream_resumes(tmp_path: Path) -> No
 
 
 def test_the_ticket_route_takes_a_bearer_token_and_checks_the_resume_id(tmp_path: Path) -> None:
-    from app.api.changes import cursor
+    from app.api.changes.cursor import Ids, key_of
     from app.api.identity import dev_token
 
     s = Settings(var_dir=tmp_path)
@@ -187,11 +187,13 @@ def test_the_ticket_route_takes_a_bearer_token_and_checks_the_resume_id(tmp_path
     r = client.post("/changes/tickets", headers=bearer)
     assert r.status_code == 201 and r.headers["cache-control"] == "no-store" and 0 < r.json()["expires_in"] <= 30
     assert client.app.state.tickets.verify(r.json()["ticket"]).principal == "alice"  # type: ignore[attr-defined]
-    good = cursor.encode({0: 3, 1: 0})
+    good = Ids(key_of(s.auth_secret.get_secret_value()), "alice", ()).encode({0: 3, 1: 0})
+    bobs = Ids(key_of(s.auth_secret.get_secret_value()), "bob", ()).encode({0: 3, 1: 0})
+    assert client.post("/changes/tickets", headers=bearer, json={"last_event_id": bobs}).json()["code"] == "INVALID_CURSOR"
     r = client.post("/changes/tickets", headers=bearer, json={"last_event_id": good})
     assert r.status_code == 201
     assert client.app.state.tickets.verify(r.json()["ticket"]).resume_from == good  # type: ignore[attr-defined]
-    assert client.post("/changes/tickets", headers=bearer, json={"last_event_id": "c1.!"}).json()["code"] == "BAD_REQUEST"
+    assert client.post("/changes/tickets", headers=bearer, json={"last_event_id": "c1.!"}).json()["code"] == "INVALID_CURSOR"
     assert client.post("/changes/tickets", headers=bearer, json={"other": 1}).status_code == 422
     assert client.post("/changes/tickets").status_code == 401
     writer = {"Authorization": f"Bearer {dev_token(s, 'alice', ('arbiter:write',), 60, ())}"}

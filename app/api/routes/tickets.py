@@ -8,7 +8,7 @@ from fastapi import APIRouter, Body, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.changes import cursor
+from app.api.changes.cursor import BadCursor, Ids, key_of
 from app.api.deps import ReaderDep, caller_of
 from app.api.problems import PROBLEM_RESPONSES, RATE_LIMITED_RESPONSE, ApiError
 from app.api.tickets import RESUME_ID_CHARS
@@ -30,8 +30,8 @@ class TicketIssued(BaseModel):
 
 
 @router.post("/changes/tickets", status_code=201, response_model=TicketIssued,
-             responses={400: PROBLEM_RESPONSES[400] | {"description": "BAD_REQUEST: a last_event_id this API did "
-                                                       "not give out"},
+             responses={400: PROBLEM_RESPONSES[400] | {"description": "INVALID_CURSOR: a last_event_id this API "
+                                                       "did not give to this caller"},
                         401: PROBLEM_RESPONSES[401], 403: PROBLEM_RESPONSES[403], 422: PROBLEM_RESPONSES[422],
                         **RATE_LIMITED_RESPONSE},
              summary="A short-lived, single-use ticket for the change feed (for browsers' EventSource)")
@@ -43,10 +43,12 @@ async def issue_ticket(request: Request, principal: ReaderDep,
     page asks for a new ticket with `last_event_id` and subscribes again: no gap. Costs one read."""
     resume = body.last_event_id if body is not None else None
     if resume is not None:
+        caller = caller_of(request)
+        ids = Ids(key_of(request.app.state.settings.auth_secret.get_secret_value()), caller.principal, caller.groups)
         try:
-            cursor.decode(resume)
-        except cursor.BadCursor as e:
-            raise ApiError(e.message, code="BAD_REQUEST") from e
+            ids.decode(resume)  # an id the feed gave to this very caller, as the feed itself will check
+        except BadCursor as e:
+            raise ApiError(e.message, code="INVALID_CURSOR") from e
     ticket, ttl = request.app.state.tickets.issue(caller_of(request), resume)
     return JSONResponse({"ticket": ticket, "expires_in": round(ttl, 3)}, status_code=201,
                         headers={"Cache-Control": "no-store"})
