@@ -33,7 +33,7 @@ STATUS: dict[str, int] = {
     ReasonCode.UNAUTHENTICATED: 422,  # a record on the topic, not an HTTP caller: the API always signs
     ReasonCode.RULE_VIOLATED: 422,
     ReasonCode.RULE_ERROR: 422,
-    ReasonCode.RULES_VERSION_UNKNOWN: 503,  # the validator lacks the rules it was asked to decide under
+    ReasonCode.RULES_VERSION_UNKNOWN: 422,  # the validator lacked the rules it was to decide under: refused, final
     "RULES_INVALID": 422,
     "RULES_CONFLICT": 409,
     "RULES_NOT_DEPLOYED": 404,

@@ -58,19 +58,18 @@ def topic_outputs(settings: Settings) -> list[Out]:
 
 #: Two rules documents for the deploys in the middle of the kill tests (``send_with_deploys``): valid under the
 #: domain's published schema, and different, so the version switch shows in the outputs.
-RULES_V1 = '{"types": {}}'
-RULES_V2 = '{"types": {}, "description": "v2"}'
+RULES_V1 = '{"rules": 1, "types": {}}'
+RULES_V2 = '{"rules": 1, "types": {}, "description": "v2"}'
 
 
 def send_with_deploys(settings: Settings, commands: list[Command]) -> None:
     """Send ``commands`` in three parts with a rules deploy between each (``arbiter rules deploy``'s code: signed
     control records to every partition), and an unsigned control record after the first deploy, which the
     validator must refuse ``UNAUTHENTICATED`` without switching anything."""
-    from commands.rules import canonical_rules, rules_digest
-
     from app.rules.control import CONTROL_HEADER, CONTROL_KEY, RULES_CONTROL, Deploy, encode_control
     from app.rules.deploy import deploy
     from app.validator.topic_io import produce_with_headers
+    from commands.rules import canonical_rules, rules_digest
 
     third = len(commands) // 3
     send_commands(settings, commands[:third])

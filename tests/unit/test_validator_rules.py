@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from commands.rules import canonical_rules, rules_digest
 
 from app.rules.control import CONTROL_KEY, RULES_CONTROL, ControlInvalid, Deploy, decode_control, encode_control
 from app.settings import Settings
@@ -18,6 +17,7 @@ from app.validator.rocks.shard import open_shard, run_task, shard_dir
 from app.validator.rules import NO_RULES, ShardRules, control_step, decode_shard_rules, encode_shard_rules
 from app.validator.spark.rules_stage import RulesTagger, Timelines
 from commands import CreateObject, ReasonCode, Rejection, UpdateObject
+from commands.rules import canonical_rules, rules_digest
 from schemas import codec
 from tests.unit.record_strategies import signature
 
@@ -26,8 +26,8 @@ pytestmark = pytest.mark.unit
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 NOW = 1_800_000_000_000
 TOPIC = "commands"
-DOC_A = canonical_rules('{"types": {}}')
-DOC_B = canonical_rules('{"types": {}, "description": "b"}')
+DOC_A = canonical_rules('{"rules": 1, "types": {}}')
+DOC_B = canonical_rules('{"rules": 1, "types": {}, "description": "b"}')
 
 
 def deploy(version: int, document: str = DOC_A) -> Deploy:
