@@ -158,6 +158,8 @@ def arbiter_error(request: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, Rejected):
         rej = exc.rejection
         headers = {"ETag": f'"{rej.version}"'} if rej.version is not None else {}
+        if rej.rules_version is not None:
+            headers["Arbiter-Rules-Version"] = str(rej.rules_version)  # app.api.rules.RULES_VERSION_HEADER
         headers.update(exc.headers)
         return problem(status_of(exc.code, expected_version=exc.expected_version), exc.code, exc.message,
                        instance=f"/commands/{rej.command_id}", headers=headers, command_id=rej.command_id,

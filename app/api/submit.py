@@ -121,6 +121,8 @@ def _decided(cmd: Command, version: int, event: str | None, decision: OutcomeSum
     headers = {"ETag": f'"{version}"', **extra}
     if decision is not None and decision.partition is not None and decision.offset is not None:
         headers[POSITION_HEADER] = format_position(decision.partition, decision.offset)
+    if decision is not None and decision.rules_version is not None:  # decided under the team's rules (README "Rules")
+        headers[RULES_VERSION_HEADER] = str(decision.rules_version)
     status = _success_status(cmd)
     if status == 204:
         return Response(status_code=204, headers=headers)

@@ -12,14 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from commands.rules import RuleSet, canonical_rules, compile_rules, rules_digest
-
 from app.errors import ArbiterError
+from app.limits import size_limits
 from app.rules.catalog import CLAIM_KEY, current, ensure_rules_topic, winners
 from app.rules.control import CONTROL_KEY, Deploy, control_headers, encode_control
 from app.settings import Settings
 from app.signing import signer_for
 from app.validator.topic_io import produce_with_headers, read_all
+from commands.rules import RuleSet, RulesInvalid, canonical_rules, compile_rules, rules_digest
 
 
 class RulesConflict(ArbiterError):
@@ -38,15 +38,15 @@ class Deployed:
 
 
 def check(text: str | bytes) -> RuleSet:
-    """Return the compiled rules of a document (version 0: not deployed); raise ``RulesInvalid`` naming each problem."""
-    return compile_rules(canonical_rules(text), version=0)
+    """Return the compiled rules of a document (as version 1: a version does not change what compiles); raise
+    ``RulesInvalid`` naming each problem."""
+    return compile_rules(canonical_rules(text), version=1)
 
 
 def deploy(settings: Settings, text: str | bytes, *, principal: str, issuer: str | None = None,
            now: datetime | None = None) -> Deployed:
     """Check ``text``, claim the next version, and write its control record to every partition of ``commands``."""
-    canonical = canonical_rules(text)
-    compile_rules(canonical, version=0)  # refuse before anything is written
+    canonical = check(text).document  # refuse before anything is written
     digest = rules_digest(canonical)
     ensure_rules_topic(settings)
     newest = current(settings)
@@ -55,6 +55,10 @@ def deploy(settings: Settings, text: str | bytes, *, principal: str, issuer: str
     version = (newest.version if newest is not None else 0) + 1
     claim = Deploy(version, digest, canonical, principal, (now or datetime.now(UTC)).astimezone(UTC), issuer)
     value = encode_control(claim)
+    bound = size_limits(settings.max_message_bytes).max_record_bytes
+    if len(value) + len(CONTROL_KEY) > bound:
+        raise RulesInvalid([f"(document): {len(value) + len(CONTROL_KEY)} bytes as a control record, over the {bound} "
+                            "a commands record may hold (ARBITER_MAX_MESSAGE_BYTES)"])
     signer = signer_for(settings)
     produce_with_headers(settings, [(CLAIM_KEY, value, control_headers(signer, value), None)], settings.rules_topic)
     won = next((d for d in winners(read_all(settings, settings.rules_topic), settings) if d.version == version), None)

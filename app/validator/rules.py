@@ -14,14 +14,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from commands.rules import RuleSet, RulesInvalid, compile_rules, rules_digest
-
 from app.limits import MESSAGE_CHARS
 from app.rules.control import CONTROL_KEY, ControlInvalid, Deploy, decode_control
 from app.signing import RecordSigner
 from commands import Command, Event, ObjectState, ReasonCode, Rejection, keep_original, reject_record
 from commands.ids import command_rejection_id
 from commands.rejection import clip
+from commands.rules import RuleSet, RulesInvalid, compile_rules, rules_digest
 
 
 @dataclass(frozen=True, slots=True)
