@@ -16,9 +16,9 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import NewTopic
 
 from app.errors import BrokerUnavailable
-from app.rules.control import CONTROL_KEY, ControlInvalid, Deploy, decode_control, is_control
+from app.rules.control import CONTROL_HEADER, CONTROL_KEY, ControlInvalid, Deploy, decode_control, is_control
 from app.settings import Settings
-from app.signing import checker_for
+from app.signing import SIGNATURE_HEADER, checker_for
 from app.validator.topic_io import Record, read_all
 
 CLAIM_KEY = CONTROL_KEY
@@ -55,9 +55,9 @@ def winners(records: Iterable[Record], settings: Settings) -> list[Deploy]:
     out: list[Deploy] = []
     for r in records:
         headers = dict(r.headers)
-        if not is_control(headers.get("arbiter-control")) or r.key != CLAIM_KEY:
+        if not is_control(headers.get(CONTROL_HEADER)) or r.key != CLAIM_KEY:
             continue
-        if checker is not None and checker.problem(r.key, r.value or b"", headers.get("arbiter-signature")):
+        if checker is not None and checker.problem(r.key, r.value or b"", headers.get(SIGNATURE_HEADER)):
             continue
         try:
             claim = decode_control(r.value)
