@@ -41,6 +41,7 @@ Nothing here raises: a rule's failure is a rejection. ``decide`` stays a pure fu
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -115,6 +116,15 @@ def _bounded(rules: TypeRules, values: dict[str, Any]) -> tuple[Verdict | None, 
     return None, text
 
 
+def _same(a: Any, b: Any) -> bool:  # noqa: ANN401
+    """Return True if two JSON values are equal as JSON (1, 1.0 and true all differ)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict | list):
+        return _as_json(a) == _as_json(b)
+    return bool(a == b)
+
+
 def _transition_verdict(t: Transition, old: Any, new: Any, creating: bool) -> Verdict | None:  # noqa: ANN401
     keys = t.allowed
     if creating:
@@ -125,7 +135,7 @@ def _transition_verdict(t: Transition, old: Any, new: Any, creating: bool) -> Ve
         if ok:
             return None
         return _violated(t.rule, t.message or f"{t.field} may not start as {_as_json(new)}", [t.pointer])
-    if _as_json(old) == _as_json(new):
+    if _same(old, new):
         return None
     if not isinstance(new, str) or new not in keys:
         return _violated(t.rule, t.message or f"{t.field} may not become {_as_json(new)}: not one of its states",
@@ -140,28 +150,37 @@ def _transition_verdict(t: Transition, old: Any, new: Any, creating: bool) -> Ve
                      [t.pointer])
 
 
-def _guards_verdict(rules: TypeRules, ruleset: RuleSet, state: ObjectState | None, command: Command,
-                    kind: str, old: dict[str, Any], new: dict[str, Any], payload: Any) -> Verdict | None:  # noqa: ANN401
-    guards = [g for g in rules.guards if kind in g.kinds]
-    if not guards:
+def _guards_verdict(rules: TypeRules, state: ObjectState | None, command: Command, kind: str,
+                    old: dict[str, Any], new: dict[str, Any], payload: Any) -> Verdict | None:  # noqa: ANN401
+    runs = rules.by_kind.get(kind)
+    if not runs:
         return None
     data = _variables(rules, state, command, kind, old, new, payload)
-    try:
-        activation = ruleset.environment.Activation(data)
-    except Exception as e:  # noqa: BLE001 - a value CEL cannot hold (an integer over 64 bits): the first guard's error
-        return _violated(guards[0].rule, f"evaluation failed: {e}", guards[0].pointers, ReasonCode.RULE_ERROR)
     from cel_expr_python import cel
 
-    for g in guards:
-        result = g.program.eval(activation)
-        kind_of = result.type()
-        if kind_of == cel.Type.BOOL:
-            if result.value() is True:
-                continue
-            return _violated(g.rule, g.message, g.pointers)
-        if kind_of == cel.Type.ERROR:
-            return _violated(g.rule, f"evaluation failed: {result.value()}", g.pointers, ReasonCode.RULE_ERROR)
-        return _violated(g.rule, f"evaluation gave a {kind_of.name()}, not a bool", g.pointers, ReasonCode.RULE_ERROR)
+    for guards, chain in runs:
+        try:
+            if chain is not None:  # one evaluation for the run: the index of its first false guard, or -1
+                result = chain.eval(data=data)
+                if result.type() == cel.Type.INT:
+                    index = result.value()
+                    if index < 0:
+                        continue
+                    return _violated(guards[index].rule, guards[index].message, guards[index].pointers)
+                # an error somewhere: evaluate one by one, in order, to name the guard (as if there were no chain)
+            for g in guards:
+                result = g.program.eval(data=data)
+                kind_of = result.type()
+                if kind_of == cel.Type.BOOL:
+                    if result.value() is True:
+                        continue
+                    return _violated(g.rule, g.message, g.pointers)
+                if kind_of == cel.Type.ERROR:
+                    return _violated(g.rule, f"evaluation failed: {result.value()}", g.pointers, ReasonCode.RULE_ERROR)
+                return _violated(g.rule, f"evaluation gave a {kind_of.name()}, not a bool", g.pointers,
+                                 ReasonCode.RULE_ERROR)
+        except Exception as e:  # noqa: BLE001 - a value CEL cannot hold (an integer over 64 bits): the first guard's error
+            return _violated(guards[0].rule, f"evaluation failed: {e}", guards[0].pointers, ReasonCode.RULE_ERROR)
     return None
 
 
@@ -177,30 +196,45 @@ def _timestamp(at: datetime | None) -> Any:  # noqa: ANN401 - a protobuf Timesta
     return Timestamp(seconds=d.days * 86_400 + d.seconds, nanos=d.microseconds * 1000)
 
 
+_NO_STATE = {"exists": False, "deleted": False, "version": 0, "owner": "", "editors": [], "readers": [], "type": None,
+             "created_at": None, "updated_at": None}
+_STATE: dict[str, Callable[[ObjectState], Any]] = {
+    "exists": lambda s: True, "deleted": lambda s: s.deleted, "version": lambda s: s.version,
+    "owner": lambda s: s.owner, "editors": lambda s: list(s.editors), "readers": lambda s: list(s.readers),
+    "type": lambda s: s.object_type, "created_at": lambda s: _timestamp(s.created_at),
+    "updated_at": lambda s: _timestamp(s.updated_at)}
+_COMMAND: dict[str, Callable[[Command], Any]] = {
+    "id": lambda c: c.command_id, "object_id": lambda c: c.object_id, "expected_version": lambda c: c.expected_version,
+    "issued_at": lambda c: _timestamp(c.issued_at),
+    "editor": lambda c: c.editor if isinstance(c, GrantEditor | RevokeEditor) else None,
+    "reader": lambda c: c.reader if isinstance(c, GrantReader | RevokeReader) else None}
+_CALLER: dict[str, Callable[[Command], Any]] = {
+    "principal": lambda c: c.principal, "groups": lambda c: list(c.groups), "issuer": lambda c: c.issuer}
+
+
+def _command_member(member: str, rules: TypeRules, command: Command, kind: str, payload: Any) -> Any:  # noqa: ANN401
+    if member == "kind":
+        return kind
+    if member == "type":
+        return rules.name
+    if member == "document":
+        return payload if kind == "create" else None
+    if member == "patch":
+        return payload if kind == "update" else None
+    return _COMMAND[member](command)
+
+
 def _variables(rules: TypeRules, state: ObjectState | None, command: Command, kind: str,
                old: dict[str, Any], new: dict[str, Any], payload: Any) -> dict[str, Any]:  # noqa: ANN401
-    if state is not None and state.exists:
-        st: dict[str, Any] = {"exists": True, "deleted": state.deleted, "version": state.version, "owner": state.owner,
-                              "editors": list(state.editors), "readers": list(state.readers), "type": state.object_type,
-                              "created_at": None, "updated_at": None}
-        if rules.needs_times:
-            st["created_at"], st["updated_at"] = _timestamp(state.created_at), _timestamp(state.updated_at)
-    else:
-        st = {"exists": False, "deleted": False, "version": 0, "owner": "", "editors": [], "readers": [],
-              "type": None, "created_at": None, "updated_at": None}
-    for name, ptr, _ in rules.tracked:
-        st[name] = old.get(ptr)
-    nxt = {name: new.get(ptr) for name, ptr, _ in rules.tracked}
-    cmd: dict[str, Any] = {
-        "kind": kind, "id": command.command_id, "object_id": command.object_id,
-        "expected_version": command.expected_version,
-        "issued_at": _timestamp(command.issued_at) if rules.needs_times else None, "type": rules.name,
-        "editor": command.editor if isinstance(command, GrantEditor | RevokeEditor) else None,
-        "reader": command.reader if isinstance(command, GrantReader | RevokeReader) else None,
-        "document": payload if kind == "create" and rules.needs_document else None,
-        "patch": payload if kind == "update" and rules.needs_patch else None,
-    }
-    caller = {"principal": command.principal, "groups": list(command.groups), "issuer": command.issuer}
+    """Return the four variables of a guard with the members the type's guards read (see the module docstring)."""
+    reads = rules.reads
+    pointers = {name: ptr for name, ptr, _ in rules.tracked}
+    live = state if state is not None and state.exists else None
+    st = {m: old.get(pointers[m]) if m in pointers else _STATE[m](live) if live is not None else _NO_STATE[m]
+          for m in reads["state"]}
+    nxt = {m: new.get(pointers[m]) for m in reads["next"]}
+    cmd = {m: _command_member(m, rules, command, kind, payload) for m in reads["command"]}
+    caller = {m: _CALLER[m](command) for m in reads["caller"]}
     return {"state": st, "next": nxt, "command": cmd, "caller": caller}
 
 
@@ -245,5 +279,5 @@ def apply_rules(ruleset: RuleSet | None, state: ObjectState | None, command: Com
             verdict = _transition_verdict(t, old.get(t.pointer), new.get(t.pointer), creating)
             if verdict is not None:
                 return verdict, None
-    verdict = _guards_verdict(rules, ruleset, state, command, kind, old, new, payload)
+    verdict = _guards_verdict(rules, state, command, kind, old, new, payload)
     return verdict, None if verdict is not None else text

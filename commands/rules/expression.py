@@ -87,6 +87,11 @@ def text_problems(expr: str, tracked: tuple[str, ...]) -> list[str]:
     return problems
 
 
+def references(expr: str) -> set[tuple[str, str]]:
+    """Return every (variable, member) the guard's text reads (outside string literals)."""
+    return {(m.group(1), m.group(2)) for m in _MEMBER.finditer(_without_strings(expr))}
+
+
 def uses(expr: str, var: str, member: str) -> bool:
     """Return True if the guard's text mentions ``var.member`` (outside string literals)."""
     return any(m.group(1) == var and m.group(2) == member for m in _MEMBER.finditer(_without_strings(expr)))
@@ -100,8 +105,8 @@ def new_environment() -> Any:  # noqa: ANN401 - a cel_expr_python Env
     return cel.NewEnv(variables={name: dyn_map for name in VARIABLES})
 
 
-def compile_expression(env: Any, expr: str) -> tuple[Any, str | None]:  # noqa: ANN401
-    """Return the compiled expression and None, or None and why cel-cpp refused it."""
+def compile_expression(env: Any, expr: str, *, int_result: bool = False) -> tuple[Any, str | None]:  # noqa: ANN401
+    """Return the compiled expression and None, or None and why cel-cpp refused it (or its type is not bool)."""
     from cel_expr_python import cel
 
     try:
@@ -109,6 +114,8 @@ def compile_expression(env: Any, expr: str) -> tuple[Any, str | None]:  # noqa: 
     except RuntimeError as e:
         return None, str(e).strip()
     kind = compiled.return_type()
+    if int_result:
+        return (compiled, None) if kind == cel.Type.INT else (None, f"the chain's type is {kind.name()}, not int")
     if kind != cel.Type.BOOL and kind != cel.Type.DYN:
         return None, f"the expression's type is {kind.name()}, not bool"
     return compiled, None

@@ -17,7 +17,15 @@ from typing import Any
 
 from commands.rules.bounds import DEFAULT_MAX_TRACKED_BYTES
 from commands.rules.document import RulesInvalid, canonical_json, parse_rules, pointer, rules_digest
-from commands.rules.expression import STATE_MEMBERS, compile_expression, new_environment, text_problems, uses
+from commands.rules.expression import (
+    STATE_MEMBERS,
+    VARIABLES,
+    compile_expression,
+    new_environment,
+    references,
+    text_problems,
+    uses,
+)
 from commands.rules.meta_schema import COMMAND_KINDS
 from commands.rules.tracked import parse_pointer
 
@@ -64,6 +72,12 @@ class TypeRules:
     needs_document: bool  # some guard reads command.document
     needs_patch: bool  # some guard reads command.patch
     needs_times: bool  # some guard reads a timestamp (state.created_at, state.updated_at, command.issued_at)
+    # Per command kind: its guards in runs of up to CHAIN, each run with one CEL program that gives the index of
+    # the run's first false guard (-1 if none is), or None: one evaluation per run instead of one per guard.
+    by_kind: dict[str, tuple[tuple[tuple[Guard, ...], Any], ...]] = field(default_factory=dict)
+    # Per variable, the members some guard reads: only those are handed to CEL (a guard reads no other; the
+    # compile-time check refuses indexed or whole-variable reads).
+    reads: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +89,10 @@ class RuleSet:
     document: str
     types: dict[str, TypeRules] = field(default_factory=dict, compare=False, repr=False)
     environment: Any = field(default=None, compare=False, repr=False)  # the cel-cpp Env the guards were built in
+
+    def __reduce__(self) -> tuple[Any, tuple[str, int]]:
+        """Pickle as (document, version) and compile again on load: compiled CEL and schemas do not pickle."""
+        return _recompile, (self.document, self.version)
 
 
 def _refuse_retrieval(uri: str) -> Any:  # noqa: ANN401
@@ -156,8 +174,35 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, env: Any,
         pointers = tuple(g["pointers"]) if "pointers" in g else tuple(
             p for n, p, _ in tracked if uses(expr, "next", n) or uses(expr, "state", n))
         guards.append(Guard(rule, program, g["message"], frozenset(g.get("kinds", DEFAULT_KINDS)), pointers))
+    by_kind: dict[str, tuple[tuple[tuple[Guard, ...], Any], ...]] = {}
+    exprs = {g.rule: e["expr"] for g, e in zip(guards, spec.get("guards", []), strict=True)}
+    if not problems:
+        for kind in COMMAND_KINDS:
+            chosen = [g for g in guards if kind in g.kinds]
+            runs = [tuple(chosen[i:i + CHAIN]) for i in range(0, len(chosen), CHAIN)]
+            by_kind[kind] = tuple((run, _chain(env, [exprs[g.rule] for g in run])) for run in runs)
+    read = set().union(*(references(g["expr"]) for g in spec.get("guards", [])))
+    reads = {var: tuple(sorted(m for v, m in read if v == var)) for var in VARIABLES}
     return TypeRules(name, create, patch, tracked, spec.get("max_tracked_bytes", default_bound), tuple(transitions),
-                     tuple(guards), needs_document, needs_patch, needs_times)
+                     tuple(guards), needs_document, needs_patch, needs_times, by_kind, reads)
+
+
+#: The most guards one chained program holds (cel-cpp refuses an expression nested deeper than 32).
+CHAIN = 6
+
+
+def _chain(env: Any, exprs: list[str]) -> Any:  # noqa: ANN401
+    """Return one program giving the index of the first false expression (-1 if none), or None (one expression,
+    or a chain too deep for cel-cpp: then they are evaluated one by one)."""
+    if len(exprs) < 2:
+        return None
+    program, _ = compile_expression(env, " : ".join(f"!({e}) ? {i}" for i, e in enumerate(exprs)) + " : -1",
+                                    int_result=True)
+    return program
+
+
+def _recompile(document: str, version: int) -> RuleSet:
+    return compile_rules(document, version=version)
 
 
 def compile_rules(document: str, *, version: int) -> RuleSet:

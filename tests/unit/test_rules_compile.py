@@ -126,3 +126,16 @@ def test_a_comprehension_beside_another_and_a_version_below_one() -> None:
     compile_rules(json.dumps(guard("caller.groups.all(g, g != '') && caller.groups.exists(g, g == 'x')")), version=1)
     with pytest.raises(RulesInvalid):
         compile_rules(json.dumps(BASE), version=0)
+
+
+def test_a_rule_set_pickles_as_its_document_and_version_and_decides_alike_after() -> None:
+    import pickle
+
+    from tests.unit.rules_support import create_order, update
+
+    rules = orders(version=4)
+    back = pickle.loads(pickle.dumps(rules))  # Spark ships what a task uses by pickle
+    assert (back.version, back.digest, back.document) == (rules.version, rules.digest, rules.document)
+    state = create_order(back).state
+    assert state is not None and state == create_order(rules).state
+    assert update(state, {"status": "approved"}, back).outcome.rule == "order:status-flow"  # type: ignore[union-attr]

@@ -248,3 +248,21 @@ def test_a_rule_rejection_fits_its_bounds() -> None:
 
 def test_the_order_example_document_is_the_issue_s() -> None:
     assert ORDER["status"] == "draft" and RULES.types["order"].transitions[0].initial == frozenset({"draft"})
+
+
+@pytest.mark.parametrize(("exprs", "reason", "rule"), [
+    (("true", "next.n > 0", "false"), ReasonCode.RULE_ERROR, "t:g1"),  # null > 0 errors before the false guard
+    (("true", "false", "next.n > 0"), ReasonCode.RULE_VIOLATED, "t:g1"),  # the false guard comes first
+    (("next.n > 0 || true", "true", "false"), ReasonCode.RULE_VIOLATED, "t:g2"),  # an absorbed error is no error
+    (("true", "true", "next.n"), ReasonCode.RULE_ERROR, "t:g2"),  # not a bool
+    (("true", "true", "true"), None, None),
+])
+def test_the_first_guard_that_is_not_true_decides(exprs: tuple[str, ...], reason: ReasonCode | None,
+                                                  rule: str | None) -> None:
+    rules = with_rules({"rules": 1, "types": {"t": {"tracked": {"n": "/n"}, "guards": [
+        {"name": f"g{i}", "expr": e, "message": f"m{i}"} for i, e in enumerate(exprs)]}}})
+    outcome = decide(None, CreateObject("c", "o1", "a", T0, document="{}", object_type="t"), rules=rules).outcome
+    if reason is None:
+        assert isinstance(outcome, Event)
+    else:
+        assert isinstance(outcome, Rejection) and (outcome.reason, outcome.rule) == (reason, rule), outcome
