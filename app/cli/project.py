@@ -95,9 +95,8 @@ def _db(args: argparse.Namespace) -> int:
 
 def _audit(args: argparse.Namespace) -> int:
     from app.read_models import audit_root
-    from projections.audit import AuditProjection
-
     from app.rules.catalog import ensure_rules_topic
+    from projections.audit import AuditProjection
 
     s = get_settings()
     # the parked-log topic: every redrive and discard of a parked record (app.parked.lot) joins the hash chain; so
