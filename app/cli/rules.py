@@ -36,9 +36,8 @@ def _read(path: Path) -> bytes | None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from commands.rules import RulesInvalid
-
     from app.rules.deploy import check
+    from commands.rules import RulesInvalid
 
     text = _read(args.file)
     if text is None:
@@ -55,9 +54,8 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _deploy(args: argparse.Namespace) -> int:
-    from commands.rules import RulesInvalid
-
     from app.rules.deploy import deploy
+    from commands.rules import RulesInvalid
 
     text = _read(args.file)
     if text is None:
