@@ -22,8 +22,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     deploy.add_argument("file", type=Path)
     deploy.add_argument("--operator", help="who deploys, for the audit trail (default: cli:<OS user>)")
     deploy.set_defaults(handler=_deploy)
-    show = actions.add_parser("show", help="print the newest deployed version (with --document, its document)")
+    show = actions.add_parser("show", help="print the newest deployed version (with --document, its document; "
+                              "with --all, every version: who deployed it, when)")
     show.add_argument("--document", action="store_true")
+    show.add_argument("--all", action="store_true")
     show.set_defaults(handler=_show)
 
 
@@ -76,14 +78,15 @@ def _deploy(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from app.rules.catalog import current
+    from app.rules.catalog import deployed
 
-    d = current(get_settings())
-    if d is None:
+    versions = deployed(get_settings())
+    if not versions:
         print("no rules deployed")
         return 0
-    print(json.dumps({"version": d.version, "digest": d.digest, "principal": d.principal,
-                      "deployed_at": d.deployed_at.isoformat()}, sort_keys=True))
+    for d in versions if args.all else versions[-1:]:
+        print(json.dumps({"version": d.version, "digest": d.digest, "principal": d.principal,
+                          "deployed_at": d.deployed_at.isoformat()}, sort_keys=True))
     if args.document:
-        print(d.document)
+        print(versions[-1].document)
     return 0
