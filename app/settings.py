@@ -107,6 +107,8 @@ class Settings(BaseSettings):
     validator_lease: bool = Field(
         default=True, description="Take the checkpoint's lease (a Kafka consumer group) before starting the query, so "
         "a second driver on any host is refused; off, only the same-host job lock guards the checkpoint.")
+    topic_rules: str = Field(default="", description="One-partition catalog of deployed rules versions (who, what, "
+                             "when); empty = <topic_commands>-rules (README \"Rules\").")
     topic_validator_leases: str = Field(default="arbiter-validator-leases", description="One-partition lease topic.")
     lease_session_timeout_ms: int = Field(
         default=10_000, ge=1000, description="A lease holder that sends no heartbeat for this long (crash, network "
@@ -366,6 +368,10 @@ class Settings(BaseSettings):
     @property
     def parked_topic(self) -> str:
         return self.topic_parked or f"{self.topic_commands}-parked"
+
+    @property
+    def rules_topic(self) -> str:
+        return self.topic_rules or f"{self.topic_commands}-rules"
 
     @property
     def parked_log_topic(self) -> str:

@@ -23,7 +23,8 @@ _PRINCIPAL = re.compile(PRINCIPAL_PATTERN)
 #: The scopes a token may carry (``scope``, space-separated, or ``scp``) and what each lets its holder do.
 WRITE, SHARE, READ, OPERATE, METRICS = "arbiter:write", "arbiter:share", "arbiter:read", "arbiter:operate", \
     "arbiter:metrics"
-SCOPES = frozenset({WRITE, SHARE, READ, OPERATE, METRICS})
+RULES = "arbiter:rules"  # deploy the team's rules (PUT /rules): a privilege of its own, in no default grant
+SCOPES = frozenset({WRITE, SHARE, READ, OPERATE, METRICS, RULES})
 #: What `arbiter token` grants a user by default: everything but operating.
 USER_SCOPES = (READ, WRITE, SHARE)
 

@@ -13,6 +13,7 @@ from app.api.outcomes import OutcomeCache
 from app.api.problems import ApiError
 from app.api.producer import CommandProducer
 from app.api.quota import Quotas, refusal
+from app.api.rules import RulesView
 from app.settings import Settings
 
 
@@ -53,6 +54,8 @@ class ApiContext:
     outcomes: OutcomeCache
     metrics: ApiMetrics
     quotas: Quotas
+    rules: RulesView | None = None  # the newest deployed rules, for the advisory pre-check of creates
+
 
 
 # Dependencies are async: a sync one would cost a threadpool hop per request.

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from app.api import json_out
+from commands import Rejection
 from commands.rejection import clip
 from projections.audit.outcomes import OwnRejections
 from projections.db.history import HistoryEntry, entry_json
@@ -39,6 +40,11 @@ class OwnRejection(BaseModel):
     message: str
     version: int | None = Field(description="The object's version when the command was rejected")
     at: str | None = Field(description="The command's issued_at (ISO 8601)")
+    rules_version: int | None = Field(default=None, description="The team's rules version it was decided under "
+                                      "(absent: decided with no rules; README \"Rules\")")
+    rule: str | None = Field(default=None, description="RULE_VIOLATED / RULE_ERROR: the rule (<type>:<name>)")
+    rule_message: str | None = Field(default=None, description="The rule's message")
+    rule_pointers: list[str] | None = Field(default=None, description="The JSON pointers the rule concerns")
 
 
 class EventPage(BaseModel):
@@ -95,11 +101,22 @@ def event_page(object_id: str, events: list[dict[str, Any]], more: bool, after_v
         high = last if more and last is not None else None
         body["rejections"] = [
             {"command_id": r.command_id, "reason": str(r.reason), "message": clip(r.message, 300),
-             "version": r.current_version, "at": r.occurred_at.isoformat() if r.occurred_at else None}
+             "version": r.current_version, "at": r.occurred_at.isoformat() if r.occurred_at else None,
+             **_rule_members(r)}
             for r in own.rejections if (r.current_version or 0) >= after_version
             and (high is None or (r.current_version or 0) < high)]
         body["rejections_truncated"] = own.truncated
     return _strict_json(body).encode("utf-8")
+
+
+def _rule_members(r: Rejection) -> dict[str, Any]:
+    """Return a rejection's rule members: none when decided without rules (the body is then as before rules)."""
+    if r.rules_version is None:
+        return {}
+    members: dict[str, Any] = {"rules_version": r.rules_version}
+    if r.rule is not None:
+        members.update(rule=r.rule, rule_message=r.rule_message, rule_pointers=list(r.rule_pointers))
+    return members
 
 
 def object_page(page: Page, cursor: Callable[[ListItem], str]) -> bytes:

@@ -28,7 +28,9 @@ from app.api.producer import CommandProducer
 from app.api.quota import Quotas
 from app.api.read_model import HistoryFigures, open_read_model, read_model_ready
 from app.api.routes import changes, commands, contract, identity, objects, ops, tickets
+from app.api.routes import rules as rules_routes
 from app.api.routes import status as status_routes
+from app.api.rules import RulesView
 from app.api.secret_policy import require_usable_secret
 from app.api.ticket_gate import TicketGate
 from app.api.tickets import TicketBook
@@ -37,6 +39,7 @@ from app.limits import for_settings
 from app.read_models import audit_root
 from app.settings import Settings
 from app.status.collector import StatusCollector
+from app.validator.murmur2 import partition_for
 from projections.audit.outcomes import AuditOutcomes
 
 if TYPE_CHECKING:
@@ -106,7 +109,8 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
         app.state.read_model = read_model if read_model is not None else open_read_model(settings)
         app.state.positions = position_watch(settings, app.state.read_model)
         app.state.durable_outcomes = AuditOutcomes(audit_root(settings))
-        app.state.ctx = ApiContext(settings, app.state.producer, app.state.outcomes, metrics, app.state.quotas)
+        app.state.ctx = ApiContext(settings, app.state.producer, app.state.outcomes, metrics, app.state.quotas,
+                                   app.state.rules)
         app.state.status.start_sampling()  # the status page's charts: a point a second whether or not anyone looks
         gauges = asyncio.create_task(_set_gauges(metrics, app.state.outcomes))
         try:
@@ -149,7 +153,8 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
                  "change_subscribers": app.state.changes.subscribers})
 
     def on_outcome(outcome: Any) -> None:  # noqa: ANN401 - Event | Rejection
-        metrics.outcome(outcome)
+        ruled = outcome.rules_version is not None and outcome.object_id is not None
+        metrics.outcome(outcome, partition_for(outcome.object_id.encode(), settings.partitions) if ruled else None)
         app.state.status.observe(outcome)
 
     app.state.outcomes = OutcomeCache(max_bytes=settings.outcome_cache_bytes, max_entries=settings.outcome_cache_size,
@@ -162,6 +167,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
     app.state.positions = None
     app.state.read_model_probe = Memo(lambda: read_model_ready(app.state.read_model), interval=1.0)
     app.state.outcome_consumer = None
+    app.state.rules = RulesView(settings)
     problems.install(app)
     app.include_router(tickets.router)
     app.include_router(changes.router)  # before objects: /objects/{id}/changes is not an object id
@@ -170,6 +176,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
     app.include_router(ops.router)
     app.include_router(status_routes.router)
     app.include_router(identity.router)
+    app.include_router(rules_routes.router)
     contract.mount(app)  # /registry (read-only schema registry) and /asyncapi.json
     app.add_middleware(FastWrites, enabled=settings.api_fast_writes)  # inside the metrics and the body limit
     app.add_middleware(RequestMetrics, metrics=metrics)

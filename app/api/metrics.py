@@ -41,6 +41,13 @@ class ApiMetrics:
                              ["result"], registry=self.registry)
         self.rate_limited = Counter("arbiter_api_rate_limited", "Requests refused 429 RATE_LIMITED, by policy: "
                                     "writes or reads", ["policy"], registry=self.registry)
+        self.rule_rejections = Counter("arbiter_api_rule_rejections", "Rejections by a rule of the team's rules "
+                                       "(RULE_VIOLATED, RULE_ERROR) seen on the rejections topic, by rule and version",
+                                       ["rule", "rules_version"], registry=self.registry)
+        self.rules_version = Gauge("arbiter_rules_version", "The newest rules version a decision of each commands "
+                                   "partition named (0: none yet), as seen on the events/rejections topics",
+                                   ["partition"], registry=self.registry, multiprocess_mode="livemax")
+        self._rules_seen: dict[int, int] = {}
         # gauges: summed over the live workers in multiprocess mode (each worker holds its own cache and waiters)
         self.cached = Gauge("arbiter_api_outcomes_cached", "Command ids with outcomes held for GET /commands/{id}",
                             registry=self.registry, multiprocess_mode="livesum")
@@ -56,8 +63,14 @@ class ApiMetrics:
         self.cached_bytes.set(cached_bytes)
         self.waiting.set(waiting)
 
-    def outcome(self, o: Event | Rejection) -> None:
+    def outcome(self, o: Event | Rejection, partition: int | None = None) -> None:
         self.outcomes.labels("ACCEPTED" if isinstance(o, Event) else o.reason.value).inc()
+        if o.rules_version is not None:
+            if isinstance(o, Rejection) and o.rule is not None:
+                self.rule_rejections.labels(o.rule, str(o.rules_version)).inc()
+            if partition is not None and o.rules_version > self._rules_seen.get(partition, 0):
+                self._rules_seen[partition] = o.rules_version
+                self.rules_version.labels(str(partition)).set(o.rules_version)
 
     def render(self) -> bytes:
         """The exposition of this process, or of every worker's when in multiprocess mode."""

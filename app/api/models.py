@@ -45,6 +45,10 @@ Version = Annotated[int, Field(ge=0, le=2**53 - 1), BeforeValidator(_json_intege
 IdempotencyKey = Annotated[str, Field(pattern=IDEMPOTENCY_KEY_PATTERN)]
 
 
+#: A rules type name as the rules document spells it (``commands.rules``).
+ObjectType = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z][A-Za-z0-9_.-]*$")]
+
+
 class _Strict(BaseModel):
     # strict: no coercion (``false`` is not version 0, ``"1"`` is not 1); unknown fields are an error
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -55,6 +59,9 @@ class CreateRequest(_Strict):
 
     id: ObjectId | None = None
     document: Document = Field(description="The object's JSON document.")
+    type: ObjectType | None = Field(default=None, description="The object's type in the team's rules (README "
+                                    "\"Rules\"); set only on create, never changes. Absent: an untyped object, "
+                                    "decided as before rules existed.")
 
 
 class CommandQueued(_Strict):

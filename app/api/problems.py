@@ -31,6 +31,12 @@ STATUS: dict[str, int] = {
     ReasonCode.MISROUTED: 422,
     ReasonCode.IDEMPOTENCY_KEY_REUSED: 422,
     ReasonCode.UNAUTHENTICATED: 422,  # a record on the topic, not an HTTP caller: the API always signs
+    ReasonCode.RULE_VIOLATED: 422,
+    ReasonCode.RULE_ERROR: 422,
+    ReasonCode.RULES_VERSION_UNKNOWN: 422,  # the validator lacked the rules it was to decide under: refused, final
+    "RULES_INVALID": 422,
+    "RULES_CONFLICT": 409,
+    "RULES_NOT_DEPLOYED": 404,
     "UNAUTHORIZED": 401,
     "INSUFFICIENT_SCOPE": 403,
     "IDENTITY_PROVIDER_UNAVAILABLE": 503,
@@ -67,6 +73,11 @@ _TITLES: dict[str, str] = {
     ReasonCode.TOO_LARGE: "Too large",
     ReasonCode.MALFORMED: "The command is malformed",
     ReasonCode.IDEMPOTENCY_KEY_REUSED: "The Idempotency-Key was already used for a different request",
+    ReasonCode.RULE_VIOLATED: "A rule of the team's rules refused the command",
+    ReasonCode.RULE_ERROR: "A rule of the team's rules failed on the command, which is refused",
+    "RULES_INVALID": "The rules document does not compile",
+    "RULES_CONFLICT": "A concurrent deploy took this rules version",
+    "RULES_NOT_DEPLOYED": "No rules have been deployed",
     "UNAUTHORIZED": "A valid bearer token is required",
     "INSUFFICIENT_SCOPE": "The bearer token lacks the scope this needs",
     "IDENTITY_PROVIDER_UNAVAILABLE": "The identity provider's keys could not be fetched; retry later",
@@ -108,6 +119,18 @@ class Rejected(ArbiterError):
         self.headers = dict(headers or {})  # e.g. Server-Timing (app.api.submit)
 
 
+def rule_fields(rejection: OutcomeSummary) -> dict[str, Any]:
+    """Return the rule members of a rejection's problem: the rules version, and for a rule's refusal the rule's name,
+    message and JSON pointers (so a client shows the message without parsing ``detail``)."""
+    if rejection.rules_version is None:
+        return {}
+    fields: dict[str, Any] = {"rules_version": rejection.rules_version}
+    if rejection.rule is not None:
+        fields.update(rule=rejection.rule, rule_message=rejection.rule_message,
+                      rule_pointers=list(rejection.rule_pointers))
+    return fields
+
+
 def status_of(code: str, *, expected_version: int | None = None) -> int:
     """Return the HTTP status of ``code``; a version conflict after If-Match is 412 Precondition Failed."""
     if code == ReasonCode.VERSION_CONFLICT and expected_version is not None:
@@ -136,12 +159,17 @@ def arbiter_error(request: Request, exc: Exception) -> JSONResponse:
     if isinstance(exc, Rejected):
         rej = exc.rejection
         headers = {"ETag": f'"{rej.version}"'} if rej.version is not None else {}
+        if rej.rules_version is not None:
+            headers["Arbiter-Rules-Version"] = str(rej.rules_version)  # app.api.rules.RULES_VERSION_HEADER
         headers.update(exc.headers)
         return problem(status_of(exc.code, expected_version=exc.expected_version), exc.code, exc.message,
                        instance=f"/commands/{rej.command_id}", headers=headers, command_id=rej.command_id,
                        object_id=rej.object_id, current_version=rej.version,
-                       expected_version=exc.expected_version)
+                       expected_version=exc.expected_version, **rule_fields(rej))
     headers, extra = (exc.headers, exc.extra) if isinstance(exc, ApiError) else ({}, {})
+    problems = getattr(exc, "problems", None)  # RULES_INVALID (commands.rules.RulesInvalid): each with a pointer
+    if problems:
+        extra = {**extra, "problems": list(problems)}
     status = status_of(exc.code)
     if isinstance(exc, Unauthorized | InsufficientScope):  # RFC 6750 §3: the error code in WWW-Authenticate
         headers = {"WWW-Authenticate": exc.www_authenticate}

@@ -20,7 +20,8 @@ from app.api.position import HEADER as POSITION_HEADER
 from app.api.position import format_position
 from app.api.problems import ApiError, Rejected
 from app.api.quota import refusal
-from app.api.summary import OutcomeSummary
+from app.api.rules import RULES_VERSION_HEADER, precheck
+from app.api.summary import OutcomeSummary, summarize
 from app.api.timing import HEADER as TIMING_HEADER
 from app.api.timing import server_timing
 from app.api.traces import note_command
@@ -78,7 +79,7 @@ def create_command(principal: str, body: CreateRequest, idempotency_key: str | N
     """Return the command of ``POST /objects`` (the FastAPI route and ``app.api.fast_writes`` build it here)."""
     cid = command_id(idempotency_key)
     return CreateObject(cid, body.id or new_object_id(principal, cid), principal, now(), expected_version(if_match),
-                        document=compact_json(body.document))
+                        document=compact_json(body.document), object_type=body.type)
 
 
 def update_command(principal: str, object_id: str, patch: dict[str, Any], idempotency_key: str | None,
@@ -120,6 +121,8 @@ def _decided(cmd: Command, version: int, event: str | None, decision: OutcomeSum
     headers = {"ETag": f'"{version}"', **extra}
     if decision is not None and decision.partition is not None and decision.offset is not None:
         headers[POSITION_HEADER] = format_position(decision.partition, decision.offset)
+    if decision is not None and decision.rules_version is not None:  # decided under the team's rules (README "Rules")
+        headers[RULES_VERSION_HEADER] = str(decision.rules_version)
     status = _success_status(cmd)
     if status == 204:
         return Response(status_code=204, headers=headers)
@@ -148,6 +151,12 @@ async def submit(cmd: Command, ctx: ApiContext, wait: float | None) -> Response:
     if cmd.size > largest:  # the validator would reject it TOO_LARGE: say so now, and store nothing
         raise ApiError(f"the document or patch is {cmd.size} bytes, over the {largest} whose event fits a Kafka "
                        "record (ARBITER_MAX_MESSAGE_BYTES)", code=ReasonCode.TOO_LARGE.value)
+    early = await precheck(ctx.rules, cmd)
+    if early is not None:  # advisory: the validator would refuse it under the newest rules the API has seen
+        summary = summarize(early)
+        assert summary is not None  # a command's rejection has its command id and principal
+        raise Rejected(summary, expected_version=cmd.expected_version,
+                       headers={RULES_VERSION_HEADER: str(early.rules_version)})
     outcomes = ctx.outcomes
     if not wait:
         return await _submit(cmd, ctx, None)

@@ -47,6 +47,10 @@ class OutcomeSummary:
     offset: int | None = None
     written_ms: int | None = field(default=None, compare=False)
     nbytes: int = field(default=0, compare=False)
+    rules_version: int | None = None  # the team's rules it was decided under (None: no rules)
+    rule: str | None = None  # for RULE_VIOLATED / RULE_ERROR: the rule's name, message and JSON pointers
+    rule_message: str | None = None
+    rule_pointers: tuple[str, ...] = ()
 
 
 def _size(*texts: str | None) -> int:
@@ -62,9 +66,13 @@ def summarize(outcome: Event | Rejection, partition: int | None = None,
     if isinstance(outcome, Event):
         return OutcomeSummary("accepted", outcome.command_id, outcome.principal, outcome.object_id, outcome.version,
                               outcome.occurred_at, event=outcome.type.value, partition=partition, offset=offset,
-                              written_ms=written_ms, nbytes=_size(outcome.command_id, outcome.principal, outcome.object_id))
+                              written_ms=written_ms, nbytes=_size(outcome.command_id, outcome.principal, outcome.object_id),
+                              rules_version=outcome.rules_version)
     message = clip(outcome.message, MESSAGE_CHARS)
     return OutcomeSummary("rejected", outcome.command_id, outcome.principal, outcome.object_id,
                           outcome.current_version, outcome.occurred_at, reason=outcome.reason.value, message=message,
                           original_outcome=outcome.original_outcome, original_version=outcome.original_version,
-                          written_ms=written_ms, nbytes=_size(outcome.command_id, outcome.principal, outcome.object_id, message))
+                          written_ms=written_ms, rules_version=outcome.rules_version, rule=outcome.rule,
+                          rule_message=outcome.rule_message, rule_pointers=outcome.rule_pointers,
+                          nbytes=_size(outcome.command_id, outcome.principal, outcome.object_id, message,
+                                       outcome.rule, outcome.rule_message, *outcome.rule_pointers))

@@ -24,6 +24,7 @@ SUBCOMMANDS = [
     "app.cli.parked",
     "app.cli.backup",
     "app.cli.erase",
+    "app.cli.rules",
 ]
 
 

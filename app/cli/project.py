@@ -95,11 +95,15 @@ def _db(args: argparse.Namespace) -> int:
 
 def _audit(args: argparse.Namespace) -> int:
     from app.read_models import audit_root
+    from app.rules.catalog import ensure_rules_topic
     from projections.audit import AuditProjection
 
     s = get_settings()
-    # the parked-log topic: every redrive and discard of a parked record (app.parked.lot) joins the hash chain
-    cfg = runner_config(s, "audit", (s.topic_events, s.topic_rejections, s.parked_log_topic), assign_all=True,
+    # the parked-log topic: every redrive and discard of a parked record (app.parked.lot) joins the hash chain; so
+    # does every rules deploy (the catalog topic's signed claims: who deployed which version, README "Rules")
+    ensure_rules_topic(s)
+    cfg = runner_config(s, "audit", (s.topic_events, s.topic_rejections, s.parked_log_topic, s.rules_topic),
+                        assign_all=True,
                         until_caught_up=args.until_caught_up, reset_out_of_range=args.reset_out_of_range)
     return _run(s, cfg, AuditProjection(audit_root(s), sync=s.projection_sync_writes))
 

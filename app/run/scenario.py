@@ -9,11 +9,13 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from app.api.auth import READ, RULES
 from app.api.identity import dev_token
 from app.settings import Settings
 from commands import ReasonCode
@@ -42,13 +44,16 @@ class Scenario:
         self.s = settings
         self.http = httpx.Client(base_url=base_url, timeout=60.0)
         self.tokens = {p: dev_token(settings, p, ttl_s=3600) for p in ("alice", "bob", "mallory", "eve")}
+        self.tokens["fiona"] = dev_token(settings, "fiona", ttl_s=3600, groups=("finance",))
+        self.tokens["ops"] = dev_token(settings, "ops", scopes=(RULES, READ), ttl_s=3600)
         self.rows: list[Step] = []
         tag = uuid.uuid4().hex[:6]
         self.doc, self.notes = f"plan-{tag}", f"notes-{tag}"
         self.live: LiveChanges | None = None
 
     def _call(self, what: str, who: str, method: str, path: str, body: Any = None, *,  # noqa: ANN401
-              if_match: int | None = None, key: str | None = None, raw: bytes | None = None) -> httpx.Response:
+              if_match: int | None = None, key: str | None = None, raw: bytes | None = None,
+              content_type: str | None = None) -> httpx.Response:
         headers = {"Authorization": f"Bearer {self.tokens[who]}", "Prefer": WAIT}
         if if_match is not None:
             headers["If-Match"] = f'"{if_match}"'
@@ -56,7 +61,8 @@ class Scenario:
             headers["Idempotency-Key"] = key
         content = raw if raw is not None else (None if body is None else json.dumps(body).encode())
         if content is not None:
-            headers["Content-Type"] = "application/merge-patch+json" if method == "PATCH" else "application/json"
+            headers["Content-Type"] = content_type or (
+                "application/merge-patch+json" if method == "PATCH" else "application/json")
         r = self.http.request(method, path, headers=headers, content=content)
         row = _row(what, who, r)
         if r.status_code == 202:  # not decided within the wait: follow Location, as any client would
@@ -113,7 +119,42 @@ class Scenario:
         self._call("alice deletes the document", "alice", "DELETE", f"/objects/{d}")
         self._call("bob updates after delete", "bob", "PATCH", f"/objects/{d}", {"status": "too late"})
         self.rows.append(self._garbage())
+        self.orders()
         return self.rows
+
+    def orders(self) -> None:
+        """The team's rules (README "Rules"): deploy the order example, walk an order through its status machine and
+        its finance guard, then deploy a higher approval limit mid-scenario and approve under it."""
+        first = self._deploy("ops deploys the order rules (PUT /rules)", ORDERS.read_bytes())
+        o1, o2 = f"order-{self.doc}", f"order2-{self.doc}"
+        body = {"title": "Laptops", "priority": 2, "customer": "acme", "amount": 12000, "status": "draft"}
+        self._call("alice creates an order of 12,000", "alice", "POST", "/objects",
+                   {"id": o1, "type": "order", "document": body})
+        self._call("alice moves it draft -> approved", "alice", "PATCH", f"/objects/{o1}", {"status": "approved"})
+        self._call("alice submits it (draft -> submitted)", "alice", "PATCH", f"/objects/{o1}", {"status": "submitted"})
+        self._call("alice changes its customer", "alice", "PATCH", f"/objects/{o1}", {"customer": "globex"})
+        self._call("alice shares it with fiona (finance)", "alice", "PUT", f"/objects/{o1}/editors/fiona")
+        self._call("alice approves it (not finance)", "alice", "PATCH", f"/objects/{o1}", {"status": "approved"})
+        self._call("fiona (finance) approves it", "fiona", "PATCH", f"/objects/{o1}", {"status": "approved"})
+        raised = raised_limit(ORDERS.read_text())
+        if first is not None:
+            self._deploy("ops raises the approval limit to 50,000", raised.encode(), content_type="application/yaml")
+        self._call("alice creates another order of 12,000", "alice", "POST", "/objects",
+                   {"id": o2, "type": "order", "document": body})
+        self._call("alice submits it", "alice", "PATCH", f"/objects/{o2}", {"status": "submitted"})
+        self._call("alice approves it (under 50,000 now)", "alice", "PATCH", f"/objects/{o2}", {"status": "approved"})
+
+    def _deploy(self, what: str, document: bytes, content_type: str = "application/yaml") -> int | None:
+        """PUT the rules ``document`` as ops; one row naming the version; return it (None if refused)."""
+        r = self.http.put("/rules", content=document, headers={"Authorization": f"Bearer {self.tokens['ops']}",
+                                                               "Content-Type": content_type})
+        if r.status_code in (200, 201):
+            version = int(r.json()["version"])
+            self.rows.append(Step(what, "ops", r.status_code, "deployed" if r.json()["new"] else "already newest",
+                                  "", f"rules v{version}"))
+            return version
+        self.rows.append(_row(what, "ops", r))
+        return None
 
     def _read_your_write(self, oid: str, who: str, position: str | None, timeout: float = 30.0) -> None:
         """GET ``oid`` with the write's position (``Arbiter-Min-Position``) until the read model has it."""
@@ -252,8 +293,24 @@ class LiveChanges:
         return int(body.get("version") or 0) >= self.until
 
 
+ORDERS = Path(__file__).parents[2] / "docs" / "examples" / "rules" / "orders.yaml"
+LIMIT, RAISED = ("next.amount > 10000", "approval over 10,000"), ("next.amount > 50000", "approval over 50,000")
+
+
+def raised_limit(orders: str) -> str:
+    """Return the order example with its finance approval limit raised from 10,000 to 50,000."""
+    for old, new in zip(LIMIT, RAISED, strict=True):
+        if old not in orders:
+            raise ValueError(f"{ORDERS} no longer holds {old!r}: update the scenario's LIMIT")
+        orders = orders.replace(old, new)
+    return orders
+
+
 def _row(what: str, who: str, r: httpx.Response) -> Step:
     etag = r.headers.get("ETag", "").strip('"')
+    rules = r.headers.get("Arbiter-Rules-Version")  # a decision under the team's rules names their version
+    if rules is not None:
+        etag = f"{etag} (rules v{rules})" if etag else f"rules v{rules}"
     if r.status_code in (200, 201, 204):
         return Step(what, who, r.status_code, "accepted", "", etag)
     if r.status_code == 202:
@@ -265,7 +322,12 @@ def _row(what: str, who: str, r: httpx.Response) -> Step:
     version = body.get("current_version")
     code = str(body.get("code", ""))
     outcome = "rejected" if code in ReasonCode.__members__ else "refused by the API"
-    return Step(what, who, r.status_code, outcome, code, "" if version is None else str(version))
+    shown = "" if version is None else str(version)
+    if rules is not None:
+        shown = f"{shown} (rules v{rules})" if shown else f"rules v{rules}"
+    if body.get("rule"):
+        code = f"{code} {body['rule']}: {body.get('rule_message')}"
+    return Step(what, who, r.status_code, outcome, code, shown)
 
 
 def table(rows: list[Step]) -> str:

@@ -39,6 +39,8 @@ class StatusCollector:
         self.hot = HotKeys()
         self.reasons: Counter[str] = Counter()
         self.accepted = 0
+        self.rules_versions: dict[int, int] = {}  # partition -> the newest rules version its decisions named
+        self.rule_rejections: Counter[str] = Counter()  # "rule (vN)" -> rejections by that rule
         self._lock = threading.Lock()
         self._consumer: Consumer | None = None
         self._last: tuple[float, dict[str, int]] | None = None
@@ -64,6 +66,12 @@ class StatusCollector:
                 self.accepted += 1
             else:
                 self.reasons[str(outcome.reason)] += 1
+            version = outcome.rules_version
+            if version is not None:
+                if version > self.rules_versions.get(partition, 0):
+                    self.rules_versions[partition] = version
+                if isinstance(outcome, Rejection) and outcome.rule is not None:
+                    self.rule_rejections[f"{outcome.rule} (v{version})"] += 1
             # An old decision read again (a restart, a replay) is not a latency; nor is a skewed clock's.
             if latency is not None and 0 <= latency < LATENCY_MAX_S and len(self._latencies) < LATENCY_SAMPLES:
                 self._latencies.append(latency)
@@ -175,6 +183,8 @@ class StatusCollector:
                            "rejections": totals.get(s.topic_rejections, 0)},
                 "accepted_seen": self.accepted,
                 "rejections_by_reason": dict(sorted(self.reasons.items())),
+                "rules_version_by_partition": {str(p): v for p, v in sorted(self.rules_versions.items())},
+                "rejections_by_rule": dict(sorted(self.rule_rejections.items())),
                 "lag_by_partition": lag,
                 "validator": {k: v for k, v in validator.items() if k != "end_offsets"},
                 "history": self.history.columns(),

@@ -13,6 +13,7 @@ from app.traces import trace_headers
 from app.validator.decode import decode_record
 from app.validator.outputs import OutputRecord, outcome_record, record_size, too_large
 from app.validator.parking import park
+from app.validator.rules import NO_RULES, ShardRules, unknown_version
 from commands import Limits, ObjectState, Rejection, decide
 
 __all__ = ["InputRecord", "OutputRecord", "fold", "limits_for"]
@@ -43,11 +44,13 @@ class InputRecord(NamedTuple):
     signature: bytes | None = None  # the record's arbiter-signature header (app.signing)
     traceparent: bytes | None = None  # its W3C trace context (app.traces), copied onto its output
     tracestate: bytes | None = None
+    control: bytes | None = None  # its arbiter-control header: b"rules" marks a rules control record (app.rules.control)
+    rules: int | None = None  # the rules version in force at its offset, set by the backend (app.validator.rules)
 
 
 def fold(load: Callable[[], ObjectState | None], records: Iterable[InputRecord], settings: Settings,
-         limits: Limits | None = None, *, ordered: bool = False,
-         parked: list[OutputRecord] | None = None) -> tuple[list[OutputRecord], ObjectState | None, bool]:
+         limits: Limits | None = None, *, ordered: bool = False, parked: list[OutputRecord] | None = None,
+         rules: ShardRules | None = None) -> tuple[list[OutputRecord], ObjectState | None, bool]:
     """Return (output records, new state, whether any command was accepted) for one key's records.
 
     Records are sorted by (partition, offset) first unless the caller says they are ``ordered``: Spark does
@@ -87,7 +90,15 @@ def fold(load: Callable[[], ObjectState | None], records: Iterable[InputRecord],
             continue
         if not loaded:
             state, loaded = load(), True
-        decision = decide(state, item, limits)
+        if rec.rules is None:
+            decision = decide(state, item, limits)
+        else:
+            try:
+                ruleset = (rules or NO_RULES).ruleset(rec.rules)
+            except KeyError:
+                append(outcome_record(unknown_version(item, rec.rules, state), settings, rec.partition, trace))
+                continue
+            decision = decide(state, item, limits, rules=ruleset)
         output = outcome_record(decision.outcome, settings, rec.partition, trace)
         key = output[1]
         if len(output[2]) + (len(key) if key is not None else 0) > bound:  # record_size, inline: once per command

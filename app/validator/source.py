@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from app import limits
+from app.rules.control import CONTROL_HEADER
 from app.settings import Settings
 from app.signing import SIGNATURE_HEADER
 from app.traces import TRACEPARENT, TRACESTATE
@@ -66,14 +67,15 @@ def source_options(settings: Settings, *, available_now: bool = False) -> dict[s
 
 #: The source's header columns: (column, Kafka header). Each holds the record's first header of that name, null when
 #: it has none; the headers themselves go no further than these columns.
-HEADER_COLUMNS = (("signature", SIGNATURE_HEADER), ("traceparent", TRACEPARENT), ("tracestate", TRACESTATE))
+HEADER_COLUMNS = (("signature", SIGNATURE_HEADER), ("traceparent", TRACEPARENT), ("tracestate", TRACESTATE),
+                  ("control", CONTROL_HEADER))
 #: The columns both backends' queries select from the source, in order (``app.validator.fold.InputRecord``'s fields).
 INPUT_COLUMNS = ("key", "value", "topic", "partition", "offset", *(c for c, _ in HEADER_COLUMNS))
 
 
 def header_columns() -> list[str]:
     """Return the SQL of the header columns: ``signature`` (``app.signing``), ``traceparent`` and ``tracestate``
-    (``app.traces``: copied onto the outputs)."""
+    (``app.traces``: copied onto the outputs) and ``control`` (``app.rules.control``: a rules control record)."""
     return [f"try_element_at(filter(headers, h -> h.key = '{name}'), 1).value AS {column}"
             for column, name in HEADER_COLUMNS]
 

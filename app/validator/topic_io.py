@@ -65,6 +65,32 @@ def produce(settings: Settings, records: Iterable[tuple[bytes | None, bytes | No
     return placed
 
 
+def produce_with_headers(settings: Settings,
+                         records: Iterable[tuple[bytes | None, bytes, list[tuple[str, bytes]], int | None]],
+                         topic: str) -> list[tuple[int, int]]:
+    """Produce ``(key, value, headers, partition)`` records in order to ``topic``; return their (partition, offset).
+
+    The caller signs (``app.rules.control``); a ``partition`` of None lets the key place the record.
+    """
+    placed: list[tuple[int, int]] = []
+    errors: list[str] = []
+
+    def on_delivery(err, msg) -> None:  # noqa: ANN001
+        if err is not None:
+            errors.append(str(err))
+        else:
+            placed.append((msg.partition(), msg.offset()))
+
+    p = producer(settings)
+    for key, value, headers, partition in records:
+        extra = {} if partition is None else {"partition": partition}
+        p.produce(topic, key=key, value=value, headers=headers, on_delivery=on_delivery, **extra)
+        p.poll(0)
+    if p.flush(60) != 0 or errors:
+        raise BrokerUnavailable(f"producing to {topic} failed: {errors[:3] or 'flush timed out'}")
+    return placed
+
+
 def read_all(settings: Settings, topic: str, timeout: float = 30) -> list[Record]:
     """Read ``topic`` from its beginning to its current end (high watermarks); records by (partition, offset)."""
     c = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "arbiter-read-all",

@@ -122,6 +122,25 @@ def assert_scenario(out: list[str]) -> None:
     assert versions[:7] == [["v1", "CREATED"], ["v2", "EDITOR_GRANTED"], ["v3", "READER_GRANTED"], ["v4", "UPDATED"],
                             ["v5", "UPDATED"], ["v6", "UPDATED"], ["v7", "DELETED"]], history
     assert any("rejected" in line and "IDEMPOTENCY_KEY_REUSED" in line for line in history), history
+    # The team's rules: the order example deployed, its status machine, immutable customer and finance guard, then a
+    # higher limit deployed mid-scenario; every decision names the rules version it was decided under.
+    deployed = _row(out, "ops deploys the order rules (PUT /rules)")
+    assert deployed[3] in ("deployed", "already newest") and deployed[5].startswith("rules v"), deployed
+    v1 = int(deployed[5].removeprefix("rules v"))
+    assert decided("alice creates an order of 12,000", "201") == ["accepted", "", f"1 (rules v{v1})"]
+    refused = decided("alice moves it draft -> approved", "422")
+    assert refused[0] == "rejected" and refused[1].startswith("RULE_VIOLATED order:status-flow"), refused
+    assert decided("alice submits it (draft -> submitted)", "200") == ["accepted", "", f"2 (rules v{v1})"]
+    assert decided("alice changes its customer", "422")[1].startswith("RULE_VIOLATED order:customer-immutable")
+    assert decided("alice shares it with fiona (finance)", "200") == ["accepted", "", f"3 (rules v{v1})"]
+    over = decided("alice approves it (not finance)", "422")
+    assert over[1] == "RULE_VIOLATED order:finance-approves-large: approval over 10,000 needs finance", over
+    assert decided("fiona (finance) approves it", "200") == ["accepted", "", f"4 (rules v{v1})"]
+    raised = _row(out, "ops raises the approval limit to 50,000")
+    v2 = int(raised[5].removeprefix("rules v"))
+    assert v2 > v1, (v1, v2)
+    assert decided("alice creates another order of 12,000", "201") == ["accepted", "", f"1 (rules v{v2})"]
+    assert decided("alice approves it (under 50,000 now)", "200") == ["accepted", "", f"3 (rules v{v2})"]
     # bob's change feed on his notes, opened before his update, shows the update arriving live.
     live = out[next(i for i, line in enumerate(out) if line.startswith("Live change feed")) + 1]
     assert live.strip().startswith('change v2 UPDATED by bob {"text":"hello, world"}'), live

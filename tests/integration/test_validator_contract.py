@@ -204,3 +204,49 @@ def test_unsigned_forged_and_other_key_records_are_rejected_unauthenticated(spar
     assert all(r.object_id == "sig-obj" for r in refused)
     events = [codec.decode_event(r.value) for r in read_all(s, s.topic_events)]
     assert [(e.command_id, e.version) for e in events] == [("sig-c", 1), ("sig-u4", 2)]  # the forged changed nothing
+
+
+def _orders(n: int, start: int, step: int) -> list[Command]:
+    """Order ``start``..``start+n``'s commands of phase ``step`` (0: create, 1: walk the status machine and the
+    finance guard, 2: approve again and try to change the customer)."""
+    out: list[Command] = []
+    for i in range(start, start + n):
+        oid, at = f"ord{i}", _at(1000 + 10 * i + step)
+        amount = 12000 if i % 2 else 5000
+        if step == 0:
+            doc = f'{{"title":"t{i}","priority":{1 + i % 5},"customer":"c{i}","amount":{amount},"status":"draft"}}'
+            out.append(CreateObject(f"{oid}-c", oid, "alice", at, document=doc, object_type="order"))
+        elif step == 1:
+            out += [UpdateObject(f"{oid}-skip", oid, "alice", at, patch='{"status":"approved"}'),  # status-flow
+                    UpdateObject(f"{oid}-sub", oid, "alice", at, patch='{"status":"submitted"}'),
+                    UpdateObject(f"{oid}-a1", oid, "alice", at, patch='{"status":"approved"}')]  # guard if > limit
+        else:
+            out += [UpdateObject(f"{oid}-a2", oid, "alice", at, patch='{"status":"approved"}'),
+                    UpdateObject(f"{oid}-cust", oid, "alice", at, patch='{"customer":"other"}', groups=("finance",))]
+    return out
+
+
+def test_rules_deployed_mid_stream_decide_as_the_sequential_oracle_predicts(spark, backend: Settings) -> None:  # noqa: ANN001
+    """The order example deployed between two phases and its limit raised before a third: both backends write what
+    ``decide`` over the commands topic in offset order, switching rules at the control records, predicts."""
+    from app.rules.deploy import deploy
+    from app.run.scenario import ORDERS, raised_limit
+    from tests.integration.validator_oracle import assert_topics_equal_the_topic_oracle
+
+    s = backend.model_copy(update={"max_offsets_per_trigger": 50})
+    send_commands(s, _orders(4, 0, 0))  # typed creates with no rules deployed: RULE_VIOLATED "types"
+    v1 = deploy(s, ORDERS.read_text(), principal="ops").deploy.version
+    send_commands(s, _orders(12, 10, 0) + _orders(12, 10, 1))
+    v2 = deploy(s, raised_limit(ORDERS.read_text()), principal="ops").deploy.version
+    send_commands(s, _orders(12, 10, 2))
+    drain(spark, s, timeout=240)
+    assert_topics_equal_the_topic_oracle(s)
+    seen = defaultdict(int)
+    for r in topic_outputs(s):
+        o = codec.decode_outcome(r[2])
+        seen[(getattr(o, "rule", None), o.rules_version)] += 1
+    assert seen[("types", None)] == 4  # no rules deployed yet
+    assert seen[("order:status-flow", v1)] == 12
+    assert seen[("order:finance-approves-large", v1)] == 6  # the six orders over 10,000
+    assert seen[("order:customer-immutable", v2)] == 12
+    assert not any(rule == "order:finance-approves-large" and v == v2 for rule, v in seen)  # 50,000 under v2

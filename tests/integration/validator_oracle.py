@@ -7,11 +7,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
 from app.limits import size_limits
+from app.rules.control import CONTROL_HEADER, is_control
 from app.settings import Settings
 from app.signing import SIGNATURE_HEADER, checker_for
 from app.validator.decode import decode_record
@@ -20,6 +22,7 @@ from app.validator.headers import ce_headers
 from app.validator.murmur2 import partition_for
 from app.validator.outputs import outcome_record, record_size, too_large
 from app.validator.parking import park
+from app.validator.rules import NO_RULES, ShardRules, control_step
 from app.validator.topic_io import Record, produce, read_all
 from commands import Command, Event, ObjectState, Rejection, decide
 from schemas import codec
@@ -51,6 +54,39 @@ def topic_outputs(settings: Settings) -> list[Out]:
     """Everything on the events and rejections topics, as (topic, key, value, partition, headers)."""
     return [(r.topic, r.key, r.value, r.partition, r.headers) for t in (settings.topic_events, settings.topic_rejections)
             for r in read_all(settings, t)]
+
+
+#: Two rules documents for the deploys in the middle of the kill tests (``send_with_deploys``): valid under the
+#: domain's published schema, and different, so the version switch shows in the outputs.
+RULES_V1 = '{"rules": 1, "types": {}}'
+RULES_V2 = '{"rules": 1, "types": {}, "description": "v2"}'
+
+
+def send_with_deploys(settings: Settings, commands: list[Command]) -> None:
+    """Send ``commands`` in three parts with a rules deploy between each (``arbiter rules deploy``'s code: signed
+    control records to every partition), and an unsigned control record after the first deploy, which the
+    validator must refuse ``UNAUTHENTICATED`` without switching anything."""
+    from app.rules.control import CONTROL_HEADER, CONTROL_KEY, RULES_CONTROL, Deploy, encode_control
+    from app.rules.deploy import deploy
+    from app.validator.topic_io import produce_with_headers
+    from commands.rules import canonical_rules, rules_digest
+
+    third = len(commands) // 3
+    send_commands(settings, commands[:third])
+    first = deploy(settings, RULES_V1, principal="ops:test").deploy
+    forged_doc = canonical_rules(RULES_V2)
+    forged = encode_control(Deploy(first.version + 1, rules_digest(forged_doc), forged_doc, "mallory",
+                                   first.deployed_at))
+    produce_with_headers(settings, [(CONTROL_KEY, forged, [(CONTROL_HEADER, RULES_CONTROL)], 0)],
+                         settings.topic_commands)
+    send_commands(settings, commands[third:2 * third])
+    deploy(settings, RULES_V2, principal="ops:test")
+    send_commands(settings, commands[2 * third:])
+
+
+def rules_versions_seen(settings: Settings) -> Counter[int | None]:
+    """Count the outputs on the events and rejections topics by the rules version they name."""
+    return Counter(codec.decode_outcome(r[2]).rules_version for r in topic_outputs(settings))
 
 
 def send_commands(settings: Settings, commands: list[Command]) -> None:
@@ -153,15 +189,27 @@ def expected_from_records(records: list[Record], settings: Settings, parked: lis
 
     Its own loop, not ``app.validator.fold``: every record in (partition, offset) order is decoded
     (``decode_record``, with the validator's own signature check), decided against its
-    object's state by ``commands.decide``, encoded, and replaced by a ``TOO_LARGE`` rejection when it does not
-    fit a record; only accepted commands advance the state. A record that does not decode is parked
-    (``app.validator.parking``: its rejection points to the parked copy, appended to ``parked`` if given).
+    object's state by ``commands.decide`` under the rules in force at its offset in its partition (a rules control
+    record switches them there, ``app.validator.rules.control_step``; no rules before the first), encoded, and
+    replaced by a ``TOO_LARGE`` rejection when it does not fit a record; only accepted commands advance the state.
+    A record that does not decode is parked (``app.validator.parking``: its rejection points to the parked copy,
+    appended to ``parked`` if given).
     """
     sizes, limits = size_limits(settings.max_message_bytes), limits_for(settings)
     states: dict[str, ObjectState | None] = {}
-    out: list[Out] = []
+    rules: dict[int, ShardRules] = {}  # per partition: the versions seen, the one in force
     checker = checker_for(settings)
+    out: list[Out] = []
     for r in sorted(records, key=lambda r: (r.partition, r.offset)):
+        headers = dict(r.headers)
+        shard = rules.get(r.partition, NO_RULES)
+        if is_control(headers.get(CONTROL_HEADER)):  # switches this partition's rules at this offset, or is refused
+            step = control_step(shard, r.key, r.value, headers.get(SIGNATURE_HEADER), r.topic, r.partition,
+                                r.offset, checker, sizes.keep_bytes)
+            rules[r.partition] = step.rules
+            if step.outcome is not None:
+                out.append(outcome_record(step.outcome, settings, r.partition))
+            continue
         signature = next((v for k, v in r.headers if k == SIGNATURE_HEADER), None)
         item, signed = decode_record(r.key, r.value, r.topic, r.partition, r.offset, partitions=settings.partitions,
                                      keep=sizes.keep_bytes, id_bytes=sizes.max_id_bytes, signature=signature,
@@ -172,7 +220,9 @@ def expected_from_records(records: list[Record], settings: Settings, parked: lis
                 parked.append(copy)
             out.append(outcome_record(item, settings, r.partition))
             continue
-        d = decide(states.get(item.object_id), item, limits)
+        ruleset = shard.ruleset(shard.active)
+        d = decide(states.get(item.object_id), item, limits) if ruleset is None else \
+            decide(states.get(item.object_id), item, limits, rules=ruleset)
         rec = outcome_record(d.outcome, settings, r.partition)
         if record_size(rec) > sizes.max_record_bytes:
             rec = too_large(d.outcome, record_size(rec), sizes, settings, r.key, r.value, r.topic, r.partition,
@@ -192,3 +242,25 @@ def stop_validator(job: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait(30)
+
+
+def assert_topics_equal_the_topic_oracle(settings: Settings) -> None:
+    """The events and rejections topics hold exactly what ``expected_from_records`` predicts from the commands topic
+    read in offset order (rules switching at the control records), identical duplicates allowed, and per topic and
+    key the first copies come out in the oracle's order."""
+    got = topic_outputs(settings)
+    expected = [(t, k, v, p, h) for t, k, v, p, h in expected_from_records(read_all(settings, settings.topic_commands),
+                                                                           settings)]
+    assert len(set(expected)) == len(expected)
+    divergent, missing = set(got) - set(expected), set(expected) - set(got)
+    assert not divergent and not missing, (f"{len(divergent)} divergent, {len(missing)} missing; e.g. "
+                                           f"{[codec.decode_outcome(r[2]) for r in list(divergent | missing)[:2]]}")
+    first: dict[tuple[str, bytes | None], list[Out]] = {}
+    for r in got:
+        seen = first.setdefault((r[0], r[1]), [])
+        if r not in seen:
+            seen.append(r)
+    want: dict[tuple[str, bytes | None], list[Out]] = {}
+    for r in expected:
+        want.setdefault((r[0], r[1]), []).append(r)
+    assert first == want

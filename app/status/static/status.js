@@ -104,6 +104,12 @@ function render(s) {
   const reasons = document.getElementById("reasons"); reasons.replaceChildren();
   Object.entries(s.rejections_by_reason).forEach(([r, n]) => reasons.appendChild(row([r], [n, true])));
   if (!reasons.children.length) reasons.appendChild(row(["none yet"]));
+  const versions = document.getElementById("rules_versions"); versions.replaceChildren();
+  Object.entries(s.rules_version_by_partition || {}).forEach(([p, v]) => versions.appendChild(row(["partition " + p], ["rules v" + v])));
+  if (!versions.children.length) versions.appendChild(row(["no rules yet"]));
+  const byRule = document.getElementById("rule_rejections"); byRule.replaceChildren();
+  Object.entries(s.rejections_by_rule || {}).forEach(([r, n]) => byRule.appendChild(row([r], [n, true])));
+  if (!byRule.children.length) byRule.appendChild(row(["no rule rejections yet"]));
   renderParked(s.parking_lot);
   const lag = document.getElementById("lag"); lag.replaceChildren();
   Object.entries(s.lag_by_partition).forEach(([p, n]) => lag.appendChild(row(["partition " + p], [n, true])));

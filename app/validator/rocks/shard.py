@@ -28,12 +28,17 @@ from pathlib import Path
 import rocksdict
 
 from app.errors import ArbiterError
+from app.limits import size_limits
+from app.rules.control import is_control
 from app.settings import Settings
+from app.signing import checker_for
 from app.validator.fold import InputRecord, OutputRecord, fold, limits_for
 from app.validator.lock import FileLock, rocks_root
+from app.validator.outputs import outcome_record
 from app.validator.rocks.checkpoint import Changelog, CheckpointCorrupt, Entry, ShardStore, encode_changelog
 from app.validator.rocks.frames import chunk_entries, decode_outputs, encode_outputs, read_chunked
 from app.validator.rocks.memory import shard_options
+from app.validator.rules import ShardRules, control_step, decode_shard_rules, encode_shard_rules
 from commands import ObjectState
 from schemas import codec
 
@@ -46,6 +51,7 @@ M_SINCE = b"m:since"  # changelogs since the last snapshot
 M_LOG = b"m:log"      # the last batch's changelog bytes (not itself part of the changelog)
 M_LINEAGE = b"m:lineage"  # this local database's id for incremental snapshots (local only, not in changelogs)
 M_SEED = b"m:seed"        # the SST list of the snapshot it was restored from (local only)
+M_RULES = b"m:rules"      # the rules versions this shard has seen and the one in force (app.validator.rules)
 
 _Q = struct.Struct(">q")
 _QQ = struct.Struct(">qq")
@@ -181,6 +187,8 @@ class Shard:
         # What this open shard did, for the operations view (app/validator/rocks/server.py writes them out).
         self.counters: Counter[str] = Counter()
         self.cache = StateCache(cache_mb << 20)
+        self._rules: ShardRules | None = None  # as stored under M_RULES, read on first use
+        self._switched = False
 
     def close(self) -> None:
         self.db.close()
@@ -199,6 +207,12 @@ class Shard:
             raise CheckpointCorrupt(f"shard value {key!r} is missing")
         return data
 
+    def rules(self) -> ShardRules:
+        """Return the rules versions this shard has seen and the one in force."""
+        if self._rules is None:
+            self._rules = decode_shard_rules(self.db.get(M_RULES))
+        return self._rules
+
     def last_batch(self) -> int:
         raw = self.db.get(M_BATCH)
         return -1 if raw is None else _Q.unpack(raw)[0]
@@ -206,6 +220,7 @@ class Shard:
     def apply_changelog(self, log: Changelog, data: bytes) -> None:
         """Replay a changelog from the checkpoint location into the local database."""
         self.cache.clear()  # the states change under the cache
+        self._rules = None  # and maybe the rules
         wb = rocksdict.WriteBatch(raw_mode=True)
         _put_all(wb, log.entries)
         _put_all(wb, chunk_entries(M_LOG, data, self.db.get(M_LOG)))
@@ -243,6 +258,8 @@ class Shard:
         _put_all(wb, entries)
         _put_all(wb, chunk_entries(M_LOG, log, self.db.get(M_LOG)))
         self.db.write(wb)  # one atomic write, WAL on: states, outputs and batch id together or not at all
+        if self._switched:
+            self._rules, self._switched = None, False
         for key, written, state, size in decided:  # stored now: the cache may hold them as decoded
             self.cache.put(key, written, state, size)
         self.store.put_changelog(log)
@@ -268,9 +285,13 @@ class Shard:
     def _decide(self, records: Sequence[InputRecord], settings: Settings, now_ms: int,
                 entries: list[Entry], decided: list[tuple[bytes, int, ObjectState, int]]) -> list[OutputRecord]:
         """Fold each key's records over its state; append the writes to ``entries`` and the new states to ``decided``."""
+        outputs: list[OutputRecord | None] = [None] * len(records)
+        records, rules = self._apply_controls(records, settings, entries, outputs)
         # Group by key keeping offset order (check_order has verified it), so fold need not sort.
         by_key: dict[bytes | None, tuple[list[int], list[InputRecord]]] = {}
         for i, r in enumerate(records):
+            if r is None:
+                continue  # a control record, decided above
             group = by_key.get(r.key)
             if group is None:
                 by_key[r.key] = ([i], [r])
@@ -290,7 +311,6 @@ class Shard:
         raw_states = self.db.get([STATE + k for k in keys]) if keys else []
         stored = dict(zip(keys, raw_states, strict=True))
         limits = limits_for(settings)
-        outputs: list[OutputRecord | None] = [None] * len(records)
         parked: list[OutputRecord] = []  # full copies of records that did not decode (app.validator.parking)
         stamp = _Q.pack(now_ms)
         for key, (idx, recs) in by_key.items():
@@ -299,7 +319,7 @@ class Shard:
                 load = partial(aged_state, hit[1], hit[0], now_ms, settings)
             else:
                 load = partial(self._load, key, stored.get(key) if key is not None else None, now_ms, settings)
-            outs, new_state, changed = fold(load, recs, settings, limits, ordered=True, parked=parked)
+            outs, new_state, changed = fold(load, recs, settings, limits, ordered=True, parked=parked, rules=rules)
             if len(outs) != len(idx):
                 raise ShardStateError(f"fold returned {len(outs)} outcomes for {len(idx)} records")
             if len(idx) == 1:
@@ -318,6 +338,34 @@ class Shard:
                 if new_state.deleted:
                     entries.append((TOMB + _Q.pack(now_ms + settings.tombstone_ttl_ms) + key, b""))
         return [o for o in outputs if o is not None] + parked
+
+    def _apply_controls(self, records: Sequence[InputRecord], settings: Settings, entries: list[Entry],
+                        outputs: list[OutputRecord | None]) -> tuple[list[InputRecord | None], ShardRules]:
+        """Apply the batch's control records in offset order; tag each command with the rules version at its offset.
+
+        Returns the records with each control record replaced by None (its output is in ``outputs``) and the
+        shard's rules after the batch; a switch adds the new rules to ``entries``, so it is written, logged and
+        snapshotted with the states it decided.
+        """
+        rules = self.rules()
+        if rules.active is None and not any(r.control for r in records):
+            return list(records), rules  # the common case: no rules, nothing to tag
+        checker, keep = checker_for(settings), size_limits(settings.max_message_bytes).keep_bytes
+        tagged: list[InputRecord | None] = []
+        before = rules
+        for i, r in enumerate(records):
+            if is_control(r.control):
+                step = control_step(rules, r.key, r.value, r.signature, r.topic, r.partition, r.offset, checker, keep)
+                rules = step.rules
+                if step.outcome is not None:
+                    outputs[i] = outcome_record(step.outcome, settings, r.partition)
+                tagged.append(None)
+            else:
+                tagged.append(r if rules.active is None else r._replace(rules=rules.active))
+        if rules is not before:
+            self._switched = True  # re-read after the batch's write: the stored rules are the truth
+            entries.append((M_RULES, encode_shard_rules(rules)))
+        return tagged, rules
 
     def _load(self, key: bytes | None, raw: bytes | None, now_ms: int, settings: Settings) -> ObjectState | None:
         """Return ``load_state`` of ``raw``; keep the state as decoded in the cache."""

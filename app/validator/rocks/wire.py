@@ -177,13 +177,13 @@ def read_ipc(data: bytes) -> pa.Table:
 
 def input_records(table: pa.Table) -> list[InputRecord]:
     """Return the rows of a task's input table (key, value, topic, partition, offset[, signature, traceparent,
-    tracestate]) as ``InputRecord``s."""
+    tracestate, control]) as ``InputRecord``s."""
     records: list[InputRecord] = []
     for b in table.to_batches():
         records += map(InputRecord, b.column("key").to_pylist(), b.column("value").to_pylist(),
                        column_values(b.column("topic")), int_values(b.column("partition")),
                        int_values(b.column("offset")), _optional(b, "signature"), _optional(b, "traceparent"),
-                       _optional(b, "tracestate"))
+                       _optional(b, "tracestate"), _optional(b, "control"))
     return records
 
 

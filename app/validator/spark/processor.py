@@ -20,9 +20,12 @@ from pyspark.sql import Row
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle, TimerValues
 from pyspark.sql.types import BinaryType, StructField, StructType
 
+from app.rules.control import is_control
 from app.settings import Settings
 from app.validator.fold import InputRecord, OutputRecord, fold, limits_for
 from app.validator.pyworker import freeze_imports_once
+from app.validator.rules import NO_RULES
+from app.validator.spark.rules_stage import control_rows, partition_rules
 from commands import ObjectState
 from schemas import codec
 
@@ -34,8 +37,9 @@ EMPTY = ObjectState(exists=False, deleted=False, version=0, owner="")
 class ValidatorProcessor(StatefulProcessor):
     """Decide each key's commands in (partition, offset) order and emit Kafka sink rows."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, checkpoint: str = "") -> None:
         self.settings = settings.for_tasks()  # pickled into every task: no secret travels to the executors
+        self.checkpoint = checkpoint  # where the partitions' rules timelines are (app.validator.spark.rules_stage)
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         s = self.settings
@@ -63,10 +67,19 @@ class ValidatorProcessor(StatefulProcessor):
         self.recent.update((codec.encode_state(replace(EMPTY, recent=state.recent)),))
 
     def handleInputRows(self, key: Any, rows: Iterator[Row], timerValues: TimerValues) -> Iterator[Row]:  # noqa: N802, ANN401
-        records = [InputRecord(r.key, r.value, r.topic, r.partition, r.offset, r.signature, r.traceparent, r.tracestate)
-                   for r in rows]
+        records = [InputRecord(r.key, r.value, r.topic, r.partition, r.offset, r.signature, r.traceparent, r.tracestate,
+                               r.control, r.rules) for r in rows]
+        rules = NO_RULES
+        if any(r.rules is not None or r.control is not None for r in records):
+            controls = [r for r in records if is_control(r.control)]
+            if controls:
+                yield from control_rows(controls, self.settings, self.checkpoint)
+                records = [r for r in records if not is_control(r.control)]
+                if not records:
+                    return
+            rules = partition_rules(self.checkpoint, records)
         parked: list[OutputRecord] = []
-        out, state, changed = fold(self._load, records, self.settings, self.limits, parked=parked)
+        out, state, changed = fold(self._load, records, self.settings, self.limits, parked=parked, rules=rules)
         if changed and state is not None:
             self._store(state)
         for topic, k, v, p, h in out + parked if parked else out:

@@ -1,4 +1,4 @@
-"""The reference backend's query: Kafka commands -> group by object id -> ``transformWithState`` -> Kafka sink."""
+"""The reference backend's query: Kafka commands -> rules tags -> group by object id -> ``transformWithState`` -> sink."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from app.validator.source import INPUT_COLUMNS, kafka_source
 
 log = logging.getLogger("arbiter.validator")
 
+TAGGED_DDL = ("gkey binary, key binary, value binary, topic string, partition int, offset bigint, signature binary, "
+              "traceparent binary, tracestate binary, control binary, rules bigint")
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
@@ -57,11 +59,14 @@ def start(spark: Any, settings: Settings, uri: str, *, available_now: bool) -> A
         spark.conf.set(k, v)
     _quiet_state_server(spark)
     from app.validator.spark.processor import ValidatorProcessor
+    from app.validator.spark.rules_stage import RulesTagger
 
     src = kafka_source(spark, settings, available_now=available_now).selectExpr(
         "coalesce(key, X'') AS gkey", *INPUT_COLUMNS)
-    outcomes = src.groupBy("gkey").transformWithState(
-        statefulProcessor=ValidatorProcessor(settings), outputStructType=SINK_DDL, outputMode="Append",
+    # Before the shuffle, one task per topic partition in offset order: the rules version of every row.
+    tagged = src.mapInArrow(RulesTagger(settings, uri), TAGGED_DDL)
+    outcomes = tagged.groupBy("gkey").transformWithState(
+        statefulProcessor=ValidatorProcessor(settings, uri), outputStructType=SINK_DDL, outputMode="Append",
         timeMode="ProcessingTime")
     name = query_name(settings)
     writer = outcomes.select(*SINK_COLUMNS).writeStream.format("kafka").queryName(name) \

@@ -1,0 +1,92 @@
+"""``arbiter rules check FILE`` (compile and report) and ``arbiter rules deploy FILE`` (README "Rules")."""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import sys
+from pathlib import Path
+
+from app.settings import get_settings
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("rules", help="check, deploy or show the team's rules (README \"Rules\")")
+    actions = p.add_subparsers(dest="action", required=True)
+    check = actions.add_parser("check", help="compile a rules document (YAML or JSON) and report; exit 1 on problems")
+    check.add_argument("file", type=Path)
+    check.set_defaults(handler=_check)
+    deploy = actions.add_parser("deploy", help="check, then deploy as the next version: a signed control record to "
+                                "every partition of the commands topic (no restart)")
+    deploy.add_argument("file", type=Path)
+    deploy.add_argument("--operator", help="who deploys, for the audit trail (default: cli:<OS user>)")
+    deploy.set_defaults(handler=_deploy)
+    show = actions.add_parser("show", help="print the newest deployed version (with --document, its document; "
+                              "with --all, every version: who deployed it, when)")
+    show.add_argument("--document", action="store_true")
+    show.add_argument("--all", action="store_true")
+    show.set_defaults(handler=_show)
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        print(f"arbiter: cannot read {path}: {e}", file=sys.stderr)
+        return None
+
+
+def _check(args: argparse.Namespace) -> int:
+    from app.rules.deploy import check
+    from commands.rules import RulesInvalid
+
+    text = _read(args.file)
+    if text is None:
+        return 2
+    try:
+        rules = check(text)
+    except RulesInvalid as e:
+        for problem in e.problems or (str(e),):
+            print(f"{args.file}: {problem}", file=sys.stderr)
+        print(f"{args.file}: {len(e.problems or (1,))} problem(s); not deployable", file=sys.stderr)
+        return 1
+    print(f"{args.file}: OK, digest {rules.digest}")
+    return 0
+
+
+def _deploy(args: argparse.Namespace) -> int:
+    from app.rules.deploy import deploy
+    from commands.rules import RulesInvalid
+
+    text = _read(args.file)
+    if text is None:
+        return 2
+    operator = args.operator or f"cli:{getpass.getuser()}"
+    try:
+        done = deploy(get_settings(), text, principal=operator)
+    except RulesInvalid as e:
+        for problem in e.problems or (str(e),):
+            print(f"{args.file}: {problem}", file=sys.stderr)
+        return 1
+    d = done.deploy
+    what = "deployed" if done.new else "already the newest version; its control records were written again"
+    print(f"rules version {d.version} ({d.digest}) {what}, by {d.principal}")
+    for partition, offset in sorted(done.offsets.items()):
+        print(f"  {get_settings().topic_commands}[{partition}]@{offset}")
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    from app.rules.catalog import deployed
+
+    versions = deployed(get_settings())
+    if not versions:
+        print("no rules deployed")
+        return 0
+    for d in versions if args.all else versions[-1:]:
+        print(json.dumps({"version": d.version, "digest": d.digest, "principal": d.principal,
+                          "deployed_at": d.deployed_at.isoformat()}, sort_keys=True))
+    if args.document:
+        print(versions[-1].document)
+    return 0

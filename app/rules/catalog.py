@@ -1,0 +1,84 @@
+"""The catalog of deployed rules versions: a one-partition topic of signed claims, one per deploy, oldest first.
+
+Why a catalog beside the control records: the commands topic has many partitions and no order between them, so
+two deploys racing for the same next version could reach partitions in different orders. Every deploy first
+claims ``version`` on this single partition; the first claim of ``current + 1`` wins, and only the winner writes
+control records. The catalog also answers "which version is next" and "what is the newest rules document" (for
+``GET /rules`` and the API's advisory pre-check) without reading the commands topic. The validator never reads it:
+its rules switch only at the control records, in offset order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import NewTopic
+
+from app.errors import BrokerUnavailable
+from app.rules.control import CONTROL_HEADER, CONTROL_KEY, ControlInvalid, Deploy, decode_control, is_control
+from app.settings import Settings
+from app.signing import SIGNATURE_HEADER, checker_for
+from app.validator.topic_io import Record, read_all
+
+CLAIM_KEY = CONTROL_KEY
+
+
+def ensure_rules_topic(settings: Settings) -> None:
+    """Create the catalog topic if missing: one partition, never deleted by retention (it numbers the versions)."""
+    from app.topics import admin, topic_config
+
+    client = admin(settings.kafka_bootstrap)
+    try:
+        if settings.rules_topic in client.list_topics(timeout=10).topics:
+            return
+        config = {**topic_config(settings), "retention.ms": "-1", "retention.bytes": "-1"}
+        topic = NewTopic(settings.rules_topic, num_partitions=1, replication_factor=settings.replication_factor,
+                         config=config)
+        for fut in client.create_topics([topic], operation_timeout=30).values():
+            try:
+                fut.result()
+            except KafkaException as e:
+                if "TOPIC_ALREADY_EXISTS" not in str(e):
+                    raise
+    except KafkaException as e:
+        raise BrokerUnavailable(f"cannot create the rules catalog topic {settings.rules_topic!r}: {e}") from e
+
+
+def winners(records: Iterable[Record], settings: Settings) -> list[Deploy]:
+    """Return the deployed versions, oldest first: per version, the first genuine claim of ``previous + 1``.
+
+    A claim that is unsigned, forged, malformed, or not exactly one above the last winner is ignored: it lost a
+    race (or was never Arbiter's).
+    """
+    checker = checker_for(settings)
+    out: list[Deploy] = []
+    for r in records:
+        headers = dict(r.headers)
+        if not is_control(headers.get(CONTROL_HEADER)) or r.key != CLAIM_KEY:
+            continue
+        if checker is not None and checker.problem(r.key, r.value or b"", headers.get(SIGNATURE_HEADER)):
+            continue
+        try:
+            claim = decode_control(r.value)
+        except ControlInvalid:
+            continue
+        if claim.version == (out[-1].version if out else 0) + 1:
+            out.append(claim)
+    return out
+
+
+def deployed(settings: Settings) -> list[Deploy]:
+    """Return every deployed version from the catalog topic, oldest first (empty when none, or no topic yet)."""
+    from confluent_kafka.admin import AdminClient
+
+    meta = AdminClient({"bootstrap.servers": settings.kafka_bootstrap, "log_level": 0}).list_topics(timeout=10)
+    if settings.rules_topic not in meta.topics:
+        return []
+    return winners(read_all(settings, settings.rules_topic), settings)
+
+
+def current(settings: Settings) -> Deploy | None:
+    """Return the newest deployed version, or None."""
+    versions = deployed(settings)
+    return versions[-1] if versions else None

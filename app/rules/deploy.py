@@ -1,0 +1,78 @@
+"""Deploy a rules document: check it, claim the next version in the catalog, write a control record to every shard.
+
+Safe under a concurrent double deploy: both claim on the catalog's single partition, the first claim of a version
+wins (``app.rules.catalog``), the loser is refused ``RULES_CONFLICT`` before it writes any control record. A deploy
+that stopped after its claim (a crash, a broker outage) is finished by deploying the same document again: the
+catalog's newest version already has its digest, so its control records are written again, and a shard that has
+that version already ignores the repeat.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from app.errors import ArbiterError
+from app.limits import size_limits
+from app.rules.catalog import CLAIM_KEY, current, ensure_rules_topic, winners
+from app.rules.control import CONTROL_KEY, Deploy, control_headers, encode_control
+from app.settings import Settings
+from app.signing import signer_for
+from app.validator.topic_io import produce_with_headers, read_all
+from commands.rules import RuleSet, RulesInvalid, canonical_rules, compile_rules, rules_digest
+
+
+class RulesConflict(ArbiterError):
+    """Another deploy claimed the version this one was about to take: nothing was written to the commands topic."""
+
+    code = "RULES_CONFLICT"
+
+
+@dataclass(frozen=True, slots=True)
+class Deployed:
+    """What a deploy did: the version, whether it was new, and the offset of the control record on each partition."""
+
+    deploy: Deploy
+    new: bool
+    offsets: dict[int, int]
+
+
+def check(text: str | bytes) -> RuleSet:
+    """Return the compiled rules of a document (as version 1: a version does not change what compiles); raise
+    ``RulesInvalid`` naming each problem."""
+    return compile_rules(canonical_rules(text), version=1)
+
+
+def deploy(settings: Settings, text: str | bytes, *, principal: str, issuer: str | None = None,
+           now: datetime | None = None) -> Deployed:
+    """Check ``text``, claim the next version, and write its control record to every partition of ``commands``."""
+    canonical = check(text).document  # refuse before anything is written
+    digest = rules_digest(canonical)
+    ensure_rules_topic(settings)
+    newest = current(settings)
+    if newest is not None and newest.digest == digest:
+        return Deployed(newest, False, _write_controls(settings, newest))
+    version = (newest.version if newest is not None else 0) + 1
+    claim = Deploy(version, digest, canonical, principal, (now or datetime.now(UTC)).astimezone(UTC), issuer)
+    value = encode_control(claim)
+    bound = size_limits(settings.max_message_bytes).max_record_bytes
+    if len(value) + len(CONTROL_KEY) > bound:
+        raise RulesInvalid([f"(document): {len(value) + len(CONTROL_KEY)} bytes as a control record, over the {bound} "
+                            "a commands record may hold (ARBITER_MAX_MESSAGE_BYTES)"])
+    signer = signer_for(settings)
+    produce_with_headers(settings, [(CLAIM_KEY, value, control_headers(signer, value), None)], settings.rules_topic)
+    won = next((d for d in winners(read_all(settings, settings.rules_topic), settings) if d.version == version), None)
+    if won is None or won != claim:
+        who = f" by {won.principal} (digest {won.digest})" if won is not None else ""
+        raise RulesConflict(f"rules version {version} was claimed{who} by a concurrent deploy; nothing was written to "
+                            f"{settings.topic_commands}: check the newest rules and deploy again")
+    return Deployed(claim, True, _write_controls(settings, claim))
+
+
+def _write_controls(settings: Settings, claim: Deploy) -> dict[int, int]:
+    """Write ``claim``'s control record to every partition of the commands topic; return partition -> offset."""
+    value = encode_control(claim)
+    headers = control_headers(signer_for(settings), value)
+    placed = produce_with_headers(settings, [(CONTROL_KEY, value, headers, p) for p in range(settings.partitions)],
+                                  settings.topic_commands)
+    return dict(placed)
