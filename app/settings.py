@@ -185,7 +185,7 @@ class Settings(BaseSettings):
         default=None, ge=1, description="Largest request body of every route but the batch route; unset = the largest "
         "document (app/limits.py) + 1 KiB for the envelope, never above max_body_bytes. Larger is 413.")
     api_fast_writes: bool = Field(default=True, description="Serve the common case of POST /objects and PATCH/DELETE "
-                                  "/objects/{id} as plain ASGI (app/api/fast_writes.py): same checks and answers, "
+                                  "/objects/{id} as plain ASGI (app/api/writes/fast_writes.py): same checks and answers, "
                                   "less CPU per write; false sends every request through the FastAPI routes.")
     batch_max_commands: int = Field(default=50_000, ge=1, description="Most commands in one POST /commands:batch.")
     produce_timeout_s: float = Field(default=10.0, gt=0, description="Delivery wait before a write answers 503.")
@@ -227,7 +227,7 @@ class Settings(BaseSettings):
     changes_roles_wait_s: float = Field(default=5.0, ge=0, description="Longest the change feed waits for the audit "
                                         "projection to hold an object's earlier events (who may read it).")
     changes_roles_cache: int = Field(default=100_000, ge=1, description="Objects whose roles the live feed keeps.")
-    # --- API (issue 40: browsers: CORS and change-feed tickets, app/api/cors.py, app/api/tickets.py) ---------
+    # --- API (issue 40: browsers: CORS and change-feed tickets, app/api/http/cors.py, app/api/callers/tickets.py) ---------
     cors_allow_origins: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Origins (scheme://host[:port]) whose pages may call the API from a browser "
         "(CORS); separated by spaces or commas. Empty = none: no cross-origin answer is readable.")
@@ -251,7 +251,7 @@ class Settings(BaseSettings):
                                 "its further Prefer: wait writes are produced and answered 202 without waiting.")
     outcome_cache_share: float = Field(default=0.25, gt=0, le=1, description="Share of the outcome cache (entries "
                                        "and bytes) one principal's outcomes may hold; beyond it its own oldest go.")
-    # --- identity (issue 27: app/api/auth.py, tokens.py, local_issuer.py, identity.py) -----------------
+    # --- identity (issue 27: app/api/callers/auth.py, tokens.py, local_issuer.py, identity.py) -----------------
     oidc_issuer: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Trusted OIDC issuers (their `iss`; keys found by discovery), separated "
         "by spaces or commas. `name=url` namespaces the issuer's principals and groups, always (`name:sub`, "

@@ -7,13 +7,13 @@ from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, Request
 
-from app.api.auth import METRICS, OPERATE, READ, Caller, authenticate_bearer
-from app.api.metrics import ApiMetrics
-from app.api.outcomes import OutcomeCache
+from app.api.callers.auth import METRICS, OPERATE, READ, Caller, authenticate_bearer
 from app.api.problems import ApiError
-from app.api.producer import CommandProducer
-from app.api.quota import Quotas, refusal
 from app.api.rules import RulesView
+from app.api.telemetry.metrics import ApiMetrics
+from app.api.writes.outcomes import OutcomeCache
+from app.api.writes.producer import CommandProducer
+from app.api.writes.quota import Quotas, refusal
 from app.settings import Settings
 
 
@@ -79,7 +79,7 @@ CALLER_SCOPE_KEY = "arbiter.caller"
 async def authenticate(request: Request) -> Caller:
     """Return the ``Caller`` of the request's bearer token, verified once per request; raise ``Unauthorized``.
 
-    A thin wrapper over ``app.api.auth.authenticate_bearer``: the ``Caller`` (principal, scopes, groups, issuer,
+    A thin wrapper over ``app.api.callers.auth.authenticate_bearer``: the ``Caller`` (principal, scopes, groups, issuer,
     jti) is left in ``request.scope[CALLER_SCOPE_KEY]``, where ``caller_of`` finds it. ``StrictJsonRoute`` calls
     it before it reads a body, so a client without a valid token never gets its body read, parsed or validated.
     """

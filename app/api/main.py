@@ -12,29 +12,30 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 
 from app import traces
-from app.api import cors, problems
-from app.api.body_limit import BodyLimit, object_body_limit
+from app.api import problems
+from app.api.callers.identity import build_verifier, local_issuer
+from app.api.callers.secret_policy import require_usable_secret
+from app.api.callers.tickets import TicketBook
 from app.api.changes.fanout import ChangeFeed
 from app.api.changes.roles import AuditRoles
 from app.api.deps import ApiContext, ReadModelPort
-from app.api.fast_writes import FastWrites
-from app.api.identity import build_verifier, local_issuer
-from app.api.memo import Memo
-from app.api.metrics import ApiMetrics, RequestMetrics, mark_dead
+from app.api.http import cors
+from app.api.http.body_limit import BodyLimit, object_body_limit
+from app.api.http.ticket_gate import TicketGate
 from app.api.models import Problem
-from app.api.outcomes import OutcomeCache, OutcomeConsumer
-from app.api.position import PositionWatch
-from app.api.producer import CommandProducer
-from app.api.quota import Quotas
-from app.api.read_model import HistoryFigures, open_read_model, read_model_ready
+from app.api.reads.position import PositionWatch
+from app.api.reads.read_model import HistoryFigures, open_read_model, read_model_ready
 from app.api.routes import changes, commands, contract, identity, objects, ops, tickets
 from app.api.routes import rules as rules_routes
 from app.api.routes import status as status_routes
 from app.api.rules import RulesView
-from app.api.secret_policy import require_usable_secret
-from app.api.ticket_gate import TicketGate
-from app.api.tickets import TicketBook
-from app.api.traces import TraceWrites
+from app.api.telemetry.metrics import ApiMetrics, RequestMetrics, mark_dead
+from app.api.telemetry.traces import TraceWrites
+from app.api.writes.fast_writes import FastWrites
+from app.api.writes.memo import Memo
+from app.api.writes.outcomes import OutcomeCache, OutcomeConsumer
+from app.api.writes.producer import CommandProducer
+from app.api.writes.quota import Quotas
 from app.limits import for_settings
 from app.read_models import audit_root
 from app.settings import Settings
@@ -59,7 +60,7 @@ owner, editors and readers only (a grantee `group:<name>` stands for the members
 
 #: Paths that need a bearer token (declared in the OpenAPI document).
 _SECURED = ("/objects", "/commands", "/changes", "/status.json", "/metrics")
-#: Paths that take a change-feed ticket instead (``app.api.ticket_gate``).
+#: Paths that take a change-feed ticket instead (``app.api.http.ticket_gate``).
 _TICKETED = ("/changes", "/objects/{object_id}/changes")
 
 
@@ -85,7 +86,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
                tracer_provider: TracerProvider | None = None) -> FastAPI:
     """Return the API for ``settings``; the producer and the outcomes consumer start with the app's lifespan.
 
-    Writes are traced (``app.api.traces``) with ``tracer_provider``, else with the OTLP one ``app.traces.provider``
+    Writes are traced (``app.api.telemetry.traces``) with ``tracer_provider``, else with the OTLP one ``app.traces.provider``
     makes when tracing is configured (shut down, flushing its spans, with the app).
 
     Refuses (``SetupError`` WEAK_SECRET) a placeholder or short secret unless development on loopback
@@ -98,7 +99,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # The providers' keys are fetched before the first request, so it need not wait for them. Every fetch runs
-        # on a worker thread (app.api.jwks): a later one (expiry, an unknown kid) never holds the event loop.
+        # on a worker thread (app.api.callers.jwks): a later one (expiry, an unknown kid) never holds the event loop.
         await asyncio.to_thread(app.state.verifier.warm)
         app.state.producer = CommandProducer(settings, traced=tracers is not None)
         app.state.broker_probe = Memo(app.state.producer.broker_reachable, interval=1.0)

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field
 
-from app.api.auth import PRINCIPAL_PATTERN
+from app.api.callers.auth import PRINCIPAL_PATTERN
 from commands.json_text import DEFAULT_MAX_DEPTH, depth_of
 
 #: Compact JSON text of documents and patches; one encoder (json.dumps with options builds one per call).

@@ -11,8 +11,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from app.api.auth import InsufficientScope, Unauthorized
-from app.api.summary import OutcomeSummary
+from app.api.callers.auth import InsufficientScope, Unauthorized
+from app.api.writes.summary import OutcomeSummary
 from commands.errors import ArbiterError, ReasonCode
 
 PROBLEM_JSON = "application/problem+json"
@@ -116,7 +116,7 @@ class Rejected(ArbiterError):
         super().__init__(rejection.message or "", code=rejection.reason or "REJECTED")
         self.rejection = rejection
         self.expected_version = expected_version
-        self.headers = dict(headers or {})  # e.g. Server-Timing (app.api.submit)
+        self.headers = dict(headers or {})  # e.g. Server-Timing (app.api.writes.submit)
 
 
 def rule_fields(rejection: OutcomeSummary) -> dict[str, Any]:
@@ -228,7 +228,7 @@ PROBLEM_RESPONSES: dict[int | str, dict[str, Any]] = {
                                "retry after Retry-After seconds")]
 }
 
-#: The answer of a request over its principal's write or read rate (``app.api.quota``): writes and reads only.
+#: The answer of a request over its principal's write or read rate (``app.api.writes.quota``): writes and reads only.
 RATE_LIMITED_RESPONSE: dict[int | str, dict[str, Any]] = {429: PROBLEM_RESPONSES[401] | {
     "description": "RATE_LIMITED: the principal is over its write or read rate (per API process); Retry-After, "
                    "RateLimit-Policy and RateLimit (draft-ietf-httpapi-ratelimit-headers-11) say when to come back"}}

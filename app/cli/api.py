@@ -52,8 +52,8 @@ def _ttl(text: str) -> int:
 
 
 def _token(args: argparse.Namespace) -> int:
-    from app.api.auth import SCOPES
-    from app.api.identity import dev_token, local_issuer
+    from app.api.callers.auth import SCOPES
+    from app.api.callers.identity import dev_token, local_issuer
 
     s = get_settings()
     unknown = set(args.scope or ()) - SCOPES
@@ -78,8 +78,8 @@ def multiprocess_metrics_dir(s: Settings) -> Path:
 def _api(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from app.api.callers.secret_policy import require_usable_secret
     from app.api.main import create_app
-    from app.api.secret_policy import require_usable_secret
 
     s = get_settings()
     host, port = args.host or s.api_host, args.port or s.api_port

@@ -16,8 +16,8 @@ from collections import defaultdict
 
 from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 
-from app.api.auth import USER_SCOPES
-from app.api.identity import local_issuer
+from app.api.callers.auth import USER_SCOPES
+from app.api.callers.identity import local_issuer
 from app.errors import BrokerUnavailable, SetupError
 from app.load.openloop import Answer, Sample, Summary, drive, summarize
 from app.load.workload import (

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import httpx
 
-from app.api.auth import OPERATE, READ
-from app.api.identity import dev_token
-from app.api.secret_policy import is_loopback
+from app.api.callers.auth import OPERATE, READ
+from app.api.callers.identity import dev_token
+from app.api.callers.secret_policy import is_loopback
 from app.local.kafka_broker import LocalBroker
 from app.local.postgres_server import LocalPostgres
 from app.run.restart import components_path

@@ -2,5 +2,5 @@
 
 Holds: ``server`` (serve a process's collectors over HTTP: the validator's and each projection's ``/metrics``),
 ``projections`` (the projections' collector, read from their runners). May import the wiring at the top of
-``app`` and ``projections``; the API keeps its own metrics in ``app.api.metrics``.
+``app`` and ``projections``; the API keeps its own metrics in ``app.api.telemetry.metrics``.
 """

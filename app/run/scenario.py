@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from app.api.auth import READ, RULES
-from app.api.identity import dev_token
+from app.api.callers.auth import READ, RULES
+from app.api.callers.identity import dev_token
 from app.settings import Settings
 from commands import ReasonCode
 from schemas import codec

@@ -26,8 +26,8 @@ from pathlib import Path
 import httpx
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from app.api.identity import dev_token
-from app.api.producer import producer_config
+from app.api.callers.identity import dev_token
+from app.api.writes.producer import producer_config
 from app.local.kafka_broker import LocalBroker, free_port
 from app.settings import Settings
 from app.topics import ensure_topics

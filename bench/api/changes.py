@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 from confluent_kafka import Producer
 
-from app.api.identity import dev_token
+from app.api.callers.identity import dev_token
 from app.local.kafka_broker import free_port
 from app.settings import Settings
 from bench.api.__main__ import bench_stack, start_server, stop_server, tree_cpu_s

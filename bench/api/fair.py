@@ -22,7 +22,7 @@ import time
 import uuid
 from pathlib import Path
 
-from app.api.identity import dev_token
+from app.api.callers.identity import dev_token
 from app.load.openloop import Answer, drive, summarize
 from app.local.kafka_broker import LocalBroker, free_port
 from app.settings import Settings

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import httpx
 
-from app.api.identity import dev_token
+from app.api.callers.identity import dev_token
 from bench.pipeline.baseline import raw_produce_rate
 from bench.pipeline.decisions import DecisionWatcher
 from bench.pipeline.floor import floor_line, measure_floor

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from confluent_kafka import Producer
 
-from app.api.producer import producer_config
+from app.api.writes.producer import producer_config
 from app.settings import Settings
 from app.topics import ensure_topics
 from commands import Command, CreateObject, UpdateObject

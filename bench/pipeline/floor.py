@@ -19,7 +19,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from app.api.producer import producer_config
+from app.api.writes.producer import producer_config
 from app.load.openloop import percentile
 from app.settings import Settings
 from app.spark_session import spark_session

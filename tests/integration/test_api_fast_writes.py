@@ -1,4 +1,4 @@
-"""The plain-ASGI write path (``app.api.fast_writes``) answers exactly as the FastAPI routes do, and serves the
+"""The plain-ASGI write path (``app.api.writes.fast_writes``) answers exactly as the FastAPI routes do, and serves the
 common case itself (issue 25: the API's CPU per write).
 
 Two apps on the real broker, one with ``api_fast_writes`` and one without, get the same requests, well-formed and

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError
 
-from app.api.producer import CommandProducer
+from app.api.writes.producer import CommandProducer
 from app.errors import BrokerUnavailable
 from app.local.kafka_broker import free_port
 from app.settings import Settings

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.api.auth import OPERATE
+from app.api.callers.auth import OPERATE
 from app.settings import Settings
 from schemas import codec
 from tests.conftest import READ_MODELS

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from app.api.submit import new_object_id
+from app.api.writes.submit import new_object_id
 from app.settings import Settings
 from commands.json_text import DEFAULT_MAX_DEPTH
 from tests.integration.test_api_support import (

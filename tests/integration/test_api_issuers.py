@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from app.api.identity import build_verifier
+from app.api.callers.identity import build_verifier
 from app.settings import Settings
 from tests.integration.test_api_support import (
     TestClient,

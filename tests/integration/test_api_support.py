@@ -20,8 +20,8 @@ with warnings.catch_warnings():  # starlette 1.x nudges towards "httpx2"; httpx 
     warnings.simplefilter("ignore", StarletteDeprecationWarning)
     from fastapi.testclient import TestClient
 
-from app.api.auth import OPERATE, USER_SCOPES
-from app.api.identity import dev_token
+from app.api.callers.auth import OPERATE, USER_SCOPES
+from app.api.callers.identity import dev_token
 from app.api.main import create_app
 from app.read_models import audit_root, open_writer, read_model_root
 from app.settings import Settings

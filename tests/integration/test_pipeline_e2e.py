@@ -223,8 +223,8 @@ def _watch_status_page(api: str, shots: Path, settings: Settings) -> list[tuple[
     """Open the status page in headless Chromium; return the figures seen over time; fail on console errors."""
     from selenium.webdriver.common.by import By
 
-    from app.api.auth import OPERATE
-    from app.api.identity import dev_token
+    from app.api.callers.auth import OPERATE
+    from app.api.callers.identity import dev_token
 
     operator = dev_token(settings, "operator", (OPERATE,), 600)
     assert httpx.get(f"{api}/status.json", timeout=5).status_code == 401  # the status data is for operators

@@ -211,7 +211,7 @@ def _freeze_events(oid: str) -> tuple[list[Event], list[Event]]:
 
 def test_a_document_no_backend_may_hold_freezes_nothing_live_or_rebuilt(read_model_settings: Settings) -> None:
     """Roles and the deletion land after an event whose document cannot be applied; reads fail closed meanwhile."""
-    from app.api.identity import dev_token
+    from app.api.callers.identity import dev_token
     from app.api.main import create_app
     from tests.integration.test_api_support import TestClient
 

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from app.api.auth import READ, RULES
+from app.api.callers.auth import READ, RULES
 from app.errors import ArbiterError
 from app.rules.catalog import deployed
 from app.rules.control import CONTROL_HEADER, RULES_CONTROL, decode_control

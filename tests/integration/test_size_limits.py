@@ -17,7 +17,7 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import ConfigResource, NewTopic, ResourceType
 
-from app.api.producer import producer_config
+from app.api.writes.producer import producer_config
 from app.limits import SIGNATURE_HEADER_BYTES, for_settings
 from app.settings import Settings
 from app.signing import SIGNATURE_HEADER, RecordSigner, signer_for

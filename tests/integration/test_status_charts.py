@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.api.auth import OPERATE
+from app.api.callers.auth import OPERATE
 from app.api.main import create_app
 from app.parked import lot
 from app.settings import Settings

@@ -21,8 +21,8 @@ with warnings.catch_warnings():  # starlette 1.x nudges towards "httpx2"; httpx 
     warnings.simplefilter("ignore", StarletteDeprecationWarning)
     from fastapi.testclient import TestClient
 
-from app.api.auth import Unauthorized
-from app.api.identity import build_verifier, dev_token
+from app.api.callers.auth import Unauthorized
+from app.api.callers.identity import build_verifier, dev_token
 from app.api.main import create_app
 from app.cli import main as cli
 from app.cli.run import closing_hints

@@ -19,12 +19,12 @@ with warnings.catch_warnings():  # starlette 1.x nudges towards "httpx2"; httpx 
     warnings.simplefilter("ignore", StarletteDeprecationWarning)
     from fastapi.testclient import TestClient
 
-from app.api.auth import OPERATE, READ, WRITE, Unauthorized, authenticate_header
+from app.api.callers.auth import OPERATE, READ, WRITE, Unauthorized, authenticate_header
+from app.api.callers.identity import build_verifier, dev_token
+from app.api.callers.jwks import ProviderUnavailable
+from app.api.callers.tokens import TokenVerifier
 from app.api.deps import ApiContext
-from app.api.identity import build_verifier, dev_token
-from app.api.jwks import ProviderUnavailable
 from app.api.main import create_app
-from app.api.tokens import TokenVerifier
 from app.settings import Settings
 from tests.unit.oidc_provider import AUDIENCE, Provider
 

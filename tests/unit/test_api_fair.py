@@ -13,10 +13,10 @@ with warnings.catch_warnings():  # starlette 1.x nudges towards "httpx2"; httpx 
     warnings.simplefilter("ignore", StarletteDeprecationWarning)
     from fastapi.testclient import TestClient
 
+from app.api.callers.identity import dev_token
 from app.api.deps import ApiContext
-from app.api.identity import dev_token
 from app.api.main import create_app
-from app.api.quota import TokenBuckets
+from app.api.writes.quota import TokenBuckets
 from app.settings import Settings
 from commands import Event, EventType
 
@@ -120,7 +120,7 @@ def test_an_over_rate_principals_single_writes_are_429_before_their_bodies_are_r
         fast: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """The flood of a principal without write tokens costs a token check and an answer per request: its bodies are
     never read or parsed (fast path and FastAPI routes alike); a batch is still judged by its size."""
-    from app.api import json_body
+    from app.api.http import json_body
 
     s = Settings(write_rate=1 / 1024, write_burst=4, api_fast_writes=fast)
     app = create_app(s)

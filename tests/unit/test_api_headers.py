@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.api.problems import STATUS, ApiError, status_of
-from app.api.submit import command_id, expected_version, prefer_wait
+from app.api.writes.submit import command_id, expected_version, prefer_wait
 from commands import ReasonCode
 
 pytestmark = pytest.mark.unit

@@ -16,10 +16,10 @@ with warnings.catch_warnings():  # starlette 1.x nudges towards "httpx2"; httpx 
     warnings.simplefilter("ignore", StarletteDeprecationWarning)
     from fastapi.testclient import TestClient
 
-from app.api import json_body
-from app.api.identity import dev_token
+from app.api.callers.identity import dev_token
+from app.api.http import json_body
 from app.api.main import create_app
-from app.api.memo import Memo
+from app.api.writes.memo import Memo
 from app.limits import for_settings
 from app.settings import Settings
 from projections.db import ReadModel

@@ -17,10 +17,10 @@ with warnings.catch_warnings():  # starlette 1.x nudges towards "httpx2"; httpx 
     warnings.simplefilter("ignore", StarletteDeprecationWarning)
     from fastapi.testclient import TestClient
 
-from app.api.auth import Unauthorized
-from app.api.identity import build_verifier, dev_token
+from app.api.callers.auth import Unauthorized
+from app.api.callers.identity import build_verifier, dev_token
 from app.api.main import create_app
-from app.api.submit import for_caller, update_command
+from app.api.writes.submit import for_caller, update_command
 from app.limits import GROUP_NAME_BYTES
 from app.settings import Settings
 from commands.decide import decide

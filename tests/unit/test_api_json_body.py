@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.api.json_body import ENVELOPE_DEPTH, parse_body
+from app.api.http.json_body import ENVELOPE_DEPTH, parse_body
 from app.api.models import CreateRequest
 from app.api.problems import ApiError, status_of
 from commands.json_text import DEFAULT_MAX_DEPTH, object_problem

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app.api.identity import build_verifier
-from app.api.jwks import KeySet, ProviderUnavailable
+from app.api.callers.identity import build_verifier
+from app.api.callers.jwks import KeySet, ProviderUnavailable
 from app.api.main import create_app
 from app.settings import Settings
 from tests.unit.fake_read_model import FakeReadModel, View

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.api.auth import PRINCIPAL_PATTERN
+from app.api.callers.auth import PRINCIPAL_PATTERN
 from app.api.models import IDEMPOTENCY_KEY_PATTERN, OBJECT_ID_PATTERN
-from app.api.submit import new_object_id
+from app.api.writes.submit import new_object_id
 from commands import DEFAULT_LIMITS
 
 pytestmark = pytest.mark.unit

@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from app.api.outcomes import OutcomeCache
-from app.api.summary import OutcomeSummary
+from app.api.writes.outcomes import OutcomeCache
+from app.api.writes.summary import OutcomeSummary
 from commands import Event, EventType, ReasonCode, Rejection
 from schemas import codec
 

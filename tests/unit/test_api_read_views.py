@@ -13,7 +13,7 @@ with warnings.catch_warnings():  # starlette 1.x nudges towards "httpx2"; httpx 
     warnings.simplefilter("ignore", StarletteDeprecationWarning)
     from fastapi.testclient import TestClient
 
-from app.api.identity import dev_token
+from app.api.callers.identity import dev_token
 from app.api.main import create_app
 from app.settings import Settings
 from tests.unit.fake_read_model import FakeReadModel, View

@@ -13,7 +13,7 @@ from starlette.requests import Request
 
 from app.api.problems import Rejected, arbiter_error
 from app.api.rules import RulesView, precheck
-from app.api.summary import summarize
+from app.api.writes.summary import summarize
 from app.rules.control import Deploy
 from app.run.scenario import ORDERS, raised_limit
 from app.settings import Settings

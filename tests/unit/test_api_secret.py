@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import SecretStr
 
+from app.api.callers.secret_policy import MIN_SECRET_BYTES, is_loopback, secret_problem
 from app.api.main import create_app
-from app.api.secret_policy import MIN_SECRET_BYTES, is_loopback, secret_problem
 from app.cli import main
 from app.errors import SetupError
 from app.settings import PLACEHOLDER_SECRET, Settings

@@ -10,10 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
-from app.api.auth import OPERATE
-from app.api.identity import dev_token
+from app.api.callers.auth import OPERATE
+from app.api.callers.identity import dev_token
 from app.api.main import create_app
-from app.api.memo import Memo
+from app.api.writes.memo import Memo
 from app.settings import Settings
 
 pytestmark = pytest.mark.unit

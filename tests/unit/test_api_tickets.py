@@ -1,4 +1,4 @@
-"""Change-feed tickets (app/api/tickets.py), their gate (app/api/ticket_gate.py) and CORS (app/api/cors.py):
+"""Change-feed tickets (app/api/callers/tickets.py), their gate (app/api/http/ticket_gate.py) and CORS (app/api/http/cors.py):
 signed and principal-bound, single use to open across processes, resumable only by a browser's reconnect within
 its window, redacted from the query before anything sees it, and an allow-list that allows nothing by default."""
 
@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 from starlette.exceptions import StarletteDeprecationWarning
 
-from app.api.auth import READ, Caller, Unauthorized
+from app.api.callers.auth import READ, Caller, Unauthorized
+from app.api.callers.tickets import TicketBook
 from app.api.deps import CALLER_SCOPE_KEY
+from app.api.http.ticket_gate import TicketGate
 from app.api.main import create_app
-from app.api.ticket_gate import TicketGate
-from app.api.tickets import TicketBook
 from app.settings import Settings
 
 with warnings.catch_warnings():
@@ -178,8 +178,8 @@ def test_a_ticket_may_carry_where_its_first_stream_resumes(tmp_path: Path) -> No
 
 
 def test_the_ticket_route_takes_a_bearer_token_and_checks_the_resume_id(tmp_path: Path) -> None:
+    from app.api.callers.identity import dev_token
     from app.api.changes.cursor import Ids, key_of
-    from app.api.identity import dev_token
 
     s = Settings(var_dir=tmp_path)
     client = TestClient(create_app(s))

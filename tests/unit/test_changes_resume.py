@@ -17,15 +17,15 @@ from typing import Any
 import pytest
 from starlette.exceptions import StarletteDeprecationWarning
 
-from app.api import json_out
+from app.api.callers.identity import dev_token
 from app.api.changes import cursor, frames
 from app.api.changes.current import CurrentAccess
 from app.api.changes.fanout import ChangeFeed
 from app.api.changes.reader import Expired
 from app.api.changes.roles import AuditRoles, RolesBook, RolesUnknown
 from app.api.changes.stream import Plan, events
-from app.api.identity import dev_token
 from app.api.main import create_app
+from app.api.reads import json_out
 from app.settings import Settings
 from commands import Event, EventType
 from commands.access import Roles, roles_after

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from app.api.history import EventPage, HistoryEvent, ListedObject
 from app.api.models import CommandDecided, CommandQueued
 from app.api.problems import STATUS
+from app.api.reads.history import EventPage, HistoryEvent, ListedObject
 from arbiter_client import errors, models
 from arbiter_client.models import fields_of
 

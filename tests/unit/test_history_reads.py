@@ -62,7 +62,7 @@ def test_a_history_page_stops_at_page_bytes_of_entries_after_its_first_event() -
     (its ``next_after_version`` says where to go on); a first entry over the bound is still served, alone."""
     import json
 
-    from app.api.history import PAGE_BYTES, event_page, page_events
+    from app.api.reads.history import PAGE_BYTES, event_page, page_events
     from projections.db.history import HistoryEntry, entry_bytes
 
     def entries(first: int, second: int) -> list[HistoryEntry]:

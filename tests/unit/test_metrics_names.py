@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.metrics_core import Metric
 
-from app.api.metrics import ApiMetrics
+from app.api.telemetry.metrics import ApiMetrics
 from app.metrics.projections import PROJECTION_COUNTERS, ProjectionCollector
 from app.settings import Settings
 from app.validator.metrics import ValidatorCollector

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.api.identity import dev_token
+from app.api.callers.identity import dev_token
 from app.api.main import create_app
 from app.read_models import audit_root, read_model_root
 from app.settings import Settings

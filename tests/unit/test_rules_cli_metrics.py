@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.api.metrics import ApiMetrics
+from app.api.telemetry.metrics import ApiMetrics
 from app.cli import main
 from app.run.scenario import ORDERS
 from commands import Event, EventType, ReasonCode, Rejection

@@ -14,8 +14,8 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from app import traces
-from app.api.summary import OutcomeSummary
-from app.api.timing import server_timing
+from app.api.writes.summary import OutcomeSummary
+from app.api.writes.timing import server_timing
 from app.settings import Settings
 from app.traces import TRACESTATE_BYTES, clip_tracestate, trace_headers
 from app.validator.fold import InputRecord, OutputRecord, fold

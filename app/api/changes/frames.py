@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.api import json_out
+from app.api.reads import json_out
 from commands import Event
 
 #: A comment line: keeps an idle connection (and any proxy in between) from timing out; clients ignore it.
@@ -14,7 +14,7 @@ HEARTBEAT = b": keepalive\n\n"
 def event_data(event: Event) -> bytes:
     """Return the JSON of one event as a ``change`` frame carries it (no newline: one ``data:`` line).
 
-    The document and patch follow ``app.api.json_out``, as ``GET`` serves them (big integers exact); one that
+    The document and patch follow ``app.api.reads.json_out``, as ``GET`` serves them (big integers exact); one that
     JSON cannot say (NaN, stored before such documents were refused) is left out and ``error`` says
     ``UNSERVABLE_DOCUMENT``, as ``GET`` answers it.
     """

@@ -10,9 +10,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
 
-from app.api.auth import SHARE, WRITE, Caller
+from app.api.callers.auth import SHARE, WRITE, Caller
 from app.api.deps import CallerDep, ContextDep, ReaderDep
-from app.api.json_body import StrictJsonRoute
+from app.api.http.json_body import StrictJsonRoute
 from app.api.models import (
     BatchCreate,
     BatchDelete,
@@ -27,11 +27,11 @@ from app.api.models import (
     CommandOutcome,
     compact_json,
 )
-from app.api.outcomes import durable_lookup
 from app.api.problems import PROBLEM_RESPONSES, RATE_LIMITED_RESPONSE, ApiError, status_of
-from app.api.producer import Delivered
-from app.api.quota import refusal
-from app.api.submit import new_object_id, now
+from app.api.writes.outcomes import durable_lookup
+from app.api.writes.producer import Delivered
+from app.api.writes.quota import refusal
+from app.api.writes.submit import new_object_id, now
 from app.errors import BrokerUnavailable
 from app.limits import for_settings
 from commands import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from app.api.local_issuer import LocalIssuer
+from app.api.callers.local_issuer import LocalIssuer
 from app.api.problems import ApiError
 
 router = APIRouter(prefix="/.well-known", tags=["identity"])

@@ -7,12 +7,9 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from app.api import json_out
-from app.api.auth import PRINCIPAL_PATTERN
-from app.api.cursors import cursor_signer
+from app.api.callers.auth import PRINCIPAL_PATTERN
 from app.api.deps import ApiContext, ContextDep, ObjectViewLike, PrincipalDep, ReaderDep, ReadModelDep, caller_of
-from app.api.history import EventPage, ObjectPage, RoleName, event_page, object_page, page_events
-from app.api.json_body import StrictJsonRoute
+from app.api.http.json_body import StrictJsonRoute
 from app.api.models import (
     IDEMPOTENCY_KEY_PATTERN,
     OBJECT_ID_PATTERN,
@@ -21,9 +18,12 @@ from app.api.models import (
     CreateRequest,
     Document,
 )
-from app.api.position import HEADER, MIN_HEADER, PositionWatch, parse_min_positions
 from app.api.problems import PROBLEM_RESPONSES, RATE_LIMITED_RESPONSE, ApiError
-from app.api.submit import (
+from app.api.reads import json_out
+from app.api.reads.cursors import cursor_signer
+from app.api.reads.history import EventPage, ObjectPage, RoleName, event_page, object_page, page_events
+from app.api.reads.position import HEADER, MIN_HEADER, PositionWatch, parse_min_positions
+from app.api.writes.submit import (
     IF_MATCH_PATTERN,
     command_id,
     create_command,

@@ -7,9 +7,9 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from app.api.deps import ContextDep, ScraperDep
-from app.api.memo import Memo
 from app.api.models import Health
 from app.api.problems import PROBLEM_RESPONSES
+from app.api.writes.memo import Memo
 
 router = APIRouter(tags=["operations"])
 

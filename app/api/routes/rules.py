@@ -7,7 +7,7 @@ import asyncio
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from app.api.auth import RULES
+from app.api.callers.auth import RULES
 from app.api.deps import CallerDep, ReaderDep
 from app.api.problems import PROBLEM_RESPONSES, ApiError
 from app.api.rules import RULES_VERSION_HEADER, RulesView

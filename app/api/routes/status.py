@@ -2,7 +2,7 @@
 
 The page and its script are open; the figures need a bearer token with the scope ``arbiter:operate``: the
 script takes it from the page's address (``/#token=<token>``) and keeps it in ``sessionStorage``. However many
-clients poll, the figures are computed at most once per second (``app.api.memo.Memo``).
+clients poll, the figures are computed at most once per second (``app.api.writes.memo.Memo``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from fastapi.responses import FileResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api.deps import OperatorDep
-from app.api.memo import Memo
 from app.api.problems import PROBLEM_RESPONSES
+from app.api.writes.memo import Memo
 
 STATIC = Path(__file__).parents[2] / "status" / "static"  # app/status/static
 router = APIRouter(tags=["status"])

@@ -8,10 +8,10 @@ from fastapi import APIRouter, Body, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.api.callers.tickets import RESUME_ID_CHARS
 from app.api.changes.cursor import BadCursor, Ids, key_of
 from app.api.deps import ReaderDep, caller_of
 from app.api.problems import PROBLEM_RESPONSES, RATE_LIMITED_RESPONSE, ApiError
-from app.api.tickets import RESUME_ID_CHARS
 
 router = APIRouter(tags=["changes"])
 

@@ -96,9 +96,10 @@ class IdempotencyKeyReused(Rejected):
 
 
 class RuleViolated(Rejected):
-    """A team rule refused the command: ``rule`` names it, ``pointers`` the JSON pointers it objects to.
+    """A team rule refused the command: ``rule`` names it (``<type>:<name>``), ``message`` is the rule's own message,
+    ``pointers`` the JSON pointers it objects to and ``rules_version`` the rules version that decided.
 
-    Read from the problem's ``rule``, ``message`` (else ``detail``) and ``pointers`` when the server sends them.
+    Read from the problem's ``rule``, ``rule_message`` (else ``detail``), ``rule_pointers`` and ``rules_version``.
     """
 
     code = "RULE_VIOLATED"
@@ -106,17 +107,34 @@ class RuleViolated(Rejected):
     @property
     def rule(self) -> str | None:
         r = self.problem.get("rule")
-        return r if isinstance(r, str) else (r.get("name") if isinstance(r, dict) else None)
+        return r if isinstance(r, str) else None
 
     @property
     def message(self) -> str:
-        m = self.problem.get("message")
+        m = self.problem.get("rule_message")
         return m if isinstance(m, str) else self.detail
 
     @property
     def pointers(self) -> list[str]:
-        p = self.problem.get("pointers")
+        p = self.problem.get("rule_pointers")
         return [str(x) for x in p] if isinstance(p, list) else []
+
+    @property
+    def rules_version(self) -> int | None:
+        v = self.problem.get("rules_version")
+        return v if isinstance(v, int) else None
+
+
+class RuleError(RuleViolated):
+    """A team rule failed at run time on the command (a missing field, a type error): refused, naming the rule."""
+
+    code = "RULE_ERROR"
+
+
+class RulesConflict(ArbiterError):
+    """409: a concurrent deploy took the rules version this deploy wanted; read GET /rules and deploy again."""
+
+    code = "RULES_CONFLICT"
 
 
 # --- the request itself ----------------------------------------------------------------------------------
@@ -189,9 +207,10 @@ CODES: dict[str, type[ArbiterError]] = {
     "INVALID_CURSOR": BadRequest, "VERSION_NOT_FOUND": VersionNotFound, "TOO_MANY_SUBSCRIBERS": Unavailable,
     "TOO_MANY_SUBSCRIPTIONS": TooManySubscriptions, "CHANGES_EXPIRED": ChangesExpired,
 }
-#: Codes the client knows ahead of the server (the rules work, issue "The team's own rules", not yet merged).
-PENDING_CODES = frozenset({"RULE_VIOLATED"})
-CODES["RULE_VIOLATED"] = RuleViolated
+CODES.update({"RULE_VIOLATED": RuleViolated, "RULE_ERROR": RuleError, "RULES_VERSION_UNKNOWN": Rejected,
+              "RULES_INVALID": BadRequest, "RULES_CONFLICT": RulesConflict, "RULES_NOT_DEPLOYED": NotFound})
+#: Codes the client knows ahead of the server (none now).
+PENDING_CODES: frozenset[str] = frozenset()
 
 
 def _by_status(status: int) -> type[ArbiterError]:

@@ -40,7 +40,7 @@ Plan = Generator[Step, Reply, T]
 
 POSITION = "Arbiter-Position"
 MIN_POSITION = "Arbiter-Min-Position"
-#: Positions the server takes on one read (``app.api.position.MAX_POSITIONS``); one per partition is plenty.
+#: Positions the server takes on one read (``app.api.reads.position.MAX_POSITIONS``); one per partition is plenty.
 MAX_POSITIONS = 64
 #: Objects whose last written version the client remembers for read-your-writes of followed 202s.
 KNOWN_VERSIONS = 10_000

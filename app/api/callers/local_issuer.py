@@ -3,7 +3,7 @@
 For running without an identity provider (``./dev run``, the tests, the benchmarks). The key pairs live in
 ``<var_dir>/identity/<kid>.pem`` (private keys, mode 0600), created once and never overwritten; the newest signs,
 every one is in the JWKS, so a new key (``arbiter token --new-key``) overlaps the old one until its file is removed.
-Its tokens are checked by ``app.api.tokens.TokenVerifier`` exactly like a provider's; the API also serves the
+Its tokens are checked by ``app.api.callers.tokens.TokenVerifier`` exactly like a provider's; the API also serves the
 JWKS and a discovery document (``/.well-known/jwks.json``, ``/.well-known/openid-configuration``).
 """
 
@@ -23,7 +23,7 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from app.api.auth import is_principal
+from app.api.callers.auth import is_principal
 from commands.errors import ArbiterError
 
 ALGORITHM = "EdDSA"

@@ -1,4 +1,4 @@
-"""ASGI layer admitting the change feed's two routes by ``?ticket=`` (``app.api.tickets``), and nothing else by it.
+"""ASGI layer admitting the change feed's two routes by ``?ticket=`` (``app.api.callers.tickets``), and nothing else by it.
 
 A request with a ``ticket`` query parameter has it removed from ``scope["query_string"]`` before anything else
 sees the request, so no later layer, route, trace or uvicorn's access log (which formats the same scope) holds it.
@@ -14,10 +14,10 @@ from urllib.parse import parse_qsl, urlencode
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from app.api.auth import Unauthorized
+from app.api.callers.auth import Unauthorized
+from app.api.callers.tickets import TicketBook
 from app.api.deps import CALLER_SCOPE_KEY
 from app.api.problems import problem
-from app.api.tickets import TicketBook
 
 PARAM = "ticket"
 _FEED = re.compile(r"^/(?:changes|objects/[^/]+/changes)$")

@@ -31,7 +31,7 @@ from typing import Any
 
 import jwt
 
-from app.api.auth import Unauthorized
+from app.api.callers.auth import Unauthorized
 from app.api.problems import ApiError
 
 log = logging.getLogger(__name__)

@@ -28,7 +28,7 @@ class OutcomeSummary:
     ``version`` is the version produced (accepted) or the object's version when rejected; ``occurred_at`` is the
     attempt's ``issued_at``; ``original_version`` is set for a DUPLICATE (the first attempt's version).
     ``partition`` and ``offset`` are where an accepted command's event is on the events topic (its position, for
-    read-your-writes: ``app.api.position``), None for rejections and where unknown. ``written_ms`` is the
+    read-your-writes: ``app.api.reads.position``), None for rejections and where unknown. ``written_ms`` is the
     decision record's Kafka timestamp (when the validator wrote it), None where unknown.
     """
 

@@ -2,7 +2,7 @@
 
 Each process assigns itself every partition of both topics from their ends at start (no consumer group
 coordination, so any number of API processes each see every outcome) and keeps a bounded cache of outcome
-*summaries* (``app.api.summary``: never documents or patches) keyed by (principal, command_id): a command id is an
+*summaries* (``app.api.writes.summary``: never documents or patches) keyed by (principal, command_id): a command id is an
 idempotency key of its principal, so one principal's key never names, answers or reveals another's command.
 
 A waiter for (principal, command_id, issued_at) is resolved only by the decision of that very attempt (same
@@ -29,7 +29,7 @@ from datetime import datetime
 
 from confluent_kafka import OFFSET_END, TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaException, TopicPartition
 
-from app.api.summary import OutcomeSummary, summarize
+from app.api.writes.summary import OutcomeSummary, summarize
 from commands import DEFAULT_LIMITS, Event, Rejection
 from commands.command import utf8_size
 from projections.audit.outcomes import AuditOutcomes

@@ -25,13 +25,13 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api import json_body
-from app.api.auth import authenticate_bearer
+from app.api.callers.auth import authenticate_bearer
 from app.api.deps import CALLER_SCOPE_KEY, refuse_if_over_rate
-from app.api.json_body import BODY_SCOPE_KEY, JSON_SCOPE_KEY, is_json
+from app.api.http import json_body
+from app.api.http.json_body import BODY_SCOPE_KEY, JSON_SCOPE_KEY, is_json
 from app.api.models import IDEMPOTENCY_KEY_PATTERN, OBJECT_ID_PATTERN, CreateRequest, Document
 from app.api.problems import arbiter_error
-from app.api.submit import (
+from app.api.writes.submit import (
     IF_MATCH_PATTERN,
     create_command,
     delete_command,

@@ -12,19 +12,19 @@ from typing import Any
 
 from fastapi import Response
 
-from app.api.auth import Caller, scope_for
+from app.api.callers.auth import Caller, scope_for
 from app.api.deps import ApiContext
 from app.api.models import CreateRequest, compact_json
-from app.api.outcomes import OVER_SHARE
-from app.api.position import HEADER as POSITION_HEADER
-from app.api.position import format_position
 from app.api.problems import ApiError, Rejected
-from app.api.quota import refusal
+from app.api.reads.position import HEADER as POSITION_HEADER
+from app.api.reads.position import format_position
 from app.api.rules import RULES_VERSION_HEADER, precheck
-from app.api.summary import OutcomeSummary, summarize
-from app.api.timing import HEADER as TIMING_HEADER
-from app.api.timing import server_timing
-from app.api.traces import note_command
+from app.api.telemetry.traces import note_command
+from app.api.writes.outcomes import OVER_SHARE
+from app.api.writes.quota import refusal
+from app.api.writes.summary import OutcomeSummary, summarize
+from app.api.writes.timing import HEADER as TIMING_HEADER
+from app.api.writes.timing import server_timing
 from app.errors import BrokerUnavailable
 from app.limits import for_settings
 from commands import ACCEPTED, Command, CreateObject, DeleteObject, ReasonCode, UpdateObject
@@ -76,7 +76,7 @@ def prefer_wait(prefer: list[str], cap: float) -> float | None:
 
 def create_command(principal: str, body: CreateRequest, idempotency_key: str | None,
                    if_match: str | None) -> CreateObject:
-    """Return the command of ``POST /objects`` (the FastAPI route and ``app.api.fast_writes`` build it here)."""
+    """Return the command of ``POST /objects`` (the FastAPI route and ``app.api.writes.fast_writes`` build it here)."""
     cid = command_id(idempotency_key)
     return CreateObject(cid, body.id or new_object_id(principal, cid), principal, now(), expected_version(if_match),
                         document=compact_json(body.document), object_type=body.type)
@@ -105,7 +105,7 @@ def _json(body: dict[str, Any], status: int, headers: dict[str, str]) -> Respons
 def for_caller(cmd: Command, caller: Caller) -> Command:
     """Return ``cmd`` as ``caller`` may send it: 403 INSUFFICIENT_SCOPE without the scope its kind needs; else with
     the caller's groups, token issuer and ``jti`` copied in (the validator decides group grants from the command
-    alone; the audit trail records issuer and ``jti``). Every write route and ``app.api.fast_writes`` go through it.
+    alone; the audit trail records issuer and ``jti``). Every write route and ``app.api.writes.fast_writes`` go through it.
     """
     caller.require(scope_for(cmd))
     return replace(cmd, groups=caller.groups, issuer=caller.issuer, jti=caller.jti)
@@ -178,7 +178,7 @@ async def submit(cmd: Command, ctx: ApiContext, wait: float | None) -> Response:
 async def _submit(cmd: Command, ctx: ApiContext, wait: float | None) -> Response:
     settings, producer, outcomes, metrics = ctx.settings, ctx.producer, ctx.outcomes, ctx.metrics
     if producer.traced:
-        note_command(cmd)  # its ids on the write's span (app.api.traces)
+        note_command(cmd)  # its ids on the write's span (app.api.telemetry.traces)
     value = codec.encode_command(cmd)
     start = time.perf_counter()
     try:
@@ -193,7 +193,7 @@ async def _submit(cmd: Command, ctx: ApiContext, wait: float | None) -> Response
     metrics.produce_seconds.labels("single").observe(acked - start)
     metrics.produced.inc()
     if wait:
-        acked_ms = time.time() * 1000  # wall clock: compared with the decision record's timestamp (app.api.timing)
+        acked_ms = time.time() * 1000  # wall clock: compared with the decision record's timestamp (app.api.writes.timing)
         outcome = await outcomes.wait(cmd.principal, cmd.command_id, cmd.issued_at, wait)
         metrics.waits.labels("timeout" if outcome is None else "decided").inc()
         timing = {TIMING_HEADER: server_timing(acked - start, acked_ms, time.perf_counter() - acked, outcome)}

@@ -88,7 +88,7 @@ def scope_for(command: Command) -> str:
 
 
 class TokenVerifierLike(Protocol):
-    """What ``authenticate_bearer`` and ``authenticate_header`` need of ``app.api.tokens.TokenVerifier``."""
+    """What ``authenticate_bearer`` and ``authenticate_header`` need of ``app.api.callers.tokens.TokenVerifier``."""
 
     def verify(self, token: str) -> Caller: ...
     async def averify(self, token: str) -> Caller: ...

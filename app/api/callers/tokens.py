@@ -2,9 +2,9 @@
 
 Every issuer, the providers of ``ARBITER_OIDC_ISSUER`` and Arbiter's own development issuer alike, goes through
 ``TokenVerifier``; they differ only in where their JWKS comes from (discovery over HTTP, or the local key files,
-``app.api.local_issuer``). ``iss``, ``aud``, ``exp``, ``nbf`` and ``iat`` are checked with ``ARBITER_OIDC_LEEWAY_S``
+``app.api.callers.local_issuer``). ``iss``, ``aud``, ``exp``, ``nbf`` and ``iat`` are checked with ``ARBITER_OIDC_LEEWAY_S``
 of skew; only the algorithms of ``ARBITER_OIDC_ALGORITHMS`` are accepted (asymmetric only: never ``none``, never
-``HS*`` with keys from a JWKS). Keys are fetched off the event loop (``app.api.jwks.KeySet``: single-flight, the
+``HS*`` with keys from a JWKS). Keys are fetched off the event loop (``app.api.callers.jwks.KeySet``: single-flight, the
 last good set kept, a prompt rate-limited lookup of an unknown ``kid``, 503 while a key cannot be looked up).
 A named issuer's principals and groups are namespaced with its name (``corp:alice``, ``corp:finance``), always.
 Verified tokens are kept (bounded LRU) until they expire: a client's next request costs a dict lookup.
@@ -26,8 +26,8 @@ from urllib.parse import urlparse
 
 import jwt
 
-from app.api.auth import SCOPES, Caller, Unauthorized, is_principal
-from app.api.jwks import KeySet
+from app.api.callers.auth import SCOPES, Caller, Unauthorized, is_principal
+from app.api.callers.jwks import KeySet
 from app.limits import GROUP_NAME_BYTES, ISSUER_BYTES, JTI_BYTES
 from commands.access import GROUP_PREFIX
 
@@ -164,7 +164,7 @@ class TokenVerifier:
         return caller
 
     async def averify(self, token: str) -> Caller:
-        """Return the ``Caller`` of ``token``; raise ``Unauthorized`` (or ``app.api.jwks.ProviderUnavailable``,
+        """Return the ``Caller`` of ``token``; raise ``Unauthorized`` (or ``app.api.callers.jwks.ProviderUnavailable``,
         503). A key to fetch is awaited off the event loop."""
         cached = self._cached(token)
         if cached is not None:

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.api.auth import READ, Caller, Unauthorized
+from app.api.callers.auth import READ, Caller, Unauthorized
 
 PREFIX = "t1."
 #: Longest ticket text accepted: a caller's 32 groups of 64 characters and a resume id of RESUME_ID_CHARS fit.

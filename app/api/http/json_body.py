@@ -25,8 +25,8 @@ from fastapi import Request, Response
 from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
 
-from app.api.body_limit import BATCH_PATH
 from app.api.deps import authenticate, refuse_if_over_rate
+from app.api.http.body_limit import BATCH_PATH
 from app.api.problems import ApiError
 from commands.json_text import DEFAULT_MAX_DEPTH, value_problem
 
@@ -72,7 +72,7 @@ def is_json(content_type: str | None) -> bool:
 OFF_LOOP_BYTES = 64 * 1024
 
 
-#: Where ``app.api.fast_writes`` leaves a body it read, and its parsed value, before handing the request on.
+#: Where ``app.api.writes.fast_writes`` leaves a body it read, and its parsed value, before handing the request on.
 BODY_SCOPE_KEY = "arbiter.body"
 JSON_SCOPE_KEY = "arbiter.json"
 

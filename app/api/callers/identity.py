@@ -6,8 +6,8 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from app.api.local_issuer import LocalIssuer
-from app.api.tokens import ClaimRules, TokenVerifier, TrustedIssuer, file_issuer, http_issuer
+from app.api.callers.local_issuer import LocalIssuer
+from app.api.callers.tokens import ClaimRules, TokenVerifier, TrustedIssuer, file_issuer, http_issuer
 from app.settings import ISSUER_NAME_PATTERN, MAX_TOKEN_TTL_S, Settings
 
 #: Worker threads that fetch the issuers' keys (each issuer fetches one at a time): never the event loop.
@@ -69,7 +69,7 @@ def build_verifier(settings: Settings) -> TokenVerifier:
 def dev_token(settings: Settings, principal: str, scopes: tuple[str, ...] | None = None, ttl_s: int | None = None,
               groups: tuple[str, ...] = ()) -> str:
     """Return a development token of Arbiter's own issuer (the CLI, the scenario, the benchmarks and tests)."""
-    from app.api.auth import USER_SCOPES
+    from app.api.callers.auth import USER_SCOPES
 
     if ttl_s is not None and ttl_s > MAX_TOKEN_TTL_S:
         raise ValueError(f"a development token lives at most MAX_TOKEN_TTL_S, {MAX_TOKEN_TTL_S} s; not {ttl_s}")

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from app.api.summary import OutcomeSummary
+from app.api.writes.summary import OutcomeSummary
 
 HEADER = "Server-Timing"
 

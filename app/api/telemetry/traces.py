@@ -1,9 +1,9 @@
 """The span of each write: ASGI middleware continuing the caller's W3C trace context, installed only when tracing.
 
 A write is a ``POST``, ``PUT``, ``PATCH`` or ``DELETE`` under ``/objects`` or ``/commands``, whichever path serves it
-(``app.api.fast_writes`` or the FastAPI routes: both run inside this middleware). Its span is a ``SERVER`` span,
+(``app.api.writes.fast_writes`` or the FastAPI routes: both run inside this middleware). Its span is a ``SERVER`` span,
 child of the request's ``traceparent``/``tracestate`` when they are well formed (else the root of a new trace),
-current while the write runs, so the producer stores its context on the command record (``app.api.producer``,
+current while the write runs, so the producer stores its context on the command record (``app.api.writes.producer``,
 ``app.traces``). Off (``app.traces.enabled``), the middleware is not installed and nothing here runs.
 """
 

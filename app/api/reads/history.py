@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from app.api import json_out
+from app.api.reads import json_out
 from commands import Rejection
 from commands.rejection import clip
 from projections.audit.outcomes import OwnRejections
@@ -120,7 +120,7 @@ def _rule_members(r: Rejection) -> dict[str, Any]:
 
 
 def object_page(page: Page, cursor: Callable[[ListItem], str]) -> bytes:
-    """Return the JSON body of one list page; ``cursor`` makes the cursor after an item (``app.api.cursors``)."""
+    """Return the JSON body of one list page; ``cursor`` makes the cursor after an item (``app.api.reads.cursors``)."""
     body = {"items": [{"id": i.id, "version": i.version, "updated_at": i.updated_at} for i in page.items],
             "next_cursor": cursor(page.items[-1]) if page.more and page.items else None}
     return _strict_json(body).encode("utf-8")
