@@ -233,10 +233,14 @@ def test_sse_parsing_follows_the_whatwg_rules_we_rely_on() -> None:
 
 
 def test_errors_are_typed_by_their_problem_code_and_a_rule_is_read() -> None:
-    e = error_from(422, {}, {"code": "RULE_VIOLATED", "detail": "d", "rule": "status-transitions",
-                             "message": "draft cannot go to done", "pointers": ["/status"]})
-    assert isinstance(e, RuleViolated) and (e.rule, e.message, e.pointers) == (
-        "status-transitions", "draft cannot go to done", ["/status"])
+    # the members app.api's problem of a rule's rejection carries (tests/integration/test_rules_api.py serves one)
+    e = error_from(422, {}, {"code": "RULE_VIOLATED", "detail": "d", "rule": "order:status", "rules_version": 2,
+                             "rule_message": "draft cannot go to done", "rule_pointers": ["/status"]})
+    assert isinstance(e, RuleViolated) and (e.rule, e.message, e.pointers, e.rules_version) == (
+        "order:status", "draft cannot go to done", ["/status"], 2)
+    e = error_from(422, {}, {"code": "RULE_ERROR", "detail": "d", "rule": "order:limit"})
+    assert isinstance(e, RuleViolated) and e.code == "RULE_ERROR" and (e.rule, e.message, e.pointers) == (
+        "order:limit", "d", [])
     e = error_from(503, {"Retry-After": "3"}, {"code": "BROKER_UNAVAILABLE", "detail": "x"})
     assert isinstance(e, BrokerUnavailable) and e.retry_after == "3"
     assert type(error_from(502, {}, None)).__name__ == "ArbiterError"
