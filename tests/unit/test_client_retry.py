@@ -233,7 +233,7 @@ def test_sse_parsing_follows_the_whatwg_rules_we_rely_on() -> None:
 
 
 def test_errors_are_typed_by_their_problem_code_and_a_rule_is_read() -> None:
-    # the members app.api's problem of a rule's rejection carries (tests/integration/test_rules_api.py serves one)
+    # the members app.api's problem of a rule's rejection carries (tests/unit/test_api_rules.py renders one)
     e = error_from(422, {}, {"code": "RULE_VIOLATED", "detail": "d", "rule": "order:status", "rules_version": 2,
                              "rule_message": "draft cannot go to done", "rule_pointers": ["/status"]})
     assert isinstance(e, RuleViolated) and (e.rule, e.message, e.pointers, e.rules_version) == (
