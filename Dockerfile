@@ -5,6 +5,9 @@ RUN apt-get update && apt-get install -y --no-install-recommends openjdk-17-jre-
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/arbiter
 COPY pyproject.toml README.md ./
+# The pinned dependencies first, in a layer of their own: a change to the project's code does not fetch them again.
+RUN python3 -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+    > /tmp/requirements.txt && pip install --no-cache-dir -r /tmp/requirements.txt && rm /tmp/requirements.txt
 COPY app app
 COPY commands commands
 COPY projections projections
