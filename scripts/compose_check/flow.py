@@ -52,31 +52,32 @@ class Compose:
         self.env = env
         self.docker = docker
 
-    def run(self, *args: str, timeout: float = 1800, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(self, *args: str, timeout: float = 1800, check: bool = True,
+            quiet: bool = False) -> subprocess.CompletedProcess[str]:
         cmd = ["docker-compose", "-p", self.project, *args]
         started = time.monotonic()
         proc = subprocess.run(cmd, cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout,  # noqa: S603
                               check=False)
-        log(f"$ {' '.join(cmd)}  ({time.monotonic() - started:.0f} s, exit {proc.returncode})")
+        if not quiet:
+            log(f"$ {' '.join(cmd)}  ({time.monotonic() - started:.0f} s, exit {proc.returncode})")
         if check and proc.returncode != 0:
             raise CheckFailed(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
         return proc
 
-    def container(self, service: str) -> str:
-        cid = self.run("ps", "-q", service).stdout.strip()
-        if not cid:
-            raise CheckFailed(f"no container for {service}")
-        return cid
-
-    def state(self, service: str) -> dict[str, Any]:
-        out = subprocess.run([self.docker, "inspect", "-f", "{{json .State}}", "--", self.container(service)],  # noqa: S603
-                             env=self.env, capture_output=True, text=True, check=True).stdout
-        state: dict[str, Any] = json.loads(out)
-        restarts = subprocess.run([self.docker, "inspect", "-f", "{{.RestartCount}}", "--",  # noqa: S603
-                                   self.container(service)], env=self.env, capture_output=True, text=True,
-                                  check=True).stdout.strip()
-        state["RestartCount"] = int(restarts)
-        return state
+    def states(self) -> dict[str, tuple[str, str, int]]:
+        """Return (status, health or "", restart count) of each service's container, from one `docker inspect`."""
+        ids = self.run("ps", "-q", quiet=True).stdout.split()
+        if not ids:
+            return {}
+        fmt = ('{{index .Config.Labels "com.docker.compose.service"}} {{.State.Status}} '
+               '{{if .State.Health}}{{.State.Health.Status}}{{else}}-{{end}} {{.RestartCount}}')
+        out = subprocess.run([self.docker, "inspect", "-f", fmt, "--", *ids], env=self.env,  # noqa: S603
+                             capture_output=True, text=True, check=True).stdout
+        states = {}
+        for line in out.splitlines():
+            service, status, health, restarts = line.split()
+            states[service] = (status, "" if health == "-" else health, int(restarts))
+        return states
 
     def logs(self) -> str:
         return self.run("logs", "--no-color", "--tail", "40", check=False).stdout
@@ -96,6 +97,7 @@ class Api:
 
     def call(self, method: str, path: str, token: str | None = None, body: Any = None,  # noqa: ANN401
              headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], Any]:
+        """Send a request; return its status, its headers (names in lower case) and its decoded JSON body."""
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.base + path, data=data, method=method)  # noqa: S310 - our own loopback URL
         if token:
@@ -106,9 +108,9 @@ class Api:
             req.add_header(k, v)
         try:
             with urllib.request.urlopen(req, timeout=60) as resp:  # noqa: S310
-                status, hdrs, raw = resp.status, dict(resp.headers), resp.read()
+                status, hdrs, raw = resp.status, {k.lower(): v for k, v in resp.headers.items()}, resp.read()
         except urllib.error.HTTPError as e:
-            status, hdrs, raw = e.code, dict(e.headers), e.read()
+            status, hdrs, raw = e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
         try:
             payload = json.loads(raw) if raw else None
         except ValueError:
@@ -155,18 +157,20 @@ def wait_components(compose: Compose, timeout_s: float) -> None:
     """Wait until every component runs and the healthchecked ones are healthy; fail on a restart."""
     deadline = time.monotonic() + timeout_s
     while True:
-        states = {s: compose.state(s) for s in RUNNING}
-        restarted = {s: st["RestartCount"] for s, st in states.items() if st["RestartCount"]}
+        states = compose.states()
+        missing = [s for s in RUNNING if s not in states]
+        if missing:
+            raise CheckFailed(f"no container for {missing}")
+        restarted = {s: states[s][2] for s in RUNNING if states[s][2]}
         if restarted:
             raise CheckFailed(f"restarted: {restarted}")
-        waiting = [s for s, st in states.items() if st["Status"] != "running"
-                   or (s in HEALTHY and (st.get("Health") or {}).get("Status") != "healthy")]
+        waiting = {s: states[s][:2] for s in RUNNING
+                   if states[s][0] != "running" or (s in HEALTHY and states[s][1] != "healthy")}
         if not waiting:
             log(f"ok: running {', '.join(RUNNING)}; healthy {', '.join(HEALTHY)}; no restarts")
             return
         if time.monotonic() > deadline:
-            health = {s: (states[s]["Status"], (states[s].get("Health") or {}).get("Status")) for s in waiting}
-            raise CheckFailed(f"not running/healthy after {timeout_s:.0f} s: {health}")
+            raise CheckFailed(f"not running/healthy after {timeout_s:.0f} s: {waiting}")
         time.sleep(5)
 
 
@@ -190,8 +194,8 @@ def first_life(compose: Compose, api: Api) -> dict[str, Any]:
     status, hdrs, _ = api.decided("POST", "/objects", alice, {"id": doc_id, "document": {"title": "compose"}},
                                   key=created_cmd)
     expect("create: status", status, 201)
-    expect("create: ETag", hdrs.get("ETag"), '"1"')
-    position = hdrs.get("Arbiter-Position")
+    expect("create: ETag", hdrs.get("etag"), '"1"')
+    position = hdrs.get("arbiter-position")
     if not position:
         raise CheckFailed(f"create answered without Arbiter-Position: {hdrs}")
     status, hdrs, body = api.call("GET", f"/objects/{doc_id}", alice, headers={"Arbiter-Min-Position": position})
@@ -199,7 +203,7 @@ def first_life(compose: Compose, api: Api) -> dict[str, Any]:
     expect("read at the write's position: document", body, {"title": "compose"})
     status, hdrs, _ = api.decided("PATCH", f"/objects/{doc_id}", alice, {"status": "reviewed"}, {"If-Match": '"1"'})
     expect("If-Match update: status", status, 200)
-    expect("If-Match update: ETag", hdrs.get("ETag"), '"2"')
+    expect("If-Match update: ETag", hdrs.get("etag"), '"2"')
     status, _, body = api.decided("PATCH", f"/objects/{doc_id}", alice, {"status": "stale"}, {"If-Match": '"1"'})
     expect("stale If-Match: status", status, 412)
     history = events(api, alice, doc_id)
@@ -228,7 +232,7 @@ def second_life(compose: Compose, api: Api, first: dict[str, Any]) -> None:
     wait_components(compose, 600)
     alice = token(compose, "alice")
     status, hdrs, body = api.call("GET", f"/objects/{first['doc']}", alice)
-    expect("after down/up: the earlier document", (status, hdrs.get("ETag"), body),
+    expect("after down/up: the earlier document", (status, hdrs.get("etag"), body),
            (200, '"2"', {"title": "compose", "status": "reviewed"}))
     expect("after down/up: its history", events(api, alice, first["doc"]), first["history"])
     # A new API process: its outcome cache is empty, so this is answered from the audit trail.
@@ -237,7 +241,7 @@ def second_life(compose: Compose, api: Api, first: dict[str, Any]) -> None:
            (body or {}).get("version")), (200, "accepted", 1))
     doc_id = f"doc-{uuid.uuid4().hex[:8]}"
     status, hdrs, _ = api.decided("POST", "/objects", alice, {"id": doc_id, "document": {"after": "restart"}})
-    expect("after down/up: a new write decided", (status, hdrs.get("ETag")), (201, '"1"'))
+    expect("after down/up: a new write decided", (status, hdrs.get("etag")), (201, '"1"'))
     wait_components(compose, 120)  # and nothing crash-looped meanwhile (issue 38 item 1)
 
 

@@ -1,4 +1,4 @@
-"""docker-compose.yml cannot be run here (no Docker engine), so check what can be checked without one."""
+"""docker-compose.yml read without an engine (the stack itself runs in tests/integration/test_compose_demo.py)."""
 
 from __future__ import annotations
 
