@@ -11,7 +11,9 @@
 #    stand-in's content hash; a changed stand-in is rebuilt): debian:bookworm-slim by debootstrap,
 #    python:3.11-slim-bookworm (Debian's Python 3.11 in a venv at /usr/local) and apache/kafka:4.1.1 (Kafka's jars
 #    from Maven Central, the ones `arbiter kafka fetch` caches, and a start script honouring KAFKA_*).
-# 4. Runs flow.py: the README's Docker section, literally, under a project name of its own.
+# 4. Runs flow.py: the README's Docker section, literally, under a project name of its own, with Debian's
+#    docker-compose 1.29 and then with Compose v2 (COMPOSE_V2_VERSION), built once from its Go module with the
+#    machine's Go toolchain into var/compose-check/bin (no Compose v2 binary or Debian package can be had here).
 # One check per machine at a time (a lock in /tmp): two private engines would share the docker0 bridge.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -150,12 +152,34 @@ kafka_image() {
   rm -rf "$ctx"
 }
 
+COMPOSE_V2_VERSION=v2.29.7
+compose_v2() {
+  local bin=$WORK/bin/docker-compose-$COMPOSE_V2_VERSION
+  if [ ! -x "$bin" ]; then
+    local go; go=$(command -v go || echo /usr/local/go/bin/go)
+    [ -x "$go" ] || die "Compose v2 is built from its Go module here, and no Go toolchain was found"
+    say "building Compose $COMPOSE_V2_VERSION from its Go module ($(elapsed))"
+    local mod=$WORK/compose-v2-module; rm -rf "$mod"; mkdir -p "$mod" "$WORK/bin"
+    printf 'module arbiter.local/composev2\n\ngo 1.22\n' >"$mod/go.mod"
+    (cd "$mod" && GOFLAGS=-buildvcs=false "$go" get "github.com/docker/compose/v2/cmd@$COMPOSE_V2_VERSION" \
+       && GOFLAGS=-buildvcs=false "$go" build -o "$bin.partial" \
+            -ldflags "-X github.com/docker/compose/v2/internal.Version=$COMPOSE_V2_VERSION" github.com/docker/compose/v2/cmd) \
+       >"$WORK/compose-v2-build.log" 2>&1 || { tail -20 "$WORK/compose-v2-build.log" >&2; die "building Compose v2 failed"; }
+    mv "$bin.partial" "$bin"; rm -rf "$mod"
+  fi
+  echo "$bin"
+}
+
 debian_image
 python_image
 kafka_image
 say "base images ready ($(elapsed))"
+V2=$(compose_v2)
 
 # --- 4. the README's Docker section -----------------------------------------------------------------------------
 PY=${PYTHON:-$ROOT/.venv/bin/python}; [ -x "$PY" ] || PY=python3
-"$PY" "$HERE/flow.py" --docker "$DOCKER"
+say "the README's flow with Debian's docker-compose $(docker-compose version --short 2>/dev/null) ($(elapsed))"
+"$PY" "$HERE/flow.py" --docker "$DOCKER" --compose docker-compose
+say "the README's flow with Compose $("$V2" version --short) ($(elapsed))"
+"$PY" "$HERE/flow.py" --docker "$DOCKER" --compose "$V2"
 say "passed ($(elapsed))"
