@@ -170,11 +170,15 @@ compose_v2() {
   echo "$bin"
 }
 
+# Compose v2's build (CPU, the Go toolchain) overlaps the image builds (mostly downloads and apt).
+compose_v2 >"$WORK/compose-v2.path" &
+v2_job=$!
 debian_image
 python_image
 kafka_image
 say "base images ready ($(elapsed))"
-V2=$(compose_v2)
+wait "$v2_job" || die "Compose v2 is not available (see above)"
+V2=$(cat "$WORK/compose-v2.path")
 
 # --- 4. the README's Docker section -----------------------------------------------------------------------------
 PY=${PYTHON:-$ROOT/.venv/bin/python}; [ -x "$PY" ] || PY=python3
