@@ -16,6 +16,14 @@ from app.settings import Settings
 
 log = logging.getLogger(__name__)
 
+#: How long topic setup waits for new partitions to get a leader before it gives up (a KRaft controller elects them
+#: a moment after it acknowledges the create; on a slow or busy machine that moment can take seconds).
+LEADER_WAIT_S = 60.0
+#: Errors that mean "not yet" right after a topic is created: its partitions have no leader, or the broker asked
+#: does not know them yet. Retried until ``LEADER_WAIT_S``; anything else is raised at once.
+NOT_YET = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                     KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION})
+
 
 def topic_config(settings: Settings, name: str = "") -> dict[str, str]:
     """Topic settings a user would want; see README "Topics" for why each is set."""
@@ -73,7 +81,36 @@ def ensure_topics(settings: Settings, names: list[str] | None = None, partitions
     align_max_message_bytes(client, settings, raced)
     if raced:
         check_durability(client, settings, raced, client.list_topics(timeout=10).topics)
+    wait_for_leaders(client, created + raced)
     return [t.topic for t in new if t.topic in created]
+
+
+def wait_for_leaders(client: AdminClient, names: list[str], timeout_s: float = LEADER_WAIT_S) -> None:
+    """Return once every partition of ``names`` has a leader; raise ``BrokerUnavailable`` after ``timeout_s``.
+
+    A create is acknowledged before its partitions have leaders: a produce, a fetch or a watermark query in that
+    moment fails NOT_LEADER_FOR_PARTITION (the first ``docker compose up`` on an empty broker did, every time).
+    """
+    deadline = time.monotonic() + timeout_s
+    waiting = list(names)
+    while waiting:
+        try:
+            topics = client.list_topics(timeout=10).topics
+        except KafkaException as e:
+            raise BrokerUnavailable(f"cannot list topics at the broker: {e}") from e
+        waiting = [n for n in waiting if not _led(topics.get(n))]
+        if not waiting:
+            return
+        if time.monotonic() > deadline:
+            raise BrokerUnavailable(f"partitions of {waiting} have no leader after {timeout_s:.0f} s")
+        time.sleep(0.2)
+
+
+def _led(meta: Any) -> bool:  # noqa: ANN401 - confluent_kafka's TopicMetadata is untyped
+    """Return True if the topic is known and each of its partitions has a leader."""
+    if meta is None or meta.error is not None or not meta.partitions:
+        return False
+    return all(p.leader >= 0 and p.error is None for p in meta.partitions.values())
 
 
 def default_topics(settings: Settings) -> list[str]:
@@ -222,7 +259,7 @@ def describe(settings: Settings, names: list[str] | None = None) -> list[TopicSt
                 continue
             total = 0
             for p in meta.partitions:
-                lo, hi = consumer.get_watermark_offsets(TopicPartition(name, p), timeout=10)
+                lo, hi = _watermarks(consumer, TopicPartition(name, p))
                 total += hi - lo
             out.append(TopicStatus(name, len(meta.partitions), total))
         return out
@@ -230,3 +267,16 @@ def describe(settings: Settings, names: list[str] | None = None) -> list[TopicSt
         raise BrokerUnavailable(f"cannot describe topics at {settings.kafka_bootstrap}: {e}") from e
     finally:
         consumer.close()
+
+
+def _watermarks(consumer: Any, tp: Any, timeout_s: float = LEADER_WAIT_S) -> tuple[int, int]:  # noqa: ANN401
+    """Return the low and high watermark of ``tp``, retrying the errors of a partition that has no leader yet."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            lo, hi = consumer.get_watermark_offsets(tp, timeout=10)
+            return int(lo), int(hi)
+        except KafkaException as e:
+            if e.args[0].code() not in NOT_YET or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)

@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,9 @@ from app.settings import Settings
 log = logging.getLogger("arbiter.validator")
 PROGRESS_FILE = "validator-progress.json"
 POLL_S = 1.0  # how often the driver reads the newest progress
+#: While its query is active, the watch touches the progress file this often, idle or not: the file's age is the
+#: driver's heartbeat, which a container healthcheck reads (app/status/liveness.py), batches or none.
+HEARTBEAT_S = 10.0
 STATE_KEY = "rocksdbState"  # the rocksdb backend's summed shard figures, added to the progress file
 
 StateSource = Callable[[], dict[str, int] | None]
@@ -101,6 +105,7 @@ class QueryWatch:
         self.on_end = on_end
         self.interval_s = interval_s
         self._last = -1
+        self._beat_at = 0.0
         self._stop = threading.Event()
         self._end_lock = threading.Lock()
         self.name = query.name  # read once: after the session stops, every call on the query raises
@@ -128,6 +133,19 @@ class QueryWatch:
         except OSError as e:  # the status page is a convenience; never stop the stream for it
             log.warning("cannot write %s: %s", self.path, e)
 
+    def _beat(self) -> None:
+        """Touch the published progress file if ``HEARTBEAT_S`` passed since the last touch (see ``HEARTBEAT_S``)."""
+        now = time.monotonic()
+        if self.path is None or now - self._beat_at < HEARTBEAT_S:
+            return
+        self._beat_at = now
+        try:
+            os.utime(self.path)
+        except FileNotFoundError:
+            pass  # nothing published yet: the first progress writes it
+        except OSError as e:
+            log.warning("cannot touch %s: %s", self.path, e)
+
     def end(self) -> None:
         """Run ``on_end`` (once, from whichever thread sees the end first)."""
         with self._end_lock:
@@ -146,6 +164,7 @@ class QueryWatch:
                 self.publish()
                 if not active:
                     break
+                self._beat()
         except Exception as e:  # noqa: BLE001 - the session is gone (stopped): nothing left to follow
             log.debug("progress of %s no longer readable: %s", self.name, e)
         finally:

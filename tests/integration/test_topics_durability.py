@@ -67,3 +67,30 @@ def test_fewer_replicas_or_in_sync_replicas_than_the_settings_ask_are_refused(ba
     _precreate(isr, {"min.insync.replicas": "1"})
     with pytest.raises(TopicUnsafe, match="min.insync.replicas=1, below ARBITER_MIN_INSYNC_REPLICAS=2"):
         ensure_topics(isr)
+
+
+def test_new_topics_are_led_when_setup_returns(base_settings: Settings) -> None:
+    """Issue 38 item 2: a create is acknowledged before its partitions have leaders, and the watermark query that
+    ``arbiter kafka topics`` makes at once failed NOT_LEADER_FOR_PARTITION on an empty broker. Setup now returns
+    only once every partition is led, so the describe right after it answers (many partitions widen the window)."""
+    from app.topics import describe
+
+    s = _own_topics(base_settings, partitions=48)
+    created = ensure_topics(s)
+    assert set(created) >= {s.topic_commands, s.topic_events, s.topic_rejections}
+    topics = admin(s.kafka_bootstrap).list_topics(timeout=10).topics
+    for name in (s.topic_commands, s.topic_events, s.topic_rejections):
+        leaders = [p.leader for p in topics[name].partitions.values()]
+        assert len(leaders) == 48 and min(leaders) >= 0, (name, leaders)
+    assert [(t.partitions, t.messages) for t in describe(s)] == [(48, 0)] * 3
+
+
+def test_waiting_for_leaders_is_bounded(base_settings: Settings) -> None:
+    """A topic that never gets a leader (here: never created) ends the wait with BrokerUnavailable, not a hang."""
+    from app.errors import BrokerUnavailable
+    from app.topics import wait_for_leaders
+
+    started = time.monotonic()
+    with pytest.raises(BrokerUnavailable, match="have no leader after 1 s"):
+        wait_for_leaders(admin(base_settings.kafka_bootstrap), [f"absent-{uuid.uuid4().hex[:8]}"], timeout_s=1.0)
+    assert time.monotonic() - started < 15
