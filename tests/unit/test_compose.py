@@ -120,7 +120,7 @@ def test_only_the_api_and_the_validator_get_the_auth_secret() -> None:
 
 
 def test_the_issuers_key_pair_is_mounted_only_where_tokens_are_minted_or_verified() -> None:
-    from app.api.identity import identity_dir
+    from app.api.callers.identity import identity_dir
 
     path = str(identity_dir(Settings(var_dir=Path(COMPOSE["x-arbiter"]["environment"]["ARBITER_VAR_DIR"]))))
     mounted = {n for n, s in SERVICES.items() if any(str(v).split(":")[1] == path for v in s.get("volumes") or [])}
