@@ -5,7 +5,7 @@
 #
 # 1. Installs Debian's docker.io, docker-compose and debootstrap with apt-get if missing (root only; else it fails).
 # 2. Uses the Docker engine of DOCKER_HOST or /var/run/docker.sock if one answers, else starts dockerd on a private
-#    socket and data root under var/compose-check/ and stops it by its PID at the end. Images stay in that data root,
+#    socket and data root under ~/.cache/arbiter-compose-check/ and stops it by its PID at the end. Images stay in that data root,
 #    so a second run builds only what changed.
 # 3. Builds the base images no registry gives here, under the names the project's files use (a label records the
 #    stand-in's content hash; a changed stand-in is rebuilt): debian:bookworm-slim by debootstrap,
@@ -13,13 +13,14 @@
 #    from Maven Central, the ones `arbiter kafka fetch` caches, and a start script honouring KAFKA_*).
 # 4. Runs flow.py: the README's Docker section, literally, under a project name of its own, with Debian's
 #    docker-compose 1.29 and then with Compose v2 (COMPOSE_V2_VERSION), built once from its Go module with the
-#    machine's Go toolchain into var/compose-check/bin (no Compose v2 binary or Debian package can be had here).
+#    machine's Go toolchain into ~/.cache/arbiter-compose-check/bin (no Compose v2 binary or Debian package can be had here).
 # One check per machine at a time (a lock in /tmp): two private engines would share the docker0 bridge.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
 HERE=$ROOT/scripts/compose_check
-WORK=${COMPOSE_CHECK_DIR:-$ROOT/var/compose-check}
+# Machine-wide, like pip's and Maven's caches: a fresh clone (CI) reuses the images an earlier check built.
+WORK=${COMPOSE_CHECK_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/arbiter-compose-check}
 mkdir -p "$WORK"
 
 say() { echo "compose-check: $*" >&2; }

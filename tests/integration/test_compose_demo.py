@@ -4,7 +4,7 @@ The script installs Debian's docker.io and docker-compose if missing, starts a p
 builds the base images no registry gives here, then follows the README's Docker section: first `up` with only
 ARBITER_AUTH_SECRET, the API flow, `down`, `up` again with nothing lost, `down -v`. It stops what it started.
 A machine where Docker cannot run (no root, no engine) fails this test with the script's reason: it is never
-skipped. Cold (no images cached in var/compose-check/) it takes longer than the suite's 10-minute cap per test.
+skipped. Cold (no images cached in ~/.cache/arbiter-compose-check/) it takes longer than the suite's 10-minute cap per test.
 """
 
 from __future__ import annotations
