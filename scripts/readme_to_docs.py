@@ -75,6 +75,9 @@ FIXES: list[tuple[str, str, str]] = []
 POST: list = []
 
 
+OPTIONAL = {"clients.md"}  # pages of sections that may not have landed yet: their fixes wait for them
+
+
 def fix(page: str, old: str, new: str) -> None:
     FIXES.append((page, old, new))
 
@@ -183,6 +186,8 @@ def main() -> int:
     for post in POST:
         post(out)
     for page, old, new in FIXES:
+        if page in OPTIONAL and page not in out:
+            continue
         n = out[page].count(old)
         if n != 1:
             print(f"FIX does not match once ({n}) in {page}: {old[:80]!r}", file=sys.stderr)
@@ -505,6 +510,21 @@ def status_picture(out):
 
 
 POST.append(status_picture)
+
+# The Python client's example (a section of the clients branch): runnable as printed, with the API's address and a
+# token from the environment instead of names the test injected. tests/integration/test_client_live.py must then run
+# tests.docs_snippets.snippet("client_example.py") with ARBITER_API_URL and ARBITER_TOKEN set.
+fix("clients.md", """<!-- client-example: run by tests/integration/test_client_live.py -->
+```python
+from arbiter_client import Client, VersionConflict
+
+with Client(API_URL, TOKEN) as arbiter:""", """```python title="client_example.py"
+import os
+
+from arbiter_client import Client, VersionConflict
+
+API_URL, TOKEN = os.environ.get("ARBITER_API_URL", "http://127.0.0.1:8000"), os.environ["ARBITER_TOKEN"]
+with Client(API_URL, TOKEN) as arbiter:""")
 
 
 if __name__ == "__main__":
