@@ -36,6 +36,7 @@ from typing import Any
 from app.settings import Settings
 from app.traces import TRACESTATE_BYTES
 from commands import DEFAULT_LIMITS, KEEP_BYTES
+from commands.rules.bounds import MAX_MESSAGE_BYTES, MAX_NAME_BYTES, MAX_POINTER_BYTES, MAX_POINTERS, MAX_RULE_BYTES
 from schemas.catalog import COMMAND, EVENT, REJECTION
 from schemas.codec import default_codec
 from schemas.wire import HEADER_SIZE
@@ -171,7 +172,8 @@ def event_record_size(payload_bytes: int, id_bytes: int) -> int:
     """Return the most key + value bytes of an event with a payload of ``payload_bytes`` and ids of ``id_bytes``."""
     bounds = {"event_id": UUID_BYTES, "object_id": id_bytes, "command_id": id_bytes, "principal": id_bytes,
               "owner": id_bytes, "editor": id_bytes, "reader": id_bytes,
-              "document": payload_bytes, "patch": payload_bytes, "issuer": ISSUER_BYTES, "jti": JTI_BYTES}
+              "document": payload_bytes, "patch": payload_bytes, "issuer": ISSUER_BYTES, "jti": JTI_BYTES,
+              "object_type": MAX_NAME_BYTES}
     return id_bytes + HEADER_SIZE + avro_max_size(_schema(EVENT), bounds, PAYLOAD_FIELDS)
 
 
@@ -181,7 +183,8 @@ def command_record_size(payload_bytes: int, id_bytes: int, *, identity: bool = F
     bounds = {"object_id": id_bytes, "command_id": id_bytes, "principal": id_bytes, "editor": id_bytes,
               "reader": id_bytes, "document": payload_bytes, "patch": payload_bytes,
               "groups#count": MAX_GROUPS if identity else 0, "groups": GROUP_NAME_BYTES,
-              "issuer": ISSUER_BYTES if identity else 0, "jti": JTI_BYTES if identity else 0}
+              "issuer": ISSUER_BYTES if identity else 0, "jti": JTI_BYTES if identity else 0,
+              "object_type": MAX_NAME_BYTES}
     return id_bytes + HEADER_SIZE + avro_max_size(_schema(COMMAND), bounds, PAYLOAD_FIELDS)
 
 
@@ -199,7 +202,8 @@ def rejection_record_size(keep: int, id_bytes: int) -> int:
     bounds = {"rejection_id": UUID_BYTES, "message": MESSAGE_BYTES, "command_id": id_bytes, "object_id": id_bytes,
               "principal": id_bytes, "original_outcome": OUTCOME_BYTES, "topic": TOPIC_BYTES, "key": keep,
               "value": keep, "key_sha256": SHA256_HEX_BYTES, "value_sha256": SHA256_HEX_BYTES,
-              "issuer": ISSUER_BYTES, "jti": JTI_BYTES}
+              "issuer": ISSUER_BYTES, "jti": JTI_BYTES, "rule": MAX_RULE_BYTES, "rule_message": MAX_MESSAGE_BYTES,
+              "rule_pointers#count": MAX_POINTERS, "rule_pointers": MAX_POINTER_BYTES}
     return max(id_bytes, keep) + HEADER_SIZE + avro_max_size(_schema(REJECTION), bounds)
 
 

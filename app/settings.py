@@ -218,6 +218,12 @@ class Settings(BaseSettings):
                                            "open per API process; beyond it 429 TOO_MANY_SUBSCRIPTIONS.")
     changes_queue_events: int = Field(default=1000, ge=1, description="Live events queued for one stream; a stream "
                                       "whose client falls this far behind is ended with a `reset` (SLOW_CONSUMER).")
+    changes_queue_bytes: int = Field(default=16 * 1024 * 1024, ge=1, description="Bytes of live events (their "
+                                     "frames' data) queued for one stream; one more and the stream is ended with a "
+                                     "`reset` (SLOW_CONSUMER). Keep it above the largest event's.")
+    changes_total_bytes: int = Field(default=256 * 1024 * 1024, ge=1, description="Bytes of live events queued for "
+                                     "all the streams of one API process; one more and the stream holding the most "
+                                     "is ended with a `reset` (SLOW_CONSUMER).")
     changes_heartbeat_s: float = Field(default=15.0, gt=0, description="A comment line on a stream idle this long.")
     changes_roles_wait_s: float = Field(default=5.0, ge=0, description="Longest the change feed waits for the audit "
                                         "projection to hold an object's earlier events (who may read it).")

@@ -44,9 +44,14 @@ class _CommandBase:
 
 @dataclass(frozen=True, slots=True)
 class CreateObject(_CommandBase):
-    """Create an object from ``document``, the JSON text of an object; the sender becomes the owner."""
+    """Create an object from ``document``, the JSON text of an object; the sender becomes the owner.
+
+    ``object_type`` names the object's type in the team's rules (``commands.rules``); it is set only here and
+    never changes. None (the default) is an untyped object, decided exactly as before rules existed.
+    """
 
     document: str = field(kw_only=True)
+    object_type: str | None = field(default=None, kw_only=True)
 
     @property
     def size(self) -> int:
@@ -110,7 +115,8 @@ def fingerprint(command: Command) -> int:
     A signed value, so it is an Avro long.
     """
     if isinstance(command, CreateObject):
-        payload = command.document
+        # The type is part of what a create asks for; untyped creates keep their fingerprint of before.
+        payload = command.document if command.object_type is None else f"{command.object_type}\x00{command.document}"
     elif isinstance(command, UpdateObject):
         payload = command.patch
     elif isinstance(command, GrantEditor | RevokeEditor):

@@ -40,7 +40,7 @@ A deleted object keeps its owner, editors and readers (they are told DELETED; ev
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from commands.access import may_administer, may_read, may_update
 from commands.command import (
@@ -60,6 +60,9 @@ from commands.event import Event, EventType
 from commands.ids import command_rejection_id, event_id
 from commands.json_text import id_problem, object_problem
 from commands.rejection import Rejection, clip
+from commands.rules.bounds import MAX_RULE_BYTES, type_name_problem
+from commands.rules.evaluate import Verdict, apply_rules, clip_bytes
+from commands.rules.ruleset import RuleSet
 from commands.state import ACCEPTED, DEFAULT_LIMITS, Limits, ObjectState, RecentCommand, remember
 
 
@@ -104,10 +107,27 @@ def _not_found(state: ObjectState | None, command: Command) -> Decision:
                    version=0)
 
 
-def _accept(state: ObjectState | None, command: Command, etype: EventType, limits: Limits, *,
+def _rule_reject(state: ObjectState | None, command: Command, verdict: Verdict, rules: RuleSet | None) -> Decision:
+    version = state.version if state is not None else 0
+    rule = clip_bytes(verdict.rule, MAX_RULE_BYTES)
+    rejection = Rejection(
+        command_rejection_id(command.command_id, command.object_id, version, verdict.reason.value, command.principal),
+        verdict.reason, clip(f"rule {rule}: {verdict.message}", 1000), command.command_id, command.object_id,
+        command.principal, command.issued_at, version, None, None, None, command.issuer, command.jti,
+        rules.version if rules is not None else None, rule, verdict.message, verdict.pointers)
+    return Decision(rejection, state)
+
+
+def _accept(state: ObjectState | None, command: Command, etype: EventType, limits: Limits,
+            rules: RuleSet | None, *,
             owner: str, editors: tuple[str, ...], readers: tuple[str, ...], document_size: int,
             deleted: bool = False, document: str | None = None, patch: str | None = None,
-            editor: str | None = None, reader: str | None = None) -> Decision:
+            editor: str | None = None, reader: str | None = None, object_type: str | None = None,
+            tracked: str | None = None) -> Decision:
+    if object_type is not None and (rules is not None or etype is EventType.CREATED):
+        verdict, tracked = apply_rules(rules, state, command, object_type)
+        if verdict is not None:
+            return _rule_reject(state, command, verdict, rules)
     at = command.issued_at
     version = state.version + 1 if state is not None else 1
     entry = RecentCommand(command.command_id, ACCEPTED, version, at, command.principal, fingerprint(command))
@@ -124,9 +144,12 @@ def _accept(state: ObjectState | None, command: Command, etype: EventType, limit
         document_size,
         remember(state.recent if state is not None else (), entry, limits),  # recent
         readers,
+        object_type,
+        tracked,
     )
     event = Event(event_id(command.object_id, version), etype, command.object_id, version, command.command_id,
-                  command.principal, at, owner, document, patch, editor, reader, command.issuer, command.jti)
+                  command.principal, at, owner, document, patch, editor, reader, command.issuer, command.jti,
+                  object_type, rules.version if rules is not None else None)
     return Decision(event, new_state)
 
 
@@ -143,6 +166,10 @@ def _check_payload(command: Command, limits: Limits) -> tuple[ReasonCode, str] |
     if size > limits.max_document_bytes:
         return ReasonCode.TOO_LARGE, f"payload is {size} bytes, over the limit of {limits.max_document_bytes}"
     if isinstance(command, CreateObject):
+        if command.object_type is not None:
+            problem = type_name_problem(command.object_type)
+            if problem is not None:
+                return ReasonCode.MALFORMED, problem
         problem = object_problem(command.document, limits.max_json_depth)
         if problem is not None:
             return ReasonCode.MALFORMED, f"document must be the JSON text of an object: {problem}"
@@ -190,8 +217,22 @@ def _dedup(state: ObjectState, command: Command, limits: Limits) -> Decision | N
                    f"{seen.version}", original=seen)
 
 
-def decide(state: ObjectState | None, command: Command, limits: Limits = DEFAULT_LIMITS) -> Decision:
-    """Decide ``command`` against ``state`` (None for an unknown object); pure and deterministic."""
+def decide(state: ObjectState | None, command: Command, limits: Limits = DEFAULT_LIMITS,
+           rules: RuleSet | None = None) -> Decision:
+    """Decide ``command`` against ``state`` (None for an unknown object) under ``rules``; pure and deterministic.
+
+    ``rules=None`` decides as Arbiter always has (a create that names a type is refused: no type is known);
+    with a rule set every outcome names ``rules.version`` and typed objects follow their type's rules
+    (``commands.rules.evaluate``), checked after every generic check.
+    """
+    decision = _decide(state, command, limits, rules)
+    outcome = decision.outcome
+    if rules is not None and isinstance(outcome, Rejection) and outcome.rules_version is None:
+        return Decision(replace(outcome, rules_version=rules.version), decision.state)
+    return decision
+
+
+def _decide(state: ObjectState | None, command: Command, limits: Limits, rules: RuleSet | None) -> Decision:
     problem = _ids_problem(command, limits)
     if problem is not None:
         return _reject(state, command, ReasonCode.MALFORMED, problem)
@@ -210,7 +251,7 @@ def decide(state: ObjectState | None, command: Command, limits: Limits = DEFAULT
             if state.exists:
                 return _reject(state, command, ReasonCode.ALREADY_EXISTS,
                                f"object {clip(command.object_id)} exists")
-        return _decide_create(state, command, limits)
+        return _decide_create(state, command, limits, rules)
     if state is None or not (state.exists or state.deleted):
         return _not_found(state, command)
     principal = command.principal
@@ -232,41 +273,42 @@ def decide(state: ObjectState | None, command: Command, limits: Limits = DEFAULT
     problem_code = _check_payload(command, limits)
     if problem_code is not None:
         return _reject(state, command, *problem_code)
-    return _decide_change(state, command, limits)
+    return _decide_change(state, command, limits, rules)
 
 
-def _decide_create(state: ObjectState | None, command: CreateObject, limits: Limits) -> Decision:
+def _decide_create(state: ObjectState | None, command: CreateObject, limits: Limits, rules: RuleSet | None) -> Decision:
     if command.expected_version is not None and command.expected_version != 0:
         return _reject(state, command, ReasonCode.VERSION_CONFLICT,
                        f"expected version {command.expected_version}, object does not exist (version 0)")
     problem = _check_payload(command, limits)
     if problem is not None:
         return _reject(state, command, *problem)
-    return _accept(state, command, EventType.CREATED, limits, owner=command.principal, editors=(), readers=(),
-                   document_size=command.size, document=command.document)
+    return _accept(state, command, EventType.CREATED, limits, rules, owner=command.principal, editors=(), readers=(),
+                   document_size=command.size, document=command.document, object_type=command.object_type)
 
 
-def _decide_change(state: ObjectState, command: Command, limits: Limits) -> Decision:
+def _decide_change(state: ObjectState, command: Command, limits: Limits, rules: RuleSet | None) -> Decision:
     owner, editors, readers, size = state.owner, state.editors, state.readers, state.document_size
+    ot, tr = state.object_type, state.tracked  # a change keeps the type; only a rule-checked update moves tracked
     if isinstance(command, UpdateObject):
-        return _accept(state, command, EventType.UPDATED, limits, owner=owner, editors=editors, readers=readers,
-                       document_size=size, patch=command.patch)
+        return _accept(state, command, EventType.UPDATED, limits, rules, object_type=ot, tracked=tr, owner=owner,
+                       editors=editors, readers=readers, document_size=size, patch=command.patch)
     if isinstance(command, DeleteObject):
-        return _accept(state, command, EventType.DELETED, limits, owner=owner, editors=editors, readers=readers,
-                       document_size=size, deleted=True)
+        return _accept(state, command, EventType.DELETED, limits, rules, object_type=ot, tracked=tr, owner=owner,
+                       editors=editors, readers=readers, document_size=size, deleted=True)
     if isinstance(command, GrantEditor):
         if command.editor == owner or command.editor in editors:
             return _reject(state, command, ReasonCode.ALREADY_EXISTS, f"{clip(command.editor)} may already edit")
         if len(editors) >= limits.max_editors:
             return _reject(state, command, ReasonCode.TOO_LARGE,
                            f"object already has the maximum of {limits.max_editors} editors")
-        return _accept(state, command, EventType.EDITOR_GRANTED, limits, owner=owner,
+        return _accept(state, command, EventType.EDITOR_GRANTED, limits, rules, object_type=ot, tracked=tr, owner=owner,
                        editors=(*editors, command.editor), readers=readers, document_size=size,
                        editor=command.editor)
     if isinstance(command, RevokeEditor):
         if command.editor not in editors:
             return _reject(state, command, ReasonCode.NOT_FOUND, f"{clip(command.editor)} is not an editor")
-        return _accept(state, command, EventType.EDITOR_REVOKED, limits, owner=owner,
+        return _accept(state, command, EventType.EDITOR_REVOKED, limits, rules, object_type=ot, tracked=tr, owner=owner,
                        editors=tuple(e for e in editors if e != command.editor), readers=readers,
                        document_size=size, editor=command.editor)
     if isinstance(command, GrantReader):
@@ -275,12 +317,14 @@ def _decide_change(state: ObjectState, command: Command, limits: Limits) -> Deci
         if len(readers) >= limits.max_readers:
             return _reject(state, command, ReasonCode.TOO_LARGE,
                            f"object already has the maximum of {limits.max_readers} readers")
-        return _accept(state, command, EventType.READER_GRANTED, limits, owner=owner, editors=editors,
+        return _accept(state, command, EventType.READER_GRANTED, limits, rules, object_type=ot, tracked=tr, owner=owner,
+                       editors=editors,
                        readers=(*readers, command.reader), document_size=size, reader=command.reader)
     if isinstance(command, RevokeReader):
         if command.reader not in readers:
             return _reject(state, command, ReasonCode.NOT_FOUND, f"{clip(command.reader)} is not a reader")
-        return _accept(state, command, EventType.READER_REVOKED, limits, owner=owner, editors=editors,
+        return _accept(state, command, EventType.READER_REVOKED, limits, rules, object_type=ot, tracked=tr, owner=owner,
+                       editors=editors,
                        readers=tuple(r for r in readers if r != command.reader), document_size=size,
                        reader=command.reader)
     raise TypeError(f"not a command: {type(command).__name__}")  # pragma: no cover - exhaustive union

@@ -20,6 +20,9 @@ class ReasonCode(StrEnum):
     MISROUTED = "MISROUTED"
     IDEMPOTENCY_KEY_REUSED = "IDEMPOTENCY_KEY_REUSED"
     UNAUTHENTICATED = "UNAUTHENTICATED"  # a command record without a valid signature (app/signing.py)
+    RULE_VIOLATED = "RULE_VIOLATED"  # a rule of the team's rules document refused it (commands.rules)
+    RULE_ERROR = "RULE_ERROR"  # a rule failed at run time (missing field, type error): the command is refused
+    RULES_VERSION_UNKNOWN = "RULES_VERSION_UNKNOWN"  # the validator was asked to decide under rules it lacks
 
 
 class ArbiterError(Exception):

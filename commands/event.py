@@ -26,6 +26,8 @@ class Event:
     ``document`` is set for CREATED, ``patch`` for UPDATED, ``editor`` for EDITOR_GRANTED/EDITOR_REVOKED,
     ``reader`` for READER_GRANTED/READER_REVOKED.
     ``owner`` is the object's owner after the event.
+    ``object_type`` is the type of the object (set on every event of a typed object); ``rules_version`` the version
+    of the team's rules the command was decided under (None: decided with no rules; ``commands.rules``).
     """
 
     event_id: str
@@ -42,3 +44,5 @@ class Event:
     reader: str | None = None
     issuer: str | None = None  # the iss and jti of the token that sent the command (the audit trail keeps them)
     jti: str | None = None
+    object_type: str | None = None
+    rules_version: int | None = None

@@ -65,6 +65,9 @@ class Rejection:
     ``current_version`` is the object's version when rejected (an ETag for the API); for DUPLICATE,
     ``original_outcome`` ("ACCEPTED") and ``original_version`` say what the first attempt got.
     ``original`` is set only for records that never decoded into a command.
+    ``rules_version`` is the version of the team's rules the command was decided under (None: no rules); for
+    RULE_VIOLATED and RULE_ERROR, ``rule`` names the rule, ``rule_message`` is its message and ``rule_pointers`` the
+    JSON pointers (into the command's document or patch) it concerns (``commands.rules``).
     """
 
     rejection_id: str
@@ -80,6 +83,10 @@ class Rejection:
     original: OriginalRecord | None = None
     issuer: str | None = None  # the iss and jti of the token that sent the command (the audit trail keeps them)
     jti: str | None = None
+    rules_version: int | None = None
+    rule: str | None = None
+    rule_message: str | None = None
+    rule_pointers: tuple[str, ...] = ()
 
 
 def reject_record(original: OriginalRecord, reason: ReasonCode, message: str, *,

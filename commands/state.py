@@ -53,6 +53,10 @@ class ObjectState:
 
     ``document_size`` is the UTF-8 size of the document as created; the validator never sees the merged
     document, so updates leave it unchanged (the DB projection knows the true size).
+
+    ``object_type`` is the type named on create (None: untyped, no rules apply); ``tracked`` the canonical JSON
+    text of the object's tracked fields, an object from JSON pointer to value with null values left out (None when
+    nothing is tracked). Both are kept by ``commands.rules``; see there for the semantics.
     """
 
     exists: bool
@@ -66,6 +70,8 @@ class ObjectState:
     document_size: int = 0
     recent: tuple[RecentCommand, ...] = ()
     readers: tuple[str, ...] = ()
+    object_type: str | None = None
+    tracked: str | None = None
 
     def find_recent(self, command_id: str, now: datetime, ttl: timedelta | None,
                     principal: str | None = None) -> RecentCommand | None:

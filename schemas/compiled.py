@@ -91,6 +91,7 @@ def encode_command(out: bytearray, cmd: Command) -> None:
     write_strings(out, cmd.groups)
     write_optional_string(out, cmd.issuer)
     write_optional_string(out, cmd.jti)
+    write_optional_string(out, cmd.object_type if isinstance(cmd, CreateObject) else None)
 
 
 def decode_command(data: bytes) -> Command:
@@ -108,6 +109,7 @@ def decode_command(data: bytes) -> Command:
     group_list, pos = read_strings(data, pos)
     issuer, pos = read_optional_string(data, pos)
     jti, pos = read_optional_string(data, pos)
+    object_type, pos = read_optional_string(data, pos)
     _end(data, pos)
     common = (command_id, object_id, principal, records.from_micros(issued_at), expected_version)
     groups = tuple(group_list)
@@ -115,7 +117,7 @@ def decode_command(data: bytes) -> Command:
         return UpdateObject(*common, patch=_payload(kind, "patch", patch), groups=groups, issuer=issuer, jti=jti)
     if kind is CreateObject:
         return CreateObject(*common, document=_payload(kind, "document", document), groups=groups, issuer=issuer,
-                            jti=jti)
+                            jti=jti, object_type=object_type)
     if kind is DeleteObject:
         return DeleteObject(*common, groups=groups, issuer=issuer, jti=jti)
     if kind is GrantEditor:
@@ -149,6 +151,8 @@ def encode_event(out: bytearray, ev: Event) -> None:
     write_optional_string(out, ev.reader)
     write_optional_string(out, ev.issuer)
     write_optional_string(out, ev.jti)
+    write_optional_string(out, ev.object_type)
+    write_optional_long(out, ev.rules_version)
 
 
 def decode_event(data: bytes) -> Event:
@@ -167,9 +171,11 @@ def decode_event(data: bytes) -> Event:
     reader, pos = read_optional_string(data, pos)
     issuer, pos = read_optional_string(data, pos)
     jti, pos = read_optional_string(data, pos)
+    object_type, pos = read_optional_string(data, pos)
+    rules_version, pos = read_optional_long(data, pos)
     _end(data, pos)
     return Event(event_id, etype, object_id, version, command_id, principal, records.from_micros(occurred_at),
-                 owner, document, patch, editor, reader, issuer, jti)
+                 owner, document, patch, editor, reader, issuer, jti, object_type, rules_version)
 
 
 def encode_rejection(out: bytearray, rej: Rejection) -> None:
@@ -202,6 +208,10 @@ def encode_rejection(out: bytearray, rej: Rejection) -> None:
         write_optional_string(out, o.value_sha256)
     write_optional_string(out, rej.issuer)
     write_optional_string(out, rej.jti)
+    write_optional_long(out, rej.rules_version)
+    write_optional_string(out, rej.rule)
+    write_optional_string(out, rej.rule_message)
+    write_strings(out, rej.rule_pointers)
 
 
 def decode_rejection(data: bytes) -> Rejection:
@@ -238,10 +248,14 @@ def decode_rejection(data: bytes) -> Rejection:
         raise ValueError(f"union branch byte {branch} out of range")
     issuer, pos = read_optional_string(data, pos)
     jti, pos = read_optional_string(data, pos)
+    rules_version, pos = read_optional_long(data, pos)
+    rule, pos = read_optional_string(data, pos)
+    rule_message, pos = read_optional_string(data, pos)
+    pointers, pos = read_strings(data, pos)
     _end(data, pos)
     return Rejection(rejection_id, reason, message, command_id, object_id, principal,
                      records.opt_from_micros(occurred_at), current_version, original_outcome, original_version,
-                     original, issuer, jti)
+                     original, issuer, jti, rules_version, rule, rule_message, tuple(pointers))
 
 
 def encode_state(out: bytearray, st: ObjectState) -> None:
@@ -263,6 +277,8 @@ def encode_state(out: bytearray, st: ObjectState) -> None:
     write_strings(out, st.readers)
     write_strings(out, [r.principal or "" for r in recent])
     write_bytes(out, records.pack_fingerprints(recent))
+    write_optional_string(out, st.object_type)
+    write_optional_string(out, st.tracked)
 
 
 def decode_state(data: bytes) -> ObjectState:
@@ -283,9 +299,12 @@ def decode_state(data: bytes) -> ObjectState:
     readers, pos = read_strings(data, pos)
     principals, pos = read_strings(data, pos)
     fingerprints, pos = read_bytes(data, pos)
+    object_type, pos = read_optional_string(data, pos)
+    tracked, pos = read_optional_string(data, pos)
     _end(data, pos)
     return records.state_from_fields(exists, deleted, version, owner, editors, created_at, updated_at, deleted_at,
-                                     document_size, ids, outcomes, versions, ats, readers, principals, fingerprints)
+                                     document_size, ids, outcomes, versions, ats, readers, principals, fingerprints,
+                                     object_type, tracked)
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,10 +326,10 @@ def _symbols(schema: Schema, field: str) -> list[str]:
 
 
 COMPILED: dict[str, CompiledCodec] = {
-    COMMAND: CompiledCodec(_load("command.v3.avsc"), encode_command, decode_command),
-    EVENT: CompiledCodec(_load("event.v3.avsc"), encode_event, decode_event),
-    REJECTION: CompiledCodec(_load("rejection.v3.avsc"), encode_rejection, decode_rejection),
-    STATE: CompiledCodec(_load("state.v2.avsc"), encode_state, decode_state),
+    COMMAND: CompiledCodec(_load("command.v4.avsc"), encode_command, decode_command),
+    EVENT: CompiledCodec(_load("event.v4.avsc"), encode_event, decode_event),
+    REJECTION: CompiledCodec(_load("rejection.v4.avsc"), encode_rejection, decode_rejection),
+    STATE: CompiledCodec(_load("state.v3.avsc"), encode_state, decode_state),
 }
 
 if _symbols(COMPILED[EVENT].schema, "type") != [t.value for t in _EVENT_TYPES] or _symbols(

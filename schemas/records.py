@@ -139,6 +139,7 @@ def command_to_record(cmd: Command) -> Record:
         "groups": list(cmd.groups),
         "issuer": cmd.issuer,
         "jti": cmd.jti,
+        "object_type": cmd.object_type if isinstance(cmd, CreateObject) else None,
     }
 
 
@@ -160,7 +161,8 @@ def command_from_record(rec: Record) -> Command:
     if kind == "UPDATE":
         return UpdateObject(*common, patch=_required(rec, "patch"), groups=groups, issuer=issuer, jti=jti)
     if kind == "CREATE":
-        return CreateObject(*common, document=_required(rec, "document"), groups=groups, issuer=issuer, jti=jti)
+        return CreateObject(*common, document=_required(rec, "document"), groups=groups, issuer=issuer, jti=jti,
+                            object_type=rec.get("object_type"))
     if kind == "DELETE":
         return DeleteObject(*common, groups=groups, issuer=issuer, jti=jti)
     if kind == "GRANT_EDITOR":
@@ -180,7 +182,7 @@ def event_to_record(ev: Event) -> Record:
         "event_id": ev.event_id, "type": ev.type.value, "object_id": ev.object_id, "version": ev.version,
         "command_id": ev.command_id, "principal": ev.principal, "occurred_at": micros(ev.occurred_at),
         "owner": ev.owner, "document": ev.document, "patch": ev.patch, "editor": ev.editor, "reader": ev.reader,
-        "issuer": ev.issuer, "jti": ev.jti,
+        "issuer": ev.issuer, "jti": ev.jti, "object_type": ev.object_type, "rules_version": ev.rules_version,
     }
 
 
@@ -188,7 +190,8 @@ def event_from_record(rec: Record) -> Event:
     """Return the event in an Event record."""
     return Event(rec["event_id"], EventType(rec["type"]), rec["object_id"], rec["version"], rec["command_id"],
                  rec["principal"], from_micros(rec["occurred_at"]), rec["owner"], rec["document"], rec["patch"],
-                 rec["editor"], rec.get("reader"), rec.get("issuer"), rec.get("jti"))
+                 rec["editor"], rec.get("reader"), rec.get("issuer"), rec.get("jti"), rec.get("object_type"),
+                 rec.get("rules_version"))
 
 
 def rejection_to_record(rej: Rejection) -> Record:
@@ -203,7 +206,8 @@ def rejection_to_record(rej: Rejection) -> Record:
         "command_id": rej.command_id, "object_id": rej.object_id, "principal": rej.principal,
         "occurred_at": opt_micros(rej.occurred_at), "current_version": rej.current_version,
         "original_outcome": rej.original_outcome, "original_version": rej.original_version, "original": original,
-        "issuer": rej.issuer, "jti": rej.jti,
+        "issuer": rej.issuer, "jti": rej.jti, "rules_version": rej.rules_version, "rule": rej.rule,
+        "rule_message": rej.rule_message, "rule_pointers": list(rej.rule_pointers),
     }
 
 
@@ -216,7 +220,8 @@ def rejection_from_record(rec: Record) -> Rejection:
     return Rejection(rec["rejection_id"], ReasonCode(rec["reason"]), rec["message"], rec["command_id"],
                      rec["object_id"], rec["principal"], opt_from_micros(rec["occurred_at"]),
                      rec["current_version"], rec["original_outcome"], rec["original_version"], original,
-                     rec.get("issuer"), rec.get("jti"))
+                     rec.get("issuer"), rec.get("jti"), rec.get("rules_version"), rec.get("rule"),
+                     rec.get("rule_message"), tuple(rec.get("rule_pointers") or ()))
 
 
 def state_to_record(st: ObjectState) -> Record:
@@ -233,6 +238,8 @@ def state_to_record(st: ObjectState) -> Record:
         "readers": st.readers,
         "recent_principals": [r.principal or "" for r in recent],
         "recent_fingerprints": pack_fingerprints(recent),
+        "object_type": st.object_type,
+        "tracked": st.tracked,
     }
 
 
@@ -253,14 +260,16 @@ def state_from_record(rec: Record) -> ObjectState:
                              rec["created_at"], rec["updated_at"], rec["deleted_at"], rec["document_size"],
                              rec["recent_command_ids"], rec["recent_outcomes"], rec["recent_versions"],
                              rec["recent_at"], rec.get("readers", []), rec.get("recent_principals", []),
-                             _as_bytes(rec.get("recent_fingerprints", b"")))
+                             _as_bytes(rec.get("recent_fingerprints", b"")), rec.get("object_type"),
+                             rec.get("tracked"))
 
 
 def state_from_fields(exists: bool, deleted: bool, version: int, owner: str, editors: list[str],
                       created_at: int | None, updated_at: int | None, deleted_at: int | None, document_size: int,
                       ids: list[str], outcomes: list[str], versions: list[int], ats: list[int],
                       readers: list[str] | None = None, principals: list[str] | None = None,
-                      fingerprints: bytes = b"") -> ObjectState:
+                      fingerprints: bytes = b"", object_type: str | None = None,
+                      tracked: str | None = None) -> ObjectState:
     """Return the state with these ObjectState record fields; raise ValueError if the arrays differ in length.
 
     Empty ``principals`` and ``fingerprints`` with a non-empty window mean state written by schema v1: its
@@ -279,4 +288,4 @@ def state_from_fields(exists: bool, deleted: bool, version: int, owner: str, edi
     return ObjectState(exists, deleted, version, owner, tuple(editors), opt_from_micros(created_at),
                        opt_from_micros(updated_at), opt_from_micros(deleted_at), document_size,
                        tuple(map(_new_recent, ids, outcomes, versions, ats, who, prints)),
-                       tuple(readers) if readers else ())
+                       tuple(readers) if readers else (), object_type, tracked)

@@ -4,21 +4,20 @@ a caller may read. The routes are in ``app.api.routes.objects``; the stores are 
 
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from app.api import json_out
 from commands import Rejection
 from commands.rejection import clip
-from projections.db import fastjson
 from projections.db.history import HistoryEntry, entry_json
 from projections.db.lists import Page, encode_cursor
 
 #: Bytes of event entries past which a page stops (after at least one event): a page of 10 MB documents stays small.
 PAGE_BYTES = 4 * 1024 * 1024
 
-_strict_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+_strict_json = json_out.encode  # the one JSON rule of every way a document leaves the API
 
 
 class HistoryEvent(BaseModel):
@@ -74,7 +73,7 @@ def event_page(object_id: str, entries: list[HistoryEntry], limit: int, after_ve
         e = entry_json(entry.data)
         for name in ("document", "patch"):
             if name in e:
-                e[name] = fastjson.loads(e[name])
+                e[name] = json_out.parse(e[name])
         events.append(e)
     more = more or len(events) < len(entries)
     last = events[-1]["version"] if events else None

@@ -139,7 +139,8 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
         AuditRoles(audit_root(settings), wait_s=settings.changes_roles_wait_s),
         max_subscribers=settings.changes_max_subscribers, max_per_principal=settings.changes_max_per_principal,
         max_queue=settings.changes_queue_events, retry_after_s=settings.retry_after_s,
-        kafka_config=settings.kafka_config, max_roles=settings.changes_roles_cache)
+        kafka_config=settings.kafka_config, max_roles=settings.changes_roles_cache,
+        max_queue_bytes=settings.changes_queue_bytes, max_total_bytes=settings.changes_total_bytes)
     app.state.status_memo = status_routes.status_memo(
         lambda: {**app.state.status.snapshot(), "read_model_history": history_figures(),
                  "change_subscribers": app.state.changes.subscribers})

@@ -78,7 +78,8 @@ _TITLES: dict[str, str] = {
     "VIEW_STALE": "Events of this object are missing from the read model; its view is not served",
     "DOCUMENT_QUARANTINED": "An event's document could not be applied; the document is not served",
     "POSITION_NOT_REACHED": "The read model has not yet projected the positions in Arbiter-Min-Position",
-    "INVALID_CURSOR": "The list cursor was not handed out by this API",
+    "INVALID_CURSOR": "The cursor (a list's, or the change feed's Last-Event-ID) was not handed out by this API to "
+                      "this caller",
     "VERSION_NOT_FOUND": "The object has not reached this version",
     "TOO_MANY_SUBSCRIBERS": "This API process serves its most change streams; retry later",
     "TOO_MANY_SUBSCRIPTIONS": "The principal holds its most change streams on this API process",

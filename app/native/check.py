@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import pickle
 import random
 import sys
@@ -38,6 +39,7 @@ from commands import (
     keep_original,
     reject_record,
 )
+from commands.rules import compile_rules
 from schemas import codec
 from schemas.catalog import SchemaCatalog, SchemaVersion
 
@@ -50,6 +52,20 @@ DOCUMENTS = ('{"title": "first"}', '{"a": [1, 2, {"b": null}], "ü": "ö€😀"
              '{"n": NaN}', '{"n": 1e400}', '{"d":' + "[" * 40 + "]" * 40 + "}")
 EDITORS = ("bob", "carol", "dave", "erin", "alice", "")
 STEPS = (0, 1, 1, 7, 60, 300) * 80 + (3601,) * 4 + (90_000,)  # seconds; the last two outlive the dedup TTLs
+# The team's rules (commands.rules): every object whose index is a multiple of 3 is an "order"; every command is
+# decided under this rule set, so the corpus covers RULE_VIOLATED, RULE_ERROR and the rules version on each output.
+RULES = compile_rules(json.dumps({"rules": 1, "types": {"order": {
+    "create_schema": {"type": "object", "required": ["status"], "properties": {"status": {"const": "draft"}}},
+    "patch_schema": {"type": "object", "properties": {"n": {"type": "integer", "maximum": 3000}}},
+    "tracked": {"status": "/status", "amount": "/amount", "who": "/who"},
+    "transitions": [{"name": "flow", "field": "status", "initial": ["draft"],
+                     "allowed": {"draft": ["submitted"], "submitted": ["approved", "rejected"], "approved": [],
+                                 "rejected": []}}],
+    "guards": [{"name": "big", "expr": "next.status != 'approved' || next.amount < 100", "message": "too big"},
+               {"name": "who", "expr": "next.who == state.who || !state.exists", "message": "who stays",
+                "kinds": ["update", "delete"]}]}}}), version=3)
+ORDER_PATCHES = ('{"status": "submitted"}', '{"status": "approved"}', '{"status": "rejected"}', '{"status": "draft"}',
+                 '{"amount": 50}', '{"amount": 500}', '{"amount": "x"}', '{"who": "w"}', '{"n": 5000}')
 MODULES = ("commands.decide", "commands.state", "commands.json_text", "schemas.codec", "schemas.compiled",
            "schemas.records")
 
@@ -67,10 +83,16 @@ def _command(rng: random.Random, i: int, object_id: str, owner: str, at: datetim
     current = state.version if state is not None else 0
     expected = rng.choice((None, None, current, current, current + 1, current - 1))
     kind = rng.random()
+    typed = object_id.endswith(("0", "3", "6", "9"))
     if kind < 0.15:
+        if typed:
+            return CreateObject(command_id, object_id, principal, at, expected, object_type="order", document=rng.choice(
+                ('{"status": "draft", "amount": 5, "who": "v"}', '{"status": "draft"}', '{"status": "x"}', "{}")))
         return CreateObject(command_id, object_id, principal, at, expected, document=rng.choice(DOCUMENTS))
     if kind < 0.6:
         patch = rng.choice(DOCUMENTS) if rng.random() < 0.3 else f'{{"n": {i}, "s": "{"é" * (i % 5)}"}}'
+        if typed and rng.random() < 0.7:
+            patch = rng.choice(ORDER_PATCHES)
         return UpdateObject(command_id, object_id, principal, at, expected, patch=patch)
     if kind < 0.605:
         return DeleteObject(command_id, object_id, principal, at, expected)
@@ -153,7 +175,7 @@ def run(seed: int = 7, count: int = 4000, objects: int = 40) -> tuple[str, Count
                 continue
         else:
             cmd = codec.decode_command(value)
-        decision = decide(state, cmd, limits)
+        decision = decide(state, cmd, limits, RULES)
         out = codec.encode_outcome(decision.outcome)
         h.update(out)
         outcome = decision.outcome
@@ -169,7 +191,7 @@ def run(seed: int = 7, count: int = 4000, objects: int = 40) -> tuple[str, Count
             if decision.state is not None:
                 h.update(slow.encode_state(slow.decode_state(codec.encode_state(decision.state))))
         if i % 500 == 0:
-            _survive_pickle_and_copy([cmd, decision, decision.outcome, limits, original])
+            _survive_pickle_and_copy([cmd, decision, decision.outcome, limits, original, RULES])
             seen["pickled"] += 1
     return h.hexdigest(), seen
 

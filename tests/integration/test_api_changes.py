@@ -1,6 +1,7 @@
 """The change feed over real HTTP (uvicorn, httpx streaming) behind the real validator, DB and audit projections:
 live events, a disconnect and resume under load with every event exactly once, the outsider's 404 and silence,
-access-revoked, and the per-principal limit."""
+access-revoked (on fresh and resumed streams), the per-principal limit, what a resumed stream may replay, ids bound
+to their principal, a deleted object's end (204) and retention (410)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from typing import Any
 
 import httpx
 import pytest
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from app.api.main import create_app
 from app.settings import Settings
@@ -163,3 +166,70 @@ def test_changes_live_resume_access_and_limits(spark, settings: Settings) -> Non
         for x in (resumed, one, outsider):
             x.stop()
         until(lambda: open_streams() == 0, "every stream to be closed")
+
+
+def test_resumed_streams_replay_only_what_may_be_read_now_and_a_deleted_object_lets_go(
+        spark, settings: Settings) -> None:  # noqa: ANN001
+    """Over uvicorn, behind the real validator, DB and audit projections:
+
+    - bob, a reader, resumes /objects/doc/changes from his own id; alice's next patch reaches him, then her revoke
+      arrives as ``access-revoked`` and his *resumed* stream ends;
+    - bob resumes /changes from that old id of his reader window: nothing of the window (the patch), only the
+      ``access-revoked``; eve sending bob's id, and a hand-made ``c1.AQAA``, are 400 INVALID_CURSOR;
+    - alice's object stream ends with the DELETED change; resumed with that frame's id it is 204 (EventSource
+      stops), resumed from the id before it it is that last frame and the end; without an id 410 DELETED;
+    - once retention has deleted the topic's records, resuming from an id before them is 410 CHANGES_EXPIRED."""
+    s = settings.model_copy(update={"changes_heartbeat_s": 1.0})
+    app = create_app(s)
+    with validator_running(spark, s), db_projection_running(s), audit_projection_running(s), served(app) as url, \
+            httpx.Client(base_url=url, timeout=60) as c:
+        alice, bob, eve = auth(s, "alice"), auth(s, "bob"), auth(s, "eve")
+        decided(c.post("/objects", json={"id": "doc", "document": {"n": 0}}, headers={**alice, **WAIT}), 201, '"1"')
+        decided(c.put("/objects/doc/readers/bob", headers={**alice, **WAIT}), 200, '"2"')
+        until(lambda: c.get("/objects/doc", headers=bob).status_code == 200, "the read model to hold doc")
+
+        first = Stream(url, "/objects/doc/changes", bob, stop_after=1)
+        until(lambda: bool(first.comments), "bob's stream to go live")
+        decided(c.patch("/objects/doc", json={"n": 1}, headers={**alice, **MERGE, **WAIT}), 200, '"3"')
+        assert first.ended.wait(30) and first.changes() == [("doc", 3)]
+        window = first.last_id()  # bob's id from inside his reader window
+
+        again = Stream(url, "/objects/doc/changes", {**bob, "Last-Event-ID": window})
+        until(lambda: ": live" in again.comments, "bob's resumed stream to go live")
+        decided(c.patch("/objects/doc", json={"n": 2, "secret": "s"}, headers={**alice, **MERGE, **WAIT}), 200,
+                '"4"')
+        decided(c.delete("/objects/doc/readers/bob", headers={**alice, **WAIT}), 200, '"5"')
+        assert again.ended.wait(30), f"bob's resumed stream did not end after access-revoked: {again.frames}"
+        assert [(k, d["version"]) for k, _, d in again.frames] == [("change", 4), ("access-revoked", 5)]
+        until(lambda: c.get("/objects/doc", headers=bob).status_code == 404, "the read model to drop bob")
+
+        replay = Stream(url, "/changes", {**bob, "Last-Event-ID": window})
+        until(lambda: ": live" in replay.comments, "bob's /changes to catch up")
+        replay.stop()
+        assert [(k, d["object_id"], d["version"]) for k, _, d in replay.frames] == [("access-revoked", "doc", 5)]
+        for forged in (window, "c1.AQAA"):
+            is_problem(c.get("/changes", headers={**eve, "Last-Event-ID": forged}), 400, "INVALID_CURSOR")
+        is_problem(c.get("/objects/doc/changes", headers={**bob, "Last-Event-ID": "c1.AQAA"}), 400, "INVALID_CURSOR")
+
+        own = Stream(url, "/objects/doc/changes", alice)
+        until(lambda: bool(own.comments), "alice's stream to go live")
+        decided(c.patch("/objects/doc", json={"n": 3}, headers={**alice, **MERGE, **WAIT}), 200, '"6"')
+        decided(c.delete("/objects/doc", headers={**alice, **WAIT}), 204, '"7"')
+        assert own.ended.wait(30), f"alice's stream did not end with the object: {own.frames}"
+        assert [(d["type"], d["version"]) for _, _, d in own.frames] == [("UPDATED", 6), ("DELETED", 7)]
+        until(lambda: c.get("/objects/doc", headers=alice).status_code == 410, "the read model to hold the deletion")
+        gone = c.get("/objects/doc/changes", headers={**alice, "Last-Event-ID": own.frames[-1][1]}, timeout=10)
+        assert gone.status_code == 204 and gone.content == b"", (gone.status_code, gone.text[:200])
+        last = Stream(url, "/objects/doc/changes", {**alice, "Last-Event-ID": own.frames[0][1]})
+        assert last.ended.wait(30) and last.status == 200, f"the resumed deleted object's stream did not end: {last.frames}"
+        assert [(d["type"], d["version"]) for _, _, d in last.frames] == [("DELETED", 7)]
+        is_problem(c.get("/objects/doc/changes", headers=alice), 410, "DELETED")
+
+        admin = AdminClient({"bootstrap.servers": s.kafka_bootstrap})
+        parts = [TopicPartition(s.topic_events, p) for p in range(s.partitions)]
+        ends = admin.list_offsets({tp: OffsetSpec.latest() for tp in parts})
+        gone_to = [TopicPartition(tp.topic, tp.partition, f.result().offset) for tp, f in ends.items()]
+        for f in admin.delete_records(gone_to).values():
+            f.result(timeout=30)  # retention, as the broker applies it: the log now starts at the high watermark
+        expired = c.get("/changes", headers={**alice, "Last-Event-ID": own.frames[0][1]}, timeout=10)
+        is_problem(expired, 410, "CHANGES_EXPIRED")

@@ -49,7 +49,7 @@ def record_strategies(texts: Strategy, times: st.SearchStrategy[datetime], longs
     opt_longs = st.none() | longs
     common = (texts, texts, texts, times, opt_longs)
     commands = st.one_of(
-        st.builds(CreateObject, *common, document=texts),
+        st.builds(CreateObject, *common, document=texts, object_type=st.none() | texts),
         st.builds(UpdateObject, *common, patch=texts),
         st.builds(DeleteObject, *common),
         st.builds(GrantEditor, *common, editor=texts),
@@ -58,19 +58,21 @@ def record_strategies(texts: Strategy, times: st.SearchStrategy[datetime], longs
         st.builds(RevokeReader, *common, reader=texts),
     )
     events = st.builds(Event, texts, st.sampled_from(EventType), texts, longs, texts, texts, times, texts,
-                       st.none() | texts, st.none() | texts, st.none() | texts, st.none() | texts)
+                       st.none() | texts, st.none() | texts, st.none() | texts, st.none() | texts,
+                       st.none() | texts, st.none() | texts, st.none() | texts, opt_longs)
     # "" and 0 stand for "none" in a stored window (schemas.records), so entries use None for them.
     recents = st.builds(RecentCommand, texts, texts, longs, times, st.none() | texts.filter(bool),
                         st.none() | longs.filter(bool))
     states = st.builds(ObjectState, st.booleans(), st.booleans(), longs, texts,
                        st.lists(texts, max_size=max_editors).map(tuple), st.none() | times, st.none() | times,
                        st.none() | times, longs, st.lists(recents, max_size=max_recent).map(tuple),
-                       st.lists(texts, max_size=max_editors).map(tuple))
+                       st.lists(texts, max_size=max_editors).map(tuple), st.none() | texts, st.none() | texts)
     originals = st.builds(OriginalRecord, texts, st.integers(0, 2**31 - 1), longs, st.none() | st.binary(),
                           st.none() | st.binary(), opt_longs, opt_longs, st.none() | texts, st.none() | texts)
     rejections = st.builds(Rejection, texts, st.sampled_from(ReasonCode), texts, st.none() | texts,
                            st.none() | texts, st.none() | texts, st.none() | times, opt_longs, st.none() | texts,
-                           opt_longs, st.none() | originals, st.none() | texts, st.none() | texts)
+                           opt_longs, st.none() | originals, st.none() | texts, st.none() | texts, opt_longs,
+                           st.none() | texts, st.none() | texts, st.lists(texts, max_size=3).map(tuple))
     return RecordStrategies(commands, events, recents, states, rejections)
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import json
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -38,6 +40,8 @@ from commands import (
     UpdateObject,
     decide,
 )
+from commands.rules import compile_rules
+from commands.rules.bounds import MAX_NAME_BYTES
 from schemas import codec
 
 pytestmark = pytest.mark.unit
@@ -71,7 +75,8 @@ def test_the_default_chain() -> None:
     sizes = size_limits(M)
     assert FRAME_BYTES == 61 + 21 + 5 + 5 + 1 == 93
     assert sizes.max_record_bytes == M - 93 - 2048 - 1024 == 1_045_411
-    assert sizes.max_document_bytes == 1_046_101 - 2048 - 390  # output headers; events carry issuer and jti
+    # output headers; events carry issuer and jti; and object_type (union 1 + length 2 + 64) and rules_version (1 + 10)
+    assert sizes.max_document_bytes == 1_046_101 - 2048 - 390 - 78
     assert sizes.keep_bytes == 64 * 1024
     assert sizes.max_id_bytes == 256
     assert limits_for(S).max_document_bytes == sizes.max_document_bytes
@@ -163,10 +168,13 @@ def test_the_worst_case_events_fit_and_one_byte_more_is_too_large(m: int) -> Non
     oid, cid, who = utf8_id(ids, "obj"), utf8_id(ids, "cmd"), utf8_id(ids, "who")
 
     token = {"issuer": "i" * limits.ISSUER_BYTES, "jti": "j" * limits.JTI_BYTES}  # events carry both (issue 27)
-    create = CreateObject(cid, oid, who, FAR, expected_version=0, document=utf8_object(d), **token)
+    create = CreateObject(cid, oid, who, FAR, expected_version=0, document=utf8_object(d), **token,
+                          object_type="t" * MAX_NAME_BYTES)
     assert create.size == d
-    ev = decide(None, create, lim).outcome
-    assert isinstance(ev, Event)
+    rules = compile_rules(json.dumps({"rules": 1, "types": {"t" * MAX_NAME_BYTES: {}}}), version=1)
+    ev = decide(None, create, lim, rules).outcome
+    assert isinstance(ev, Event) and ev.object_type == "t" * MAX_NAME_BYTES
+    ev = replace(ev, rules_version=-(2**63))  # the longest rules version: 10 bytes as a zig-zag varint
     rec = outcome_record(ev, s, 3, WORST_TRACE)
     _fits(rec, m)
     assert record_size(rec) > sizes.max_record_bytes - 32  # the bound is tight, not a guess far below the limit

@@ -63,8 +63,9 @@ def test_decode_outcome_tells_events_from_rejections_by_schema_id(outcome: Event
 def test_schema_ids_are_the_committed_ones() -> None:
     ids = json.loads(IDS_FILE.read_text())
     state = ObjectState(True, False, 1, "a")
-    assert codec.schema_id_of(codec.encode_state(state)) == ids["arbiter.ObjectState"]["2"]["id"] == 1302
-    assert codec.encode_state(state)[:5] == b"\x00" + struct.pack(">I", 1302)
+    assert codec.schema_id_of(codec.encode_state(state)) == ids["arbiter.ObjectState"]["3"]["id"] == 1303
+    assert codec.encode_state(state)[:5] == b"\x00" + struct.pack(">I", 1303)
+    assert ids["arbiter.ObjectState"]["2"]["id"] == 1302
     assert ids["arbiter.ObjectState"]["1"]["id"] == 1301  # never renumbered
 
 
@@ -102,12 +103,12 @@ def test_garbage_after_a_valid_header_only_ever_raises_decode_error(body: bytes)
 
 
 def evolved_catalog() -> SchemaCatalog:
-    """The repository's schemas plus a state v3 that adds a field with a default."""
+    """The repository's schemas plus a state version n+1 (id 1399) that adds a field with a default."""
     repo = SchemaCatalog.repository()
-    v2 = repo.latest(STATE)
-    v3_schema = copy.deepcopy(v2.schema)
-    v3_schema["fields"].append({"name": "labels", "type": {"type": "map", "values": "string"}, "default": {}})
-    return SchemaCatalog([*repo.versions(), SchemaVersion(STATE, 3, 1303, v3_schema)])
+    newest = repo.latest(STATE)
+    next_schema = copy.deepcopy(newest.schema)
+    next_schema["fields"].append({"name": "labels", "type": {"type": "map", "values": "string"}, "default": {}})
+    return SchemaCatalog([*repo.versions(), SchemaVersion(STATE, newest.version + 1, 1399, next_schema)])
 
 
 def test_reader_at_version_n_plus_1_reads_data_written_at_n() -> None:
@@ -115,10 +116,10 @@ def test_reader_at_version_n_plus_1_reads_data_written_at_n() -> None:
                         recent=(RecentCommand("c", "ACCEPTED", 3, datetime(2025, 1, 2, tzinfo=UTC)),))
     old = codec.encode_state(state)
     new = Codec(evolved_catalog())
-    assert codec.schema_id_of(old) == 1302
+    assert codec.schema_id_of(old) == 1303
     assert new.decode_state(old) == state
     written_v2 = new.encode_state(state)
-    assert codec.schema_id_of(written_v2) == 1303 and new.decode_state(written_v2) == state
+    assert codec.schema_id_of(written_v2) == 1399 and new.decode_state(written_v2) == state
     with pytest.raises(DecodeError) as err:
         codec.decode_state(written_v2)  # an old reader does not know the new id
     assert err.value.reason is ReasonCode.UNSUPPORTED_SCHEMA

@@ -115,6 +115,7 @@ def test_arrays_written_in_several_blocks_with_byte_sizes_are_read() -> None:
         binary.write_long(body, records.micros(datetime(2025, 1, day, tzinfo=UTC)))
     body.append(0)
     body += b"\x00\x00\x00"  # v2: readers, recent_principals, recent_fingerprints: empty (entries from v1)
+    body += b"\x00\x00"  # v3: object_type, tracked: null
     expected = ObjectState(True, False, 2, "o", ("a", "b", "c"), recent=state.recent)
     assert codec.decode_state(bytes(body)) == expected == records.state_from_record(fastavro_read(STATE, bytes(body)))
 

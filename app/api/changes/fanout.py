@@ -3,8 +3,10 @@
 The feed's thread reads every partition from the high watermarks it found when it started (no consumer group),
 decodes each event once, learns the roles before and after it (``roles.RolesBook``) when anyone follows that
 object, and hands each subscriber only what it may see: the event if it may read the object after it, an
-``access-revoked`` item if it could before and cannot after. A subscriber whose queue is full is cut off (a final
-``reset`` item; it resumes from its last id), never buffered without limit.
+``access-revoked`` item if it could before and cannot after. Queues are bounded in events and in bytes, each
+(``max_queue``, ``max_queue_bytes``) and all of the process's together (``Budget``): a subscriber whose queue is
+full, or the one holding the most bytes when the process's budget is spent, is cut off — its queue dropped at
+once, a final ``reset`` item in its place (it resumes from its last id) — never buffered without limit.
 
 ``attach`` returns the next offset the feed will hand on per partition, taken under the same lock the thread holds
 while it moves past a record and lists who gets it: every record at or after that offset reaches the subscriber,
@@ -44,36 +46,111 @@ class Item:
     event: Event | None = None
 
 
+class Budget:
+    """Bytes queued for every subscriber of one process, against a bound (thread-safe)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> bool:
+        """Count ``n`` more bytes queued if they fit under the bound; return whether they did."""
+        with self._lock:
+            if self.used + n > self.max_bytes:
+                return False
+            self.used += n
+            return True
+
+    def give(self, n: int) -> None:
+        with self._lock:
+            self.used -= n
+
+
 @dataclass(eq=False)
 class Subscriber:
-    """One stream's place in the feed: who it is, what it follows (one object or all) and its bounded queue."""
+    """One stream's place in the feed: who it is, what it follows (one object or all) and its bounded queue.
+
+    ``push`` runs on the feed's thread, ``pop`` on the stream's loop; both under the subscriber's own lock. A
+    queued item counts ``len(item.data)`` bytes (an event queued for N streams counts N times: the bound is on
+    what the queues could hold, whatever they share).
+    """
 
     principal: str
     groups: tuple[str, ...]
     object_id: str | None
     max_queue: int
+    max_bytes: int = 1 << 62
+    budget: Budget = field(default_factory=lambda: Budget(1 << 62))
     loop: asyncio.AbstractEventLoop | None = None
     queue: deque[Item] = field(default_factory=deque)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     cut: bool = False  # the feed stopped feeding it (overflow, roles unknown, shutdown); its last item says why
+    dropped: asyncio.Event = field(default_factory=asyncio.Event)  # set (on the loop) when it is cut off
+    queued: int = 0  # bytes queued now
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def push(self, item: Item) -> None:
-        """Queue ``item`` (from the feed's thread); on a full queue, cut the subscriber off instead."""
-        if self.cut:
-            return
-        if len(self.queue) >= self.max_queue:
-            self.cut = True
-            item = Item("reset", item.partition, item.offset, b"SLOW_CONSUMER")
-        self.queue.append(item)
+    def push(self, item: Item) -> bool:
+        """Queue ``item`` (from the feed's thread); on a full queue, cut the subscriber off instead. Return False,
+        queueing nothing, when the process's budget cannot hold the item (the feed decides whom to cut)."""
+        n = len(item.data)
+        with self._lock:
+            if self.cut:
+                return True
+            if len(self.queue) >= self.max_queue or self.queued + n > self.max_bytes:
+                self._cut("SLOW_CONSUMER")
+            elif not self.budget.take(n):
+                return False
+            else:
+                self.queue.append(item)
+                self.queued += n
+        self._wake()
+        return True
+
+    def pop(self) -> Item | None:
+        """Return the oldest queued item, None if there is none (on the stream's loop)."""
+        with self._lock:
+            if not self.queue:
+                return None
+            item = self.queue.popleft()
+            if item.kind != "reset":
+                self.queued -= len(item.data)
+                self.budget.give(len(item.data))
+            return item
+
+    def _cut(self, code: str) -> None:
+        # under ``_lock``: the queue goes at once (its bytes back to the process), only the ``reset`` stays
+        self.cut = True
+        self.budget.give(self.queued)
+        self.queued = 0
+        self.queue.clear()
+        self.queue.append(Item("reset", -1, -1, code.encode()))
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.dropped.set)
+        else:
+            self.dropped.set()
+
+    def _wake(self) -> None:
         # Set from the loop's thread; the stream clears ``wake`` before it looks at the queue, so a skipped set
         # (already set) is never a lost wake-up.
         if self.loop is not None and not self.wake.is_set():
             self.loop.call_soon_threadsafe(self.wake.set)
 
     def stop(self, code: str) -> None:
-        if not self.cut:
-            self.push(Item("reset", -1, -1, code.encode()))
+        """Cut the subscriber off with a ``reset`` ``code`` (its queue is dropped)."""
+        with self._lock:
+            if self.cut:
+                return
+            self._cut(code)
+        self._wake()
+
+    def release(self) -> None:
+        """Drop what is still queued and take nothing more (the stream ended): its bytes go back to the process."""
+        with self._lock:
             self.cut = True
+            self.budget.give(self.queued)
+            self.queued = 0
+            self.queue.clear()
 
 
 class ChangeFeed:
@@ -81,11 +158,14 @@ class ChangeFeed:
 
     def __init__(self, bootstrap: str, topic: str, roles: RolesSource, *, max_subscribers: int,
                  max_per_principal: int, max_queue: int, retry_after_s: int,
-                 kafka_config: dict[str, str] | None = None, max_roles: int = 100_000) -> None:
+                 kafka_config: dict[str, str] | None = None, max_roles: int = 100_000,
+                 max_queue_bytes: int = 1 << 62, max_total_bytes: int = 1 << 62) -> None:
         self.bootstrap, self.topic, self.kafka_config = bootstrap, topic, kafka_config or {}
         self.book = RolesBook(roles, topic, max_roles)
         self.max_subscribers, self.max_per_principal = max_subscribers, max_per_principal
         self.max_queue, self.retry_after_s = max_queue, retry_after_s
+        self.max_queue_bytes = max_queue_bytes
+        self.budget = Budget(max_total_bytes)
         self._lock = threading.Lock()
         self._start_lock = threading.Lock()
         self._held: dict[str, int] = {}
@@ -176,6 +256,7 @@ class ChangeFeed:
                     subs.remove(sub)
                     if not subs:
                         del self._by_object[sub.object_id]
+        sub.release()
 
     # -- the thread ------------------------------------------------------------------------------------------------
 
@@ -232,10 +313,24 @@ class ChangeFeed:
             if after.may_read(sub.principal, sub.groups):
                 if change is None:
                     change = event_data(event)
-                sub.push(Item("change", partition, offset, change, event))
+                self._deliver(sub, Item("change", partition, offset, change, event))
                 self.delivered += 1
             elif before is not None and before.may_read(sub.principal, sub.groups):
-                sub.push(Item("access-revoked", partition, offset, revoked_data(event), event))
+                self._deliver(sub, Item("access-revoked", partition, offset, revoked_data(event), event))
+
+    def subscriber(self, principal: str, groups: tuple[str, ...], object_id: str | None) -> Subscriber:
+        """Return a new subscriber held to this feed's bounds (not attached yet)."""
+        return Subscriber(principal, groups, object_id, self.max_queue, self.max_queue_bytes, self.budget)
+
+    def _deliver(self, sub: Subscriber, item: Item) -> None:
+        """Queue ``item`` for ``sub``; while the process's budget cannot hold it, cut off the subscriber holding the
+        most bytes (the slowest reader), ``sub`` itself if nobody holds any."""
+        while not sub.push(item):
+            hog = max(self._everyone(), key=lambda s: s.queued)
+            if hog.queued == 0:
+                sub.stop("SLOW_CONSUMER")
+                return
+            hog.stop("SLOW_CONSUMER")
 
     def close(self) -> None:
         """Stop the thread, cut every subscriber off (SHUTDOWN) and close the consumer."""

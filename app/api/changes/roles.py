@@ -57,48 +57,56 @@ class AuditRoles:
         self.seeded = 0
 
     def _open(self) -> Rdict | None:
-        if self._db is None and (self.path / "CURRENT").exists():
-            self._secondary = Path(tempfile.mkdtemp(prefix="audit-roles-"))
-            self._db = store.open_reader(self.path, self._secondary)
-        return self._db
+        with self._lock:
+            if self._db is None and (self.path / "CURRENT").exists():
+                self._secondary = Path(tempfile.mkdtemp(prefix="audit-roles-"))
+                self._db = store.open_reader(self.path, self._secondary)
+            return self._db
 
     def _stored_to(self, db: Rdict, topic: str, partition: int) -> int:
         head = store.head_of(db, (topic, partition))
         return head.next_offset if head is not None else 0
 
+    def _caught_up(self, topic: str, partition: int, offset: int) -> Rdict | None:
+        """Return the store once it holds ``partition`` below ``offset``, None if it does not yet."""
+        db = self._open()
+        if db is None:
+            return None
+        with self._lock:  # one catch-up with the primary at a time; reads below run without the lock
+            db.try_catch_up_with_primary()
+        return db if self._stored_to(db, topic, partition) >= offset else None
+
     def roles_before(self, object_id: str, topic: str, partition: int, offset: int) -> Roles | None:
-        """Return the roles on ``object_id`` after its events below ``offset`` (None: none); raise RolesUnknown."""
+        """Return the roles on ``object_id`` after its events below ``offset`` (None: none); raise RolesUnknown.
+
+        The wait for the audit projection holds no lock: one stream's catch-up waiting on a partition the audit
+        trail has not stored yet never stalls another's lookup (or the live feed's)."""
         deadline = time.monotonic() + self.wait_s
-        with self._lock:
-            while True:
-                db = self._open()
-                if db is not None:
-                    db.try_catch_up_with_primary()
-                    if self._stored_to(db, topic, partition) >= offset:
-                        break
-                if time.monotonic() >= deadline:
-                    raise RolesUnknown(f"the audit trail has not stored {topic}[{partition}] up to offset {offset} "
-                                       f"within {self.wait_s:g} s: the roles on {object_id!r} are unknown")
-                time.sleep(self.poll_s)
-            roles: Roles | None = None
-            prefix = index_key(object_id, topic, partition, 0)[:-8]  # this object's entries of that partition
-            chain = chain_prefix(topic, partition)
-            for k, _ in prefixed(db, prefix):
-                ek = chain + k[len(prefix):]  # the index key ends in the entry's seq
-                raw = db.get(ek)
-                if raw is None:
+        while (db := self._caught_up(topic, partition, offset)) is None:
+            if time.monotonic() >= deadline:
+                raise RolesUnknown(f"the audit trail has not stored {topic}[{partition}] up to offset {offset} "
+                                   f"within {self.wait_s:g} s: the roles on {object_id!r} are unknown")
+            time.sleep(self.poll_s)
+        roles: Roles | None = None
+        prefix = index_key(object_id, topic, partition, 0)[:-8]  # this object's entries of that partition
+        chain = chain_prefix(topic, partition)
+        for k, _ in prefixed(db, prefix):
+            ek = chain + k[len(prefix):]  # the index key ends in the entry's seq
+            raw = db.get(ek)
+            if raw is None:
+                continue
+            try:
+                _, entry = unpack_entry(ek, raw)
+                if entry.offset < 0 or entry.offset >= offset:  # a restart entry, or at/after the event
                     continue
-                try:
-                    _, entry = unpack_entry(ek, raw)
-                    if entry.offset < 0 or entry.offset >= offset:  # a restart entry, or at/after the event
-                        continue
-                    outcome = codec.decode_outcome(entry.value or b"")
-                except (ValueError, DecodeError) as e:
-                    raise RolesUnknown(f"an audited event of {object_id!r} is unreadable: {e}") from e
-                if isinstance(outcome, Event) and outcome.object_id == object_id:
-                    roles = roles_after(roles, outcome)
+                outcome = codec.decode_outcome(entry.value or b"")
+            except (ValueError, DecodeError) as e:
+                raise RolesUnknown(f"an audited event of {object_id!r} is unreadable: {e}") from e
+            if isinstance(outcome, Event) and outcome.object_id == object_id:
+                roles = roles_after(roles, outcome)
+        with self._lock:
             self.seeded += 1
-            return roles
+        return roles
 
     def close(self) -> None:
         with self._lock:

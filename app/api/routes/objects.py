@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
+from app.api import json_out
 from app.api.auth import PRINCIPAL_PATTERN
 from app.api.deps import ApiContext, ContextDep, ObjectViewLike, PrincipalDep, ReaderDep, ReadModelDep, caller_of
 from app.api.history import EventPage, ObjectPage, RoleName, event_page, object_page
@@ -47,7 +47,7 @@ from projections.db.lists import BadCursor, Role, decode_cursor, grantees, micro
 
 router = APIRouter(prefix="/objects", tags=["objects"], route_class=StrictJsonRoute)
 #: What GET serves: RFC 8259 only (no NaN/Infinity; a lone surrogate fails the UTF-8 encode).
-_strict_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+_strict_json = json_out.encode  # the one JSON rule of every way a document leaves the API
 
 ObjectIdPath = Annotated[str, Path(pattern=OBJECT_ID_PATTERN)]
 GranteePath = Annotated[str, Path(pattern=PRINCIPAL_PATTERN)]

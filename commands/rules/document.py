@@ -1,0 +1,110 @@
+"""The rules document as text: parse (YAML or JSON), check against its published JSON Schema, canonicalise, digest.
+
+A document is YAML 1.1 (PyYAML's ``safe_load``, so JSON text is read too) whose value must be plain JSON: string
+keys only, no timestamps, no NaN or infinities. Its canonical form is JSON with sorted keys, no spaces and
+unescaped Unicode: the text that travels in the control record and whose SHA-256 is the version's digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+from commands.errors import ArbiterError
+from commands.rules.meta_schema import META_SCHEMA
+
+#: The most bytes a rules document may have (its canonical JSON must fit a control record).
+MAX_DOCUMENT_BYTES = 512 * 1024
+
+
+class RulesInvalid(ArbiterError):
+    """A rules document that cannot be deployed; ``problems`` name each fault with a JSON pointer into it."""
+
+    code = "RULES_INVALID"
+
+    def __init__(self, problems: tuple[str, ...] | list[str]) -> None:
+        self.problems: tuple[str, ...] = tuple(problems)
+        super().__init__("rules document is invalid: " + "; ".join(self.problems), code="RULES_INVALID")
+
+
+def pointer(*tokens: str | int) -> str:
+    """Return the RFC 6901 JSON pointer of ``tokens`` ("" for none)."""
+    return "".join("/" + str(t).replace("~", "~0").replace("/", "~1") for t in tokens)
+
+
+def canonical_json(value: Any) -> str:  # noqa: ANN401 - any JSON value
+    """Return ``value`` as canonical JSON text: sorted keys, no spaces, Unicode unescaped."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _plain_json_problems(value: Any, at: str = "") -> list[str]:  # noqa: ANN401
+    if isinstance(value, dict):
+        problems = []
+        for k, v in value.items():
+            if not isinstance(k, str):
+                problems.append(f"{at or '/'}: key {k!r} is not a string (quote it)")
+            else:
+                problems += _plain_json_problems(v, at + pointer(k))
+        return problems
+    if isinstance(value, list):
+        return [p for i, v in enumerate(value) for p in _plain_json_problems(v, at + pointer(i))]
+    if value is None or isinstance(value, str | bool | int):
+        return []
+    if isinstance(value, float):
+        return [] if math.isfinite(value) else [f"{at or '/'}: {value} is not a JSON number"]
+    return [f"{at or '/'}: a YAML {type(value).__name__} is not JSON (quote it)"]
+
+
+def _validator() -> Any:  # noqa: ANN401 - a jsonschema_rs validator
+    import jsonschema_rs
+
+    return jsonschema_rs.Draft202012Validator(META_SCHEMA, pattern_options=jsonschema_rs.RegexOptions())
+
+
+_META_VALIDATOR = _validator()
+
+
+def parse_rules(document: str | bytes) -> dict[str, Any]:
+    """Return the parsed rules document checked against the published JSON Schema; raise RulesInvalid."""
+    import yaml
+
+    if isinstance(document, bytes):
+        if len(document) > MAX_DOCUMENT_BYTES:
+            raise RulesInvalid([f"(document): over {MAX_DOCUMENT_BYTES} bytes"])
+        try:
+            document = document.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise RulesInvalid([f"(document): not UTF-8 text ({e})"]) from e
+    if len(document) > MAX_DOCUMENT_BYTES:
+        raise RulesInvalid([f"(document): over {MAX_DOCUMENT_BYTES} characters"])
+    try:
+        value = yaml.safe_load(document)
+    except yaml.YAMLError as e:
+        raise RulesInvalid([f"(document): not YAML or JSON text: {e}"]) from e
+    problems = _plain_json_problems(value)
+    if problems:
+        raise RulesInvalid(problems)
+    errors = sorted(_META_VALIDATOR.iter_errors(value), key=lambda e: [str(t) for t in e.instance_path])
+    if errors:
+        raise RulesInvalid([f"{pointer(*e.instance_path) or '/'}: {_clip(e.message)}" for e in errors])
+    assert isinstance(value, dict)  # the meta-schema says so
+    return value
+
+
+def _clip(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def canonical_rules(document: str | bytes) -> str:
+    """Return the canonical JSON text of a rules document given as YAML or JSON text; raise RulesInvalid.
+
+    Only the document's form is checked here; ``compile_rules`` also compiles it (CEL, schemas, transitions).
+    """
+    return canonical_json(parse_rules(document))
+
+
+def rules_digest(canonical: str) -> str:
+    """Return ``"sha256:<hex>"`` of the canonical JSON text of a rules document (its UTF-8 bytes)."""
+    return "sha256:" + hashlib.sha256(canonical.encode("utf-8")).hexdigest()

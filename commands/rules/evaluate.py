@@ -1,0 +1,294 @@
+"""Applying a ``RuleSet`` to one command that Arbiter's generic checks accepted: the type's rules, in a fixed order.
+
+``decide`` calls ``apply_rules`` at the very end, when every generic check has passed (ids, visibility, roles,
+duplicates, existence, versions, sizes, JSON hygiene, grants), for a create that names a type and for any command
+on a typed object. The first rule that fails decides:
+
+- **create** (``object_type`` set): the type must be in the rules (else RULE_VIOLATED ``types``; with no rules
+  deployed every type is unknown); ``create_schema`` checks the document (``<type>:create_schema``, pointer of the
+  first error); the tracked fields are copied from the document and bounded (TOO_LARGE ``<type>:max_tracked_bytes``);
+  each transition checks its field's first value; then each guard whose ``kinds`` has ``create``, in document order.
+- **update** of a typed object: the type must still be in the rules (else RULE_VIOLATED ``types``: an update can not
+  keep tracked fields true without its type's pointers); ``patch_schema`` checks the patch; the tracked fields
+  after the merge patch (``commands.rules.tracked``) are bounded; each transition checks a field whose value
+  changed; then the guards of kind ``update``.
+- **delete, grant and revoke** on a typed object: the guards of that kind (``next`` is the tracked fields as they
+  are); nothing if the type is no longer in the rules.
+
+A transition of field F with map ``allowed`` (value -> values it may move to) and optional ``initial``: on create
+F's value must be in ``initial`` (when given) or be null or a key of ``allowed``; on update, when F changes, the
+new value must be a key of ``allowed`` (null is not: a tracked state is never removed), and reachable: from a key
+of ``allowed`` only to its listed values; from null, or a value that is no key (set before the rule existed), only
+to ``initial`` (or to any key when there is no ``initial``). Values compare as JSON (1 and true differ).
+
+A guard runs on the command kinds it lists in ``kinds`` (default: create and update), in document order; guards of
+one kind are evaluated as chained programs (``TypeRules.by_kind``) with exactly the outcome of evaluating them one
+by one. A guard is a CEL expression; true lets the command pass, false is RULE_VIOLATED with the guard's message and
+pointers (given, or else the pointers of the tracked fields it mentions); an evaluation error (a missing map key, no
+matching overload such as null > 1, overflow) or a value that is not a bool is RULE_ERROR with the guard's name and
+the error as ``rule_message``. The variables, all maps:
+
+- ``state``: ``exists``, ``deleted``, ``version``, ``owner``, ``editors``, ``readers``, ``type``, ``created_at``,
+  ``updated_at`` (timestamps or null) and every tracked field by name, as before the command (null on create);
+- ``next``: every tracked field by name as after the command (null where missing);
+- ``command``: ``kind`` (``create``, ``update``, ``delete``, ``grant_editor``, ``revoke_editor``, ``grant_reader``,
+  ``revoke_reader``), ``id``, ``object_id``, ``expected_version`` (or null), ``issued_at`` (a timestamp: the only
+  clock a rule has), ``type``, ``editor``/``reader`` (or null), and ``document`` (create) or ``patch`` (update) as
+  parsed JSON, null otherwise;
+- ``caller``: ``principal``, ``groups`` (the names, without ``group:``) and ``issuer`` (or null) of the command.
+
+Nothing here raises: a rule's failure is a rejection. ``decide`` stays a pure function of (state, command, rules).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from commands.command import (
+    Command,
+    CreateObject,
+    DeleteObject,
+    GrantEditor,
+    GrantReader,
+    RevokeEditor,
+    RevokeReader,
+    UpdateObject,
+    utf8_size,
+)
+from commands.errors import ReasonCode
+from commands.rules.bounds import MAX_MESSAGE_BYTES, MAX_POINTER_BYTES, MAX_POINTERS
+from commands.rules.document import pointer
+from commands.rules.ruleset import RuleSet, Transition, TypeRules
+from commands.rules.tracked import decode_tracked, encode_tracked, patched_value, value_at
+from commands.state import ObjectState
+
+_KIND = {CreateObject: "create", UpdateObject: "update", DeleteObject: "delete", GrantEditor: "grant_editor",
+         RevokeEditor: "revoke_editor", GrantReader: "grant_reader", RevokeReader: "revoke_reader"}
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A rule refused the command: the reason code, the rule's qualified name, its message and pointers."""
+
+    reason: ReasonCode
+    rule: str
+    message: str
+    pointers: tuple[str, ...] = ()
+
+
+def clip_bytes(text: str, limit: int) -> str:
+    """Return ``text`` cut so that its UTF-8 form is at most ``limit`` bytes (with an ellipsis if cut)."""
+    if utf8_size(text) <= limit:
+        return text
+    cut = text.encode("utf-8")[:limit - 3].decode("utf-8", "ignore")
+    return cut + "…"
+
+
+def _pointers(pointers: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    return tuple(clip_bytes(p, MAX_POINTER_BYTES) for p in pointers[:MAX_POINTERS])
+
+
+def _violated(rule: str, message: str, pointers: tuple[str, ...] | list[str] = (),
+              reason: ReasonCode = ReasonCode.RULE_VIOLATED) -> Verdict:
+    return Verdict(reason, rule, clip_bytes(message, MAX_MESSAGE_BYTES), _pointers(pointers))
+
+
+def _as_json(value: Any) -> str:  # noqa: ANN401
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _schema_verdict(validator: Any, value: Any, rule: str, what: str) -> Verdict | None:  # noqa: ANN401
+    if validator is None or validator.is_valid(value):
+        return None
+    error = next(iter(validator.iter_errors(value)))  # jsonschema-rs reports in a fixed order for one input
+    where = pointer(*error.instance_path)
+    return _violated(rule, f"{what} does not match the schema at {where or '/'}: {error.message}", [where or "/"])
+
+
+def _bounded(rules: TypeRules, values: dict[str, Any]) -> tuple[Verdict | None, str | None]:  # noqa: ANN401
+    text = encode_tracked(values)
+    if text is not None and utf8_size(text) > rules.max_tracked_bytes:
+        return _violated(f"{rules.name}:max_tracked_bytes", f"tracked fields are {utf8_size(text)} bytes, over the "
+                         f"limit of {rules.max_tracked_bytes}", [p for p, v in values.items() if v is not None],
+                         ReasonCode.TOO_LARGE), None
+    return None, text
+
+
+def _same(a: Any, b: Any) -> bool:  # noqa: ANN401
+    """Return True if two JSON values are equal as JSON (1, 1.0 and true all differ)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict | list):
+        return _as_json(a) == _as_json(b)
+    return bool(a == b)
+
+
+def _transition_verdict(t: Transition, old: Any, new: Any, creating: bool) -> Verdict | None:  # noqa: ANN401
+    keys = t.allowed
+    if creating:
+        if t.initial is not None:
+            ok = isinstance(new, str) and new in t.initial
+        else:
+            ok = new is None or (isinstance(new, str) and new in keys)
+        if ok:
+            return None
+        return _violated(t.rule, t.message or f"{t.field} may not start as {_as_json(new)}", [t.pointer])
+    if _same(old, new):
+        return None
+    if not isinstance(new, str) or new not in keys:
+        return _violated(t.rule, t.message or f"{t.field} may not become {_as_json(new)}: not one of its states",
+                         [t.pointer])
+    if isinstance(old, str) and old in keys:
+        reachable = keys[old]
+    else:
+        reachable = t.initial if t.initial is not None else frozenset(keys)
+    if new in reachable:
+        return None
+    return _violated(t.rule, t.message or f"{t.field} may not move from {_as_json(old)} to {_as_json(new)}",
+                     [t.pointer])
+
+
+def _guards_verdict(rules: TypeRules, state: ObjectState | None, command: Command, kind: str,
+                    old: dict[str, Any], new: dict[str, Any], payload: Any) -> Verdict | None:  # noqa: ANN401
+    runs = rules.by_kind.get(kind)
+    if not runs:
+        return None
+    data = _variables(rules, state, command, kind, old, new, payload)
+    from cel_expr_python import cel
+
+    for guards, chain in runs:
+        try:
+            if chain is not None:  # one evaluation for the run: the index of its first false guard, or -1
+                result = chain.eval(data=data)
+                if result.type() == cel.Type.INT:
+                    index = result.value()
+                    if index < 0:
+                        continue
+                    return _violated(guards[index].rule, guards[index].message, guards[index].pointers)
+                # an error somewhere: evaluate one by one, in order, to name the guard (as if there were no chain)
+            for g in guards:
+                result = g.program.eval(data=data)
+                kind_of = result.type()
+                if kind_of == cel.Type.BOOL:
+                    if result.value() is True:
+                        continue
+                    return _violated(g.rule, g.message, g.pointers)
+                if kind_of == cel.Type.ERROR:
+                    return _violated(g.rule, f"evaluation failed: {result.value()}", g.pointers, ReasonCode.RULE_ERROR)
+                return _violated(g.rule, f"evaluation gave a {kind_of.name()}, not a bool", g.pointers,
+                                 ReasonCode.RULE_ERROR)
+        except Exception as e:  # noqa: BLE001 - a value CEL cannot hold (an integer over 64 bits): the first guard's error
+            return _violated(guards[0].rule, f"evaluation failed: {e}", guards[0].pointers, ReasonCode.RULE_ERROR)
+    return None
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _timestamp(at: datetime | None) -> Any:  # noqa: ANN401 - a protobuf Timestamp, what cel-cpp takes in a map
+    if at is None:
+        return None
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    d = at - _EPOCH
+    return Timestamp(seconds=d.days * 86_400 + d.seconds, nanos=d.microseconds * 1000)
+
+
+_NO_STATE = {"exists": False, "deleted": False, "version": 0, "owner": "", "editors": [], "readers": [], "type": None,
+             "created_at": None, "updated_at": None}
+_STATE: dict[str, Callable[[ObjectState], Any]] = {
+    "exists": lambda s: True, "deleted": lambda s: s.deleted, "version": lambda s: s.version,
+    "owner": lambda s: s.owner, "editors": lambda s: list(s.editors), "readers": lambda s: list(s.readers),
+    "type": lambda s: s.object_type, "created_at": lambda s: _timestamp(s.created_at),
+    "updated_at": lambda s: _timestamp(s.updated_at)}
+_COMMAND: dict[str, Callable[[Command], Any]] = {
+    "id": lambda c: c.command_id, "object_id": lambda c: c.object_id, "expected_version": lambda c: c.expected_version,
+    "issued_at": lambda c: _timestamp(c.issued_at),
+    "editor": lambda c: c.editor if isinstance(c, GrantEditor | RevokeEditor) else None,
+    "reader": lambda c: c.reader if isinstance(c, GrantReader | RevokeReader) else None}
+_CALLER: dict[str, Callable[[Command], Any]] = {
+    "principal": lambda c: c.principal, "groups": lambda c: list(c.groups), "issuer": lambda c: c.issuer}
+
+
+def _command_member(member: str, rules: TypeRules, command: Command, kind: str, payload: Any) -> Any:  # noqa: ANN401
+    if member == "kind":
+        return kind
+    if member == "type":
+        return rules.name
+    if member == "document":
+        return payload if kind == "create" else None
+    if member == "patch":
+        return payload if kind == "update" else None
+    return _COMMAND[member](command)
+
+
+def _variables(rules: TypeRules, state: ObjectState | None, command: Command, kind: str,
+               old: dict[str, Any], new: dict[str, Any], payload: Any) -> dict[str, Any]:  # noqa: ANN401
+    """Return the four variables of a guard with the members the type's guards read (see the module docstring)."""
+    reads = rules.reads
+    pointers = {name: ptr for name, ptr, _ in rules.tracked}
+    live = state if state is not None and state.exists else None
+    st = {m: old.get(pointers[m]) if m in pointers else _STATE[m](live) if live is not None else _NO_STATE[m]
+          for m in reads["state"]}
+    nxt = {m: new.get(pointers[m]) for m in reads["next"]}
+    cmd = {m: _command_member(m, rules, command, kind, payload) for m in reads["command"]}
+    caller = {m: _CALLER[m](command) for m in reads["caller"]}
+    return {"state": st, "next": nxt, "command": cmd, "caller": caller}
+
+
+def apply_rules(ruleset: RuleSet | None, state: ObjectState | None, command: Command,
+                object_type: str) -> tuple[Verdict | None, str | None]:
+    """Return (the verdict of the first failing rule, or None; the object's tracked text after the command).
+
+    ``object_type`` is the command's type on create and the object's otherwise. See the module for the order.
+    Never raises: anything unforeseen (a state whose tracked text is not JSON) is RULE_ERROR of rule ``types``.
+    """
+    try:
+        return _apply_rules(ruleset, state, command, object_type)
+    except Exception as e:  # noqa: BLE001 - a rule's failure rejects one command, it never stops the validator
+        return _violated("types", f"the rules could not be applied: {e!r}", (), ReasonCode.RULE_ERROR), None
+
+
+def _apply_rules(ruleset: RuleSet | None, state: ObjectState | None, command: Command,
+                 object_type: str) -> tuple[Verdict | None, str | None]:
+    rules = ruleset.types.get(object_type) if ruleset is not None else None
+    kept = state.tracked if state is not None else None
+    creating = isinstance(command, CreateObject)
+    if rules is None:
+        if creating or isinstance(command, UpdateObject):
+            where = "no rules are deployed" if ruleset is None else f"rules version {ruleset.version} has no such type"
+            return _violated("types", f"type {object_type!r} is unknown: {where}"), None
+        return None, kept
+    assert ruleset is not None
+    kind = _KIND[type(command)]
+    old = decode_tracked(kept)
+    payload: Any = None
+    if isinstance(command, CreateObject):
+        payload = json.loads(command.document)
+        verdict = _schema_verdict(rules.create_schema, payload, f"{rules.name}:create_schema", "document")
+        if verdict is not None:
+            return verdict, None
+        new = {ptr: value_at(payload, tokens) for _, ptr, tokens in rules.tracked}
+    elif isinstance(command, UpdateObject):
+        payload = json.loads(command.patch)
+        verdict = _schema_verdict(rules.patch_schema, payload, f"{rules.name}:patch_schema", "patch")
+        if verdict is not None:
+            return verdict, None
+        new = {ptr: patched_value(old.get(ptr), tokens, payload) for _, ptr, tokens in rules.tracked}
+    else:
+        new = old
+    text = kept
+    if new is not old:
+        verdict, text = _bounded(rules, new)
+        if verdict is not None:
+            return verdict, None
+        for t in rules.transitions:
+            verdict = _transition_verdict(t, old.get(t.pointer), new.get(t.pointer), creating)
+            if verdict is not None:
+                return verdict, None
+    verdict = _guards_verdict(rules, state, command, kind, old, new, payload)
+    return verdict, None if verdict is not None else text

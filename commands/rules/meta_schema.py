@@ -1,0 +1,129 @@
+"""The published JSON Schema (Draft 2020-12) of a rules document; ``schemas/rules.schema.json`` is this, generated.
+
+Regenerate the file with ``python -m commands.rules.meta_schema > schemas/rules.schema.json`` (a test holds them equal).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from commands.rules.bounds import (
+    DEFAULT_MAX_TRACKED_BYTES,
+    MAX_EXPRESSION_CHARS,
+    MAX_GUARDS,
+    MAX_MESSAGE_BYTES,
+    MAX_NAME_BYTES,
+    MAX_POINTER_BYTES,
+    MAX_POINTERS,
+    MAX_TRACKED_BYTES_BOUND,
+    MAX_TRACKED_FIELDS,
+    MAX_TRANSITION_STATES,
+    MAX_TYPES,
+    NAME_PATTERN,
+)
+
+#: The command kinds a guard may run on (``kinds``), as CEL sees them in ``command.kind``.
+COMMAND_KINDS = ("create", "update", "delete", "grant_editor", "revoke_editor", "grant_reader", "revoke_reader")
+
+_NAME = {"type": "string", "pattern": NAME_PATTERN, "maxLength": MAX_NAME_BYTES}
+_POINTER = {"type": "string", "pattern": "^(/([^~]|~[01])*)+$", "maxLength": MAX_POINTER_BYTES,
+            "description": "An RFC 6901 JSON pointer into the object's document, not the root (\"\")."}
+_MESSAGE = {"type": "string", "minLength": 1, "maxLength": MAX_MESSAGE_BYTES // 4,
+            "description": "Shown to the client in the rejection (rule_message) and the HTTP problem."}
+_SCHEMA = {"type": ["object", "boolean"],
+           "description": "A JSON Schema, Draft 2020-12 (its $schema, if given, must name that draft); no remote $ref."}
+
+META_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "https://arbiter.invalid/schemas/rules.schema.json",
+    "title": "Arbiter rules document",
+    "description": "The team's own rules: object types, their JSON Schemas, tracked fields, transitions and guards "
+                   "(commands/rules). Deployed with `arbiter rules deploy FILE`.",
+    "type": "object",
+    "required": ["rules", "types"],
+    "additionalProperties": False,
+    "properties": {
+        "rules": {"const": 1, "description": "The format of this document: 1."},
+        "description": {"type": "string", "maxLength": 4096},
+        "max_tracked_bytes": {"type": "integer", "minimum": 2, "maximum": MAX_TRACKED_BYTES_BOUND,
+                              "default": DEFAULT_MAX_TRACKED_BYTES,
+                              "description": "Default bound on an object's tracked fields (UTF-8 bytes of their "
+                                             "canonical JSON); over it a command is TOO_LARGE."},
+        "types": {
+            "type": "object",
+            "maxProperties": MAX_TYPES,
+            "propertyNames": _NAME,
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "description": {"type": "string", "maxLength": 4096},
+                    "create_schema": _SCHEMA,
+                    "patch_schema": _SCHEMA,
+                    "max_tracked_bytes": {"type": "integer", "minimum": 2, "maximum": MAX_TRACKED_BYTES_BOUND},
+                    "tracked": {
+                        "type": "object",
+                        "maxProperties": MAX_TRACKED_FIELDS,
+                        "propertyNames": _NAME,
+                        "additionalProperties": _POINTER,
+                        "description": "Field name (as CEL sees it in state and next) to JSON pointer.",
+                    },
+                    "transitions": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["name", "field", "allowed"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "name": _NAME,
+                                "field": _NAME,
+                                "initial": {"type": "array", "items": {"type": "string"}, "minItems": 1,
+                                            "uniqueItems": True,
+                                            "description": "The values the field may take on create (and when it "
+                                                           "is set while null); without it, any key of allowed."},
+                                "allowed": {
+                                    "type": "object",
+                                    "minProperties": 1,
+                                    "maxProperties": MAX_TRANSITION_STATES,
+                                    "additionalProperties": {"type": "array", "items": {"type": "string"},
+                                                             "uniqueItems": True},
+                                    "description": "Each value of the field to the values it may move to.",
+                                },
+                                "message": _MESSAGE,
+                            },
+                        },
+                    },
+                    "guards": {
+                        "type": "array",
+                        "maxItems": MAX_GUARDS,
+                        "items": {
+                            "type": "object",
+                            "required": ["name", "expr", "message"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "name": _NAME,
+                                "expr": {"type": "string", "minLength": 1, "maxLength": MAX_EXPRESSION_CHARS,
+                                         "description": "A CEL expression over state, next, command and caller; "
+                                                        "true lets the command pass."},
+                                "message": _MESSAGE,
+                                "kinds": {"type": "array", "items": {"enum": list(COMMAND_KINDS)}, "minItems": 1,
+                                       "uniqueItems": True, "default": ["create", "update"]},
+                                "pointers": {"type": "array", "items": _POINTER, "maxItems": MAX_POINTERS},
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+def published_text() -> str:
+    """Return the text of ``schemas/rules.schema.json``."""
+    return json.dumps(META_SCHEMA, indent=2, ensure_ascii=False) + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover - the generator of the published file
+    print(published_text(), end="")

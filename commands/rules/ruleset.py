@@ -1,0 +1,243 @@
+"""Compiling a rules document into a ``RuleSet``: what ``decide`` consults, built once per deployed version.
+
+Refused at compile time (``RulesInvalid``, each problem with a JSON pointer into the document): anything the
+published JSON Schema refuses (``commands.rules.meta_schema``); a create or patch schema that is not a valid Draft
+2020-12 schema, names another draft, or has a ``$ref`` that is not inside the document (no I/O: nothing is fetched)
+or a ``pattern`` outside the linear-time regex dialect; a tracked field named like a member of ``state``
+(``commands.rules.expression.STATE_MEMBERS``) or two fields with one pointer; a transition of a field that is not
+tracked, or whose ``initial`` or target values are not keys of ``allowed``; two rules of a type with one name, or a
+rule named ``create_schema``, ``patch_schema``, ``max_tracked_bytes`` or ``types`` (the built-in rules' names); a
+guard that does not compile or breaks the bounds in ``commands.rules.expression``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from commands.rules.bounds import DEFAULT_MAX_TRACKED_BYTES
+from commands.rules.document import RulesInvalid, canonical_json, parse_rules, pointer, rules_digest
+from commands.rules.expression import (
+    STATE_MEMBERS,
+    VARIABLES,
+    compile_expression,
+    new_environment,
+    references,
+    text_problems,
+    uses,
+)
+from commands.rules.meta_schema import COMMAND_KINDS
+from commands.rules.tracked import parse_pointer
+
+#: The names of the built-in rules (a document's rules may not take them): unknown type, the two schemas, the bound.
+BUILTIN_RULES = ("types", "create_schema", "patch_schema", "max_tracked_bytes")
+DEFAULT_KINDS = ("create", "update")
+_DRAFT = "https://json-schema.org/draft/2020-12/schema"
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """A compiled transition rule: ``field``'s value may move from a key of ``allowed`` to one of its values."""
+
+    rule: str  # qualified: "<type>:<name>"
+    field: str
+    pointer: str
+    initial: frozenset[str] | None
+    allowed: dict[str, frozenset[str]]
+    message: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """A compiled guard: a CEL program, the command kinds it runs on and the pointers a rejection names."""
+
+    rule: str  # qualified: "<type>:<name>"
+    program: Any  # a cel_expr_python Expression
+    message: str
+    kinds: frozenset[str]
+    pointers: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TypeRules:
+    """The compiled rules of one type."""
+
+    name: str
+    create_schema: Any | None  # a jsonschema_rs validator
+    patch_schema: Any | None
+    tracked: tuple[tuple[str, str, tuple[str, ...]], ...]  # (name, pointer, tokens), in name order
+    max_tracked_bytes: int
+    transitions: tuple[Transition, ...]
+    guards: tuple[Guard, ...]
+    needs_document: bool  # some guard reads command.document
+    needs_patch: bool  # some guard reads command.patch
+    needs_times: bool  # some guard reads a timestamp (state.created_at, state.updated_at, command.issued_at)
+    # Per command kind: its guards in runs of up to CHAIN, each run with one CEL program that gives the index of
+    # the run's first false guard (-1 if none is), or None: one evaluation per run instead of one per guard.
+    by_kind: dict[str, tuple[tuple[tuple[Guard, ...], Any], ...]] = field(default_factory=dict)
+    # Per variable, the members some guard reads: only those are handed to CEL (a guard reads no other; the
+    # compile-time check refuses indexed or whole-variable reads).
+    reads: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSet:
+    """One deployed version of the rules: its number, the digest and canonical text of its document, compiled.
+
+    Built from its three fields alone (``__post_init__`` compiles the document and checks the digest), so it
+    pickles and copies as (version, digest, document): compiled CEL and JSON Schemas do not pickle, and the
+    mypyc build's pickling of frozen dataclasses (``app.native.loader``) rebuilds through the constructor too.
+    """
+
+    version: int
+    digest: str
+    document: str
+    types: dict[str, TypeRules] = field(init=False, compare=False, repr=False)
+    environment: Any = field(init=False, compare=False, repr=False)  # the cel-cpp Env the guards were built in
+
+    def __post_init__(self) -> None:
+        if self.version < 1:
+            raise RulesInvalid([f"(version): {self.version} is not a version (1, 2, ...)"])
+        value = parse_rules(self.document)
+        if canonical_json(value) != self.document or rules_digest(self.document) != self.digest:
+            raise RulesInvalid(["(document): not the canonical text of its digest; use compile_rules"])
+        env = new_environment()
+        problems: list[str] = []
+        default_bound = value.get("max_tracked_bytes", DEFAULT_MAX_TRACKED_BYTES)
+        types = {name: _compile_type(name, spec, default_bound, env, problems)
+                 for name, spec in sorted(value["types"].items())}
+        if problems:
+            raise RulesInvalid(problems)
+        object.__setattr__(self, "types", types)
+        object.__setattr__(self, "environment", env)
+
+    def rule_names(self) -> tuple[str, ...]:
+        """Return every name a rejection under this version may carry in ``rule`` (for ``arbiter rules check`` and
+        per-rule metrics): ``types``, then per type its built-in rules in use and its own, in document order."""
+        names = ["types"]
+        for t in self.types.values():
+            names += [f"{t.name}:{n}" for n, used in (("create_schema", t.create_schema is not None),
+                                                       ("patch_schema", t.patch_schema is not None),
+                                                       ("max_tracked_bytes", bool(t.tracked))) if used]
+            names += [r.rule for r in t.transitions] + [g.rule for g in t.guards]
+        return tuple(names)
+
+    def __reduce__(self) -> tuple[Any, tuple[int, str, str]]:
+        """Pickle as (version, digest, document); loading compiles again."""
+        return RuleSet, (self.version, self.digest, self.document)
+
+
+def _refuse_retrieval(uri: str) -> Any:  # noqa: ANN401
+    raise ValueError(f"rules are data: {uri} is not fetched (put the schema in the document, under $defs)")
+
+
+def _compile_schema(schema: Any, at: str, problems: list[str]) -> Any:  # noqa: ANN401
+    import jsonschema_rs
+
+    if isinstance(schema, dict) and "$schema" in schema and schema["$schema"].rstrip("#") != _DRAFT:
+        problems.append(f"{at}/$schema: only Draft 2020-12 ({_DRAFT}) is supported")
+        return None
+    try:
+        return jsonschema_rs.Draft202012Validator(schema, retriever=_refuse_retrieval,
+                                                  pattern_options=jsonschema_rs.RegexOptions())
+    except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError) as e:
+        problems.append(f"{at}: not a usable JSON Schema: {str(e).splitlines()[0][:300]}")
+        return None
+
+
+def _compile_type(name: str, spec: dict[str, Any], default_bound: int, env: Any,  # noqa: ANN401
+                  problems: list[str]) -> TypeRules:
+    at = pointer("types", name)
+    create = _compile_schema(spec["create_schema"], at + "/create_schema", problems) if "create_schema" in spec else None
+    patch = _compile_schema(spec["patch_schema"], at + "/patch_schema", problems) if "patch_schema" in spec else None
+    tracked_spec: dict[str, str] = spec.get("tracked", {})
+    seen_pointers: dict[str, str] = {}
+    for field_name, ptr in sorted(tracked_spec.items()):
+        if field_name in STATE_MEMBERS:
+            problems.append(f"{at}/tracked/{field_name}: the name is a member of state ({', '.join(STATE_MEMBERS)})")
+        if ptr in seen_pointers:
+            problems.append(f"{at}/tracked/{field_name}: pointer {ptr} is tracked as {seen_pointers[ptr]} too")
+        seen_pointers[ptr] = field_name
+    tracked = tuple((n, p, parse_pointer(p)) for n, p in sorted(tracked_spec.items()))
+    names: set[str] = set()
+
+    def rule_name(local: str, where: str) -> str:
+        if local in BUILTIN_RULES:
+            problems.append(f"{where}: {local!r} is the name of a built-in rule")
+        elif local in names:
+            problems.append(f"{where}: another rule of type {name} is named {local!r}")
+        names.add(local)
+        return f"{name}:{local}"
+
+    transitions = []
+    for i, t in enumerate(spec.get("transitions", [])):
+        where = f"{at}/transitions/{i}"
+        rule = rule_name(t["name"], where + "/name")
+        if t["field"] not in tracked_spec:
+            problems.append(f"{where}/field: {t['field']!r} is not a tracked field of {name}")
+        allowed = {k: frozenset(v) for k, v in t["allowed"].items()}
+        for key, targets in t["allowed"].items():
+            for j, target in enumerate(targets):
+                if target not in allowed:
+                    problems.append(f"{where}/allowed/{pointer(key)[1:]}/{j}: {target!r} is not a key of allowed")
+        for j, value in enumerate(t.get("initial", [])):
+            if value not in allowed:
+                problems.append(f"{where}/initial/{j}: {value!r} is not a key of allowed")
+        transitions.append(Transition(rule, t["field"], tracked_spec.get(t["field"], ""),
+                                      frozenset(t["initial"]) if "initial" in t else None, allowed, t.get("message")))
+    guards = []
+    needs_document = needs_patch = needs_times = False
+    field_names = tuple(tracked_spec)
+    for i, g in enumerate(spec.get("guards", [])):
+        where = f"{at}/guards/{i}"
+        rule = rule_name(g["name"], where + "/name")
+        expr = g["expr"]
+        text = text_problems(expr, field_names)
+        problems += [f"{where}/expr: {p}" for p in text]
+        program = None
+        if not text:
+            program, why = compile_expression(env, expr)
+            if why is not None:
+                problems.append(f"{where}/expr: {why}")
+        needs_document = needs_document or uses(expr, "command", "document")
+        needs_patch = needs_patch or uses(expr, "command", "patch")
+        needs_times = needs_times or any(uses(expr, v, m) for v, m in (("state", "created_at"), ("state", "updated_at"),
+                                                                        ("command", "issued_at")))
+        pointers = tuple(g["pointers"]) if "pointers" in g else tuple(
+            p for n, p, _ in tracked if uses(expr, "next", n) or uses(expr, "state", n))
+        guards.append(Guard(rule, program, g["message"], frozenset(g.get("kinds", DEFAULT_KINDS)), pointers))
+    by_kind: dict[str, tuple[tuple[tuple[Guard, ...], Any], ...]] = {}
+    exprs = {g.rule: e["expr"] for g, e in zip(guards, spec.get("guards", []), strict=True)}
+    if not problems:
+        for kind in COMMAND_KINDS:
+            chosen = [g for g in guards if kind in g.kinds]
+            runs = [tuple(chosen[i:i + CHAIN]) for i in range(0, len(chosen), CHAIN)]
+            by_kind[kind] = tuple((run, _chain(env, [exprs[g.rule] for g in run])) for run in runs)
+    read = set().union(*(references(g["expr"]) for g in spec.get("guards", [])))
+    reads = {var: tuple(sorted(m for v, m in read if v == var)) for var in VARIABLES}
+    return TypeRules(name, create, patch, tracked, spec.get("max_tracked_bytes", default_bound), tuple(transitions),
+                     tuple(guards), needs_document, needs_patch, needs_times, by_kind, reads)
+
+
+#: The most guards one chained program holds (cel-cpp refuses an expression nested deeper than 32).
+CHAIN = 6
+
+
+def _chain(env: Any, exprs: list[str]) -> Any:  # noqa: ANN401
+    """Return one program giving the index of the first false expression (-1 if none), or None (one expression,
+    or a chain too deep for cel-cpp: then they are evaluated one by one)."""
+    if len(exprs) < 2:
+        return None
+    program, _ = compile_expression(env, " : ".join(f"!({e}) ? {i}" for i, e in enumerate(exprs)) + " : -1",
+                                    int_result=True)
+    return program
+
+
+def compile_rules(document: str, *, version: int) -> RuleSet:
+    """Compile a rules document (YAML or JSON text, canonical or not) as version ``version``; raise RulesInvalid.
+
+    The same document compiles to the same decisions in every process: nothing here reads a clock, the
+    environment or a file, and the ``RuleSet`` keeps the canonical text it was compiled from.
+    """
+    canonical = canonical_json(parse_rules(document))
+    return RuleSet(version, rules_digest(canonical), canonical)
