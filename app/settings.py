@@ -47,11 +47,11 @@ class Settings(BaseSettings):
     topic_events: str = Field(default="events", description="Accepted commands, as events, keyed by object id.")
     topic_rejections: str = Field(default="rejections", description="Rejected commands with their reason codes.")
     topic_parked: str = Field(default="", description="Full bytes of commands that did not decode; empty = "
-                              "<topic_commands>-parked (README \"The parking lot\").")
+                              "<topic_commands>-parked (docs/operations/parking-lot.md).")
     topic_parked_log: str = Field(default="", description="Redrives and discards of parked records, read by the audit "
                                   "projection; empty = <topic_commands>-parked-log.")
     archive_uri: str = Field(default="", description="The Parquet archive (any Hadoop URI: file, s3a://, hdfs://); "
-                             "empty = <var_dir>/archive (README \"The archive\").")
+                             "empty = <var_dir>/archive (docs/operations/archive.md).")
     archive_trigger_interval: str = Field(default="1 minute", description="The archive query's micro-batch interval "
                                           "(long by default: each batch is a Parquet file per topic and date).")
     archive_spark_master: str = Field(default="local[1]", description="The archive's own Spark application's master "
