@@ -77,6 +77,10 @@ GROUP_NAME_BYTES = 64   # a longer group name is not copied (ASCII: principal ch
 ISSUER_BYTES = 256      # ARBITER_OIDC_ISSUER URLs and ARBITER_LOCAL_ISSUER_ID are refused longer
 JTI_BYTES = 128         # a longer jti is replaced by its SHA-256 (64 hex characters)
 PAYLOAD_FIELDS = frozenset({"document", "patch", "editor", "reader"})  # at most one is set per event or command
+# Of the caller's own rejections about an object, what one page of GET /objects/{id}/events?include=rejections reads
+# at most (the audit store's by-(principal, object) index, on the threadpool): a caller may pile up rejections on its
+# own object at its write rate; past this the page says ``rejections_truncated`` (a smaller ``limit`` narrows it).
+OWN_REJECTIONS_PER_PAGE = 1000
 
 # Java clients' defaults, kept where they are already large enough.
 JAVA_FETCH_MAX_BYTES = 50 * 1024 * 1024

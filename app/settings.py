@@ -6,6 +6,7 @@ import base64
 import hashlib
 import hmac
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -18,6 +19,11 @@ PLACEHOLDER_SECRET = "change-me-development-only"  # noqa: S105 - refused outsid
 #: What Spark tasks and shard servers hold instead of the API's signing secret (``Settings.for_tasks``): no secret,
 #: and long enough that nothing mistakes it for a placeholder.
 TASK_SECRET = "not-sent-to-spark-tasks-" + "x" * 32  # noqa: S105 - deliberately not a secret
+#: The longest lifetime of a development token (`ARBITER_TOKEN_TTL_S`, `arbiter token --ttl`): 7 days.
+MAX_TOKEN_TTL_S = 7 * 24 * 3600
+#: An issuer's name (`name=url` in ARBITER_OIDC_ISSUER, ARBITER_LOCAL_ISSUER_NAME): principal characters but `:`,
+#: at most 32, so `name:sub` splits one way only; empty = a bare issuer.
+ISSUER_NAME_PATTERN = r"^([A-Za-z0-9_@+-][A-Za-z0-9._@+-]{0,31})?$"
 
 
 class Settings(BaseSettings):
@@ -178,8 +184,9 @@ class Settings(BaseSettings):
         "has its own producer and outcome consumer, so a write's wait is answered by the process that took it.")
     auth_secret: SecretStr = SecretStr(PLACEHOLDER_SECRET)
     # --- API (issue 6: app/api/) --------------------------------------------------------------
-    token_ttl_s: int = Field(default=8 * 3600, ge=1, le=7 * 24 * 3600,
-                             description="Lifetime of the development tokens `arbiter token` signs (hours).")
+    token_ttl_s: int = Field(default=8 * 3600, ge=1, le=MAX_TOKEN_TTL_S,
+                             description="Lifetime of the development tokens `arbiter token` signs (seconds; at most "
+                             "MAX_TOKEN_TTL_S, 7 days).")
     max_body_bytes: int = Field(default=1024 * 1024, ge=1, description="Largest request body of POST /commands:batch "
                                 "(and the ceiling of every other route's); larger is 413.")
     max_object_body_bytes: int | None = Field(
@@ -228,6 +235,14 @@ class Settings(BaseSettings):
     changes_roles_wait_s: float = Field(default=5.0, ge=0, description="Longest the change feed waits for the audit "
                                         "projection to hold an object's earlier events (who may read it).")
     changes_roles_cache: int = Field(default=100_000, ge=1, description="Objects whose roles the live feed keeps.")
+    # --- API (issue 40: browsers: CORS and change-feed tickets, app/api/cors.py, app/api/tickets.py) ---------
+    cors_allow_origins: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Origins (scheme://host[:port]) whose pages may call the API from a browser "
+        "(CORS); separated by spaces or commas. Empty = none: no cross-origin answer is readable.")
+    changes_ticket_ttl_s: float = Field(default=30.0, gt=0, le=300, description="How long a change-feed ticket "
+                                        "(POST /changes/tickets) may open its first stream.")
+    changes_ticket_resume_s: float = Field(default=30.0, ge=0, le=300, description="How long after a ticket's "
+                                           "stream ended the browser may resume it (Last-Event-ID) with that ticket.")
     max_waiters: int = Field(default=10_000, ge=1, description="Most concurrent `Prefer: wait` requests per API process; "
                              "beyond it a write is refused before it is produced: 503 TOO_MANY_WAITERS.")
     # --- API (issue 25: fair shares per principal, per API process) ----------------------------------
@@ -247,8 +262,12 @@ class Settings(BaseSettings):
     # --- identity (issue 27: app/api/auth.py, tokens.py, local_issuer.py, identity.py) -----------------
     oidc_issuer: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Trusted OIDC issuers (their `iss`; keys found by discovery), separated "
-        "by spaces or commas; `name=url` names the namespace of its principals (default: the URL's host), which "
-        "prefixes them (`name:sub`) when more than one issuer is trusted. Empty: only Arbiter's own issuer.")
+        "by spaces or commas. `name=url` namespaces the issuer's principals and groups, always (`name:sub`, "
+        "`group:name:<group>`); a bare `url` keeps bare names, and at most one trusted issuer may be bare (see "
+        "ARBITER_LOCAL_ISSUER_NAME). Empty: only Arbiter's own issuer.")
+    oidc_groups_issuers: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["*"], description="The issuers (by name, or by `iss` for a bare one) whose groups "
+        "claim is believed; `*` = every trusted issuer. A token of any other issuer has no groups.")
     oidc_audience: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: ["arbiter"], description="Accepted `aud` values; the first is the audience of "
         "Arbiter's own tokens.")
@@ -259,8 +278,13 @@ class Settings(BaseSettings):
         "only (never none or HS*).")
     oidc_leeway_s: int = Field(default=60, ge=0, le=600, description="Clock skew allowed on exp, nbf and iat.")
     oidc_jwks_cache_s: float = Field(default=300, gt=0, description="How long a fetched JWKS is used.")
-    oidc_jwks_refresh_min_s: float = Field(default=30, ge=0, description="Least time between two fetches of a "
-                                           "JWKS caused by tokens with an unknown kid.")
+    oidc_jwks_refresh_min_s: float = Field(default=30, ge=0, description="Least time between two lookups of an "
+                                           "issuer's JWKS that tokens with an unknown kid start (start-up and "
+                                           "cache-expiry fetches do not count); meanwhile another unknown kid is "
+                                           "503 with Retry-After.")
+    oidc_jwks_retry_s: float = Field(default=5, ge=0, description="Least time between a failed fetch of an "
+                                     "issuer's discovery document or JWKS and the next try; meanwhile a token "
+                                     "whose key is not in the last good JWKS is 503 with Retry-After.")
     oidc_http_timeout_s: float = Field(default=5, gt=0, description="Timeout of discovery and JWKS requests.")
     oidc_max_groups: int = Field(default=32, ge=0, le=32, description="Most groups of a caller copied into a "
                                  "command (sorted; longer names than 64 characters are left out).")
@@ -271,6 +295,13 @@ class Settings(BaseSettings):
         "only when ARBITER_OIDC_ISSUER is empty.")
     local_issuer_id: str = Field(default="urn:arbiter:local", max_length=256,
                                  description="The `iss` of Arbiter's own tokens.")
+    local_issuer_name: str = Field(
+        default="", pattern=ISSUER_NAME_PATTERN, description="The namespace of Arbiter's own issuer's principals "
+        "and groups, as `name=` names a provider's; empty = bare names (then every provider must be named).")
+    public_url: str | None = Field(
+        default=None, pattern=r"^https?://[^/?#\s]+(/[^?#\s]*)?$", description="The API's address as clients "
+        "reach it (scheme, host, port, path prefix): the base of the URLs in /.well-known/openid-configuration and "
+        "/asyncapi.json, never taken from a request's Host header; unset = http://<api_host>:<api_port>.")
     # --- signed command records (issue 27: app/signing.py) -------------------------------------------
     record_keys: dict[str, SecretStr] = Field(
         default_factory=dict, description='Keys that sign command records, by id (JSON: \'{"k2": "<secret>"}\'); '
@@ -281,7 +312,8 @@ class Settings(BaseSettings):
         default=False, description="Let the validator decide command records without a valid signature (other "
         "producers than Arbiter's); off, they are rejected UNAUTHENTICATED.")
 
-    @field_validator("oidc_issuer", "oidc_audience", "oidc_algorithms", mode="before")
+    @field_validator("oidc_issuer", "oidc_audience", "oidc_algorithms", "cors_allow_origins", "oidc_groups_issuers",
+                     mode="before")
     @classmethod
     def _words(cls, value: Any) -> Any:  # noqa: ANN401 - pydantic's validator signature
         if isinstance(value, str):
@@ -289,9 +321,26 @@ class Settings(BaseSettings):
             return json.loads(text) if text.startswith("[") else [w for w in text.replace(",", " ").split() if w]
         return value
 
+    @field_validator("cors_allow_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        for origin in value:
+            if not re.fullmatch(r"https?://[A-Za-z0-9.\-\[\]:]+", origin) or origin.endswith((":", "/")):
+                raise ValueError(f"{origin!r} is not an origin (scheme://host[:port], no path, no wildcard)")
+        return value
+
     @property
     def trusts_local_issuer(self) -> bool:
         return self.local_issuer if self.local_issuer is not None else not self.oidc_issuer
+
+    @property
+    def public_base_url(self) -> str:
+        """Return the API's address as clients reach it: ``public_url``, else its bind address (loopback for a
+        wildcard bind), without a trailing slash."""
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        host = "127.0.0.1" if self.api_host in ("0.0.0.0", "::", "") else self.api_host  # noqa: S104 - compared
+        return f"http://[{host}]:{self.api_port}" if ":" in host else f"http://{host}:{self.api_port}"
 
     @model_validator(mode="after")
     def _refuse_placeholder_secret(self) -> Settings:

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 
 from app.settings import Settings
+from schemas.parked import ABSENT, INVALID, UNCHECKED, VALID
 
 SIGNATURE_HEADER = "arbiter-signature"
 MAX_KID_CHARS = 64  # app.limits.SIGNATURE_HEADER_BYTES counts on it
@@ -63,6 +64,22 @@ class RecordSigner:
         if not hmac.compare_digest(self._mac(secret, key, value), mac):
             return f"the record's signature (key {kid.decode(errors='replace')!r}) does not match its key and value"
         return None
+
+    def verdict(self, key: bytes | None, value: bytes | None, signature: bytes | None) -> tuple[str, str | None]:
+        """Return (``valid``, None), (``absent``, why) or (``invalid``, why) for a record's signature."""
+        problem = self.problem(key, value, signature) if value is not None else \
+            f"the record has no value, so its {SIGNATURE_HEADER} header cannot match it"
+        if problem is None:
+            return VALID, None
+        return (ABSENT if not signature else INVALID), problem
+
+
+def verdict(checker: RecordSigner | None, key: bytes | None, value: bytes | None,
+            signature: bytes | None) -> tuple[str, str | None]:
+    """``RecordSigner.verdict``, or (``absent``/``unchecked``, None) without a checker (unsigned producers allowed)."""
+    if checker is None:
+        return (ABSENT if not signature else UNCHECKED), None
+    return checker.verdict(key, value, signature)
 
 
 def signer_for(settings: Settings) -> RecordSigner:

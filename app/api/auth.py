@@ -1,8 +1,10 @@
 """Who is calling: the ``Caller`` of a bearer token, the scopes each action needs, and the 401/403 errors (RFC 6750).
 
-``authenticate_header(authorization, verifier)`` is the one entry point: it takes the raw ``Authorization`` header
-value and the ``TokenVerifier`` kept on ``app.state.verifier`` and returns a ``Caller`` or raises ``Unauthorized``.
-It needs no Starlette request, so a plain-ASGI route can call it as well as ``app.api.deps.authenticate``.
+``await authenticate_bearer(authorization, verifier)`` is the API's one entry point: it takes the raw
+``Authorization`` header value and the ``TokenVerifier`` kept on ``app.state.verifier`` and returns a ``Caller`` or
+raises ``Unauthorized`` (a key the verifier must fetch is awaited off the event loop). It needs no Starlette
+request, so a plain-ASGI route can call it as well as ``app.api.deps.authenticate``; ``authenticate_header`` is the
+same for a caller without an event loop.
 Principals are 1-128 characters of ``[A-Za-z0-9._@:+-]`` (not ``.`` or ``..``).
 """
 
@@ -85,16 +87,27 @@ def scope_for(command: Command) -> str:
 
 
 class TokenVerifierLike(Protocol):
-    """What ``authenticate_header`` needs of ``app.api.tokens.TokenVerifier``."""
+    """What ``authenticate_bearer`` and ``authenticate_header`` need of ``app.api.tokens.TokenVerifier``."""
 
     def verify(self, token: str) -> Caller: ...
+    async def averify(self, token: str) -> Caller: ...
 
 
-def authenticate_header(authorization: str | None, verifier: TokenVerifierLike) -> Caller:
-    """Return the ``Caller`` of an ``Authorization: Bearer <token>`` header value; raise ``Unauthorized``."""
+def _bearer(authorization: str | None) -> str:
+    """Return the token of an ``Authorization: Bearer <token>`` header value; raise ``Unauthorized``."""
     scheme, _, token = (authorization or "").partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
         raise Unauthorized("an Authorization: Bearer <token> header is required",
                            error=None if not authorization else "invalid_request")
-    return verifier.verify(token)
+    return token
+
+
+async def authenticate_bearer(authorization: str | None, verifier: TokenVerifierLike) -> Caller:
+    """Return the ``Caller`` of an ``Authorization: Bearer <token>`` header value; raise ``Unauthorized``."""
+    return await verifier.averify(_bearer(authorization))
+
+
+def authenticate_header(authorization: str | None, verifier: TokenVerifierLike) -> Caller:
+    """``authenticate_bearer`` for a caller without an event loop (it may wait for a key fetch)."""
+    return verifier.verify(_bearer(authorization))

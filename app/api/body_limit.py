@@ -1,7 +1,9 @@
-"""ASGI middleware refusing request bodies over their route's limit with a 413 problem before any route runs.
+"""ASGI middleware refusing request bodies over their route's limit with a 413 problem.
 
 ``POST /commands:batch`` may send up to ``max_body_bytes``; every other route up to ``object_body_limit``: one
-document and its envelope (``ARBITER_MAX_OBJECT_BODY_BYTES``).
+document and its envelope (``ARBITER_MAX_OBJECT_BODY_BYTES``). A declared ``Content-Length`` over the limit is
+refused before any route runs; a chunked body (no ``Content-Length``) is counted as the route reads it, so it is
+read no sooner than a declared one: after the route has checked the bearer token (``app.api.deps.authenticate``).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.api.problems import PROBLEM_JSON
+from app.api.problems import PROBLEM_JSON, ApiError
 
 BATCH_PATH = "/commands:batch"
 
@@ -20,8 +22,15 @@ def object_body_limit(max_body_bytes: int, configured: int | None, max_document_
     return min(max_body_bytes, configured if configured is not None else max_document_bytes + 1024)
 
 
+class BodyTooLarge(ApiError):
+    """A chunked body passed its route's limit while the route read it: 413 BODY_TOO_LARGE."""
+
+    def __init__(self, path: str, limit: int) -> None:
+        super().__init__(f"the body exceeds the limit of {path}, {limit} bytes", code="BODY_TOO_LARGE")
+
+
 class BodyLimit:
-    """Declared sizes are checked up front; chunked bodies are read up to the limit, then replayed to the app."""
+    """Declared sizes are checked up front; chunked bodies are counted as the route reads them, cut at the limit."""
 
     def __init__(self, app: ASGIApp, max_body_bytes: int, other_routes_bytes: int | None = None) -> None:
         self.app = app
@@ -47,29 +56,31 @@ class BodyLimit:
         if declared is not None or scope["method"] in ("GET", "HEAD", "OPTIONS"):
             await self.app(scope, receive, send)  # the server delivers no more than Content-Length
             return
-        chunks: list[bytes] = []
-        size = 0
-        while True:
+        size, over, answered = 0, False, False
+
+        async def counted() -> Message:
+            nonlocal size, over
             message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunks.append(message.get("body", b""))
-            size += len(chunks[-1])
-            if size > limit:
-                await self._refuse(scope, send, f"the body exceeds the limit of {scope['path']}, {limit} bytes")
-                return
-            if not message.get("more_body", False):
-                break
-        replayed = False
+            if message["type"] == "http.request":
+                size += len(message.get("body", b""))
+                if size > limit:
+                    over = True
+                    raise BodyTooLarge(scope["path"], limit)  # the routes answer it 413; so do we, below
+            return message
 
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        async def unless_over(message: Message) -> None:
+            nonlocal answered
+            if over and not answered:
+                return  # whatever the app made of the cut body, the answer is the 413 below
+            answered = answered or message["type"] == "http.response.start"
+            await send(message)
 
-        await self.app(scope, replay, send)
+        try:
+            await self.app(scope, counted, unless_over)
+        except BodyTooLarge:
+            pass
+        if over and not answered:
+            await self._refuse(scope, send, f"the body exceeds the limit of {scope['path']}, {limit} bytes")
 
     async def _refuse(self, scope: Scope, send: Send, detail: str) -> None:
         body = json.dumps({"type": "urn:arbiter:problem:body-too-large", "title": "Request body too large",

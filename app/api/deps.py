@@ -7,7 +7,7 @@ from typing import Annotated, Any, Protocol
 
 from fastapi import Depends, Request
 
-from app.api.auth import METRICS, OPERATE, READ, Caller, authenticate_header
+from app.api.auth import METRICS, OPERATE, READ, Caller, authenticate_bearer
 from app.api.metrics import ApiMetrics
 from app.api.outcomes import OutcomeCache
 from app.api.problems import ApiError
@@ -73,22 +73,25 @@ async def _read_model(request: Request) -> ReadModelPort:
 CALLER_SCOPE_KEY = "arbiter.caller"
 
 
-def authenticate(request: Request) -> str:
-    """Return the principal of the request's bearer token, verified once per request; raise ``Unauthorized``.
+async def authenticate(request: Request) -> Caller:
+    """Return the ``Caller`` of the request's bearer token, verified once per request; raise ``Unauthorized``.
 
-    A thin wrapper over ``app.api.auth.authenticate_header``: the ``Caller`` (principal, scopes, groups, issuer,
+    A thin wrapper over ``app.api.auth.authenticate_bearer``: the ``Caller`` (principal, scopes, groups, issuer,
     jti) is left in ``request.scope[CALLER_SCOPE_KEY]``, where ``caller_of`` finds it. ``StrictJsonRoute`` calls
     it before it reads a body, so a client without a valid token never gets its body read, parsed or validated.
     """
-    return caller_of(request).principal
+    known: Caller | None = request.scope.get(CALLER_SCOPE_KEY)
+    if known is None:
+        known = await authenticate_bearer(request.headers.get("authorization"), request.app.state.verifier)
+        request.scope[CALLER_SCOPE_KEY] = known
+    return known
 
 
 def caller_of(request: Request) -> Caller:
-    """Return the request's ``Caller``, verifying its bearer token the first time; raise ``Unauthorized``."""
+    """Return the request's ``Caller``, which a dependency of its route (``authenticate``) already verified."""
     known: Caller | None = request.scope.get(CALLER_SCOPE_KEY)
     if known is None:
-        known = authenticate_header(request.headers.get("authorization"), request.app.state.verifier)
-        request.scope[CALLER_SCOPE_KEY] = known
+        raise RuntimeError(f"{request.url.path}: the route reads its caller before any dependency verified it")
     return known
 
 
@@ -108,18 +111,18 @@ def refuse_if_over_rate(state: Any, principal: str) -> None:  # noqa: ANN401 - t
 
 async def _principal(request: Request) -> str:
     """Return the principal of the request's bearer token (declared in OpenAPI by ``create_app``)."""
-    return authenticate(request)
+    return (await authenticate(request)).principal
 
 
 async def _caller(request: Request) -> Caller:
     """Return the request's ``Caller``; routes check the scope of each command they build (``auth.scope_for``)."""
-    return caller_of(request)
+    return await authenticate(request)
 
 
 async def _reader(request: Request) -> str:
     """Return the principal if its token has ``arbiter:read``, after taking one token of its read bucket: 429
     RATE_LIMITED when it has none."""
-    caller = caller_of(request)
+    caller = await authenticate(request)
     caller.require(READ)
     principal = caller.principal
     reads = request.app.state.quotas.reads
@@ -132,14 +135,14 @@ async def _reader(request: Request) -> str:
 
 async def _operator(request: Request) -> str:
     """Return the principal if its token has ``arbiter:operate``: 401 without a valid token, else 403."""
-    caller = caller_of(request)
+    caller = await authenticate(request)
     caller.require(OPERATE)
     return caller.principal
 
 
 async def _scraper(request: Request) -> str:
     """Return the principal if its token has ``arbiter:metrics`` (the scraper's) or ``arbiter:operate``."""
-    caller = caller_of(request)
+    caller = await authenticate(request)
     if METRICS not in caller.scopes:
         caller.require(OPERATE)
     return caller.principal

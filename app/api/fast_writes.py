@@ -3,7 +3,7 @@
 Why: a single write spent ~60 % of the API's ~430 µs of CPU in FastAPI's and Starlette's generic machinery
 (routing, dependency solving, request objects, validation plumbing), measured with py-spy (issue 25). This middleware
 takes the common case of those three routes past it, with the same parts the FastAPI routes use: the bearer token
-checked first (``auth.authenticate_header``), the strict body parse (``json_body.parse_body``), the same pydantic
+checked first (``auth.authenticate_bearer``), the strict body parse (``json_body.parse_body``), the same pydantic
 models, the same command builders and ``submit`` (quotas, waiter shares, produce, ``Prefer: wait``), and the same
 problem rendering (``problems.arbiter_error``).
 
@@ -26,7 +26,7 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api import json_body
-from app.api.auth import authenticate_header
+from app.api.auth import authenticate_bearer
 from app.api.deps import CALLER_SCOPE_KEY, refuse_if_over_rate
 from app.api.json_body import BODY_SCOPE_KEY, JSON_SCOPE_KEY, is_json
 from app.api.models import IDEMPOTENCY_KEY_PATTERN, OBJECT_ID_PATTERN, CreateRequest, Document
@@ -143,7 +143,7 @@ class FastWrites:
                 prefer.append(raw.decode("latin-1"))
         # the token before anything else, as on the FastAPI routes: no valid token, no body read
         state = scope["app"].state
-        caller = authenticate_header(authorization, state.verifier)
+        caller = await authenticate_bearer(authorization, state.verifier)
         scope[CALLER_SCOPE_KEY] = caller
         principal = caller.principal
         refuse_if_over_rate(state, principal)  # as the routes do: an over-rate principal's body is never read

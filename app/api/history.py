@@ -4,15 +4,16 @@ a caller may read. The routes are in ``app.api.routes.objects``; the stores are 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from app.api import json_out
-from commands import Rejection
 from commands.rejection import clip
+from projections.audit.outcomes import OwnRejections
 from projections.db.history import HistoryEntry, entry_json
-from projections.db.lists import Page, encode_cursor
+from projections.db.lists import ListItem, Page
 
 #: Bytes of event entries past which a page stops (after at least one event): a page of 10 MB documents stays small.
 PAGE_BYTES = 4 * 1024 * 1024
@@ -46,7 +47,11 @@ class EventPage(BaseModel):
     next_after_version: int | None = Field(description="Send as `after_version` for the next page; null at the end")
     rejections: list[OwnRejection] | None = Field(default=None, description=(
         "With `include=rejections`: the caller's own rejected commands about the object whose version at rejection "
-        "falls in this page's window (from `after_version` up to the page's last event; the last page takes the rest)"))
+        "falls in this page's window (from `after_version` up to the page's last event; the last page takes the rest), "
+        "by version: at most `app.limits.OWN_REJECTIONS_PER_PAGE` of them are read"))
+    rejections_truncated: bool | None = Field(default=None, description=(
+        "With `include=rejections`: true when the window holds more of the caller's rejections than a page reads "
+        "(`app.limits.OWN_REJECTIONS_PER_PAGE`); a smaller `limit` narrows the window"))
 
 
 class ListedObject(BaseModel):
@@ -60,9 +65,9 @@ class ObjectPage(BaseModel):
     next_cursor: str | None = Field(description="Send as `cursor` for the next page; null at the end")
 
 
-def event_page(object_id: str, entries: list[HistoryEntry], limit: int, after_version: int,
-               rejections: list[Rejection] | None) -> bytes:
-    """Return the JSON body of one page of ``entries`` (read as ``limit + 1``: more follow if that many came)."""
+def page_events(entries: list[HistoryEntry], limit: int) -> tuple[list[dict[str, Any]], bool, int | None]:
+    """Return (the events of one page of ``entries``, read as ``limit + 1``; whether more follow; the version before
+    which the page's rejections fall, None for the last page). A page stops early past ``PAGE_BYTES``."""
     events: list[dict[str, Any]] = []
     size, more = 0, False
     for entry in entries[:limit]:
@@ -77,22 +82,30 @@ def event_page(object_id: str, entries: list[HistoryEntry], limit: int, after_ve
         events.append(e)
     more = more or len(events) < len(entries)
     last = events[-1]["version"] if events else None
+    return events, more, last if more and last is not None else None
+
+
+def event_page(object_id: str, events: list[dict[str, Any]], more: bool, after_version: int,
+               own: OwnRejections | None) -> bytes:
+    """Return the JSON body of one page of events (``page_events``) and, if asked for, the caller's rejections."""
+    last = events[-1]["version"] if events else None
     body: dict[str, Any] = {"object_id": object_id, "events": events,
                             "next_after_version": last if more else None}
-    if rejections is not None:
+    if own is not None:
         high = last if more and last is not None else None
         body["rejections"] = [
             {"command_id": r.command_id, "reason": str(r.reason), "message": clip(r.message, 300),
              "version": r.current_version, "at": r.occurred_at.isoformat() if r.occurred_at else None}
-            for r in rejections if (r.current_version or 0) >= after_version
+            for r in own.rejections if (r.current_version or 0) >= after_version
             and (high is None or (r.current_version or 0) < high)]
+        body["rejections_truncated"] = own.truncated
     return _strict_json(body).encode("utf-8")
 
 
-def object_page(page: Page) -> bytes:
-    """Return the JSON body of one list page."""
+def object_page(page: Page, cursor: Callable[[ListItem], str]) -> bytes:
+    """Return the JSON body of one list page; ``cursor`` makes the cursor after an item (``app.api.cursors``)."""
     body = {"items": [{"id": i.id, "version": i.version, "updated_at": i.updated_at} for i in page.items],
-            "next_cursor": encode_cursor(page.items[-1]) if page.more and page.items else None}
+            "next_cursor": cursor(page.items[-1]) if page.more and page.items else None}
     return _strict_json(body).encode("utf-8")
 
 

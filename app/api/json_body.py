@@ -96,7 +96,7 @@ class StrictJsonRoute(APIRoute):
             return handler
 
         async def strict(request: Request) -> Response:
-            principal = authenticate(request)  # before the body: an unauthenticated client costs no parse (issue 25)
+            principal = (await authenticate(request)).principal  # before the body: no token, no read (issue 25)
             if request.scope["path"] != BATCH_PATH:  # a single write: no token, no body read either
                 refuse_if_over_rate(request.app.state, principal)
             request = _StrictJsonRequest(request.scope, request.receive)

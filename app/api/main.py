@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 
 from app import traces
-from app.api import problems
+from app.api import cors, problems
 from app.api.body_limit import BodyLimit, object_body_limit
 from app.api.changes.fanout import ChangeFeed
 from app.api.changes.roles import AuditRoles
@@ -27,9 +27,11 @@ from app.api.position import PositionWatch
 from app.api.producer import CommandProducer
 from app.api.quota import Quotas
 from app.api.read_model import HistoryFigures, open_read_model, read_model_ready
-from app.api.routes import changes, commands, contract, identity, objects, ops
+from app.api.routes import changes, commands, contract, identity, objects, ops, tickets
 from app.api.routes import status as status_routes
 from app.api.secret_policy import require_usable_secret
+from app.api.ticket_gate import TicketGate
+from app.api.tickets import TicketBook
 from app.api.traces import TraceWrites
 from app.limits import for_settings
 from app.read_models import audit_root
@@ -54,6 +56,8 @@ owner, editors and readers only (a grantee `group:<name>` stands for the members
 
 #: Paths that need a bearer token (declared in the OpenAPI document).
 _SECURED = ("/objects", "/commands", "/changes", "/status.json", "/metrics")
+#: Paths that take a change-feed ticket instead (``app.api.ticket_gate``).
+_TICKETED = ("/changes", "/objects/{object_id}/changes")
 
 
 async def _set_gauges(metrics: ApiMetrics, outcomes: OutcomeCache) -> None:
@@ -90,9 +94,8 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # The providers' keys are fetched before the first request: a fetch blocks (urllib), and on the event loop
-        # it would hold every request for up to ARBITER_OIDC_HTTP_TIMEOUT_S. A later refetch (an unknown kid, at
-        # most once per ARBITER_OIDC_JWKS_REFRESH_MIN_S) still runs inline.
+        # The providers' keys are fetched before the first request, so it need not wait for them. Every fetch runs
+        # on a worker thread (app.api.jwks): a later one (expiry, an unknown kid) never holds the event loop.
         await asyncio.to_thread(app.state.verifier.warm)
         app.state.producer = CommandProducer(settings, traced=tracers is not None)
         app.state.broker_probe = Memo(app.state.producer.broker_reachable, interval=1.0)
@@ -160,6 +163,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
     app.state.read_model_probe = Memo(lambda: read_model_ready(app.state.read_model), interval=1.0)
     app.state.outcome_consumer = None
     problems.install(app)
+    app.include_router(tickets.router)
     app.include_router(changes.router)  # before objects: /objects/{id}/changes is not an object id
     app.include_router(objects.router)
     app.include_router(commands.router)
@@ -171,8 +175,13 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
     app.add_middleware(RequestMetrics, metrics=metrics)
     app.add_middleware(BodyLimit, max_body_bytes=settings.max_body_bytes, other_routes_bytes=object_body_limit(
         settings.max_body_bytes, settings.max_object_body_bytes, for_settings(settings).max_document_bytes))
-    if tracers is not None:  # outermost: a write's span covers all of it
+    app.state.tickets = TicketBook(settings.auth_secret.get_secret_value(),
+                                   settings.path(settings.var_dir) / "change-tickets",
+                                   ttl_s=settings.changes_ticket_ttl_s, resume_s=settings.changes_ticket_resume_s)
+    app.add_middleware(TicketGate, book=app.state.tickets)  # before anything reads the query (or logs it)
+    if tracers is not None:  # a write's span covers all of it
         app.add_middleware(TraceWrites, tracer=tracers.get_tracer("arbiter.api"))
+    cors.install(app, settings)  # outermost: a preflight is answered before anything else
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -184,10 +193,16 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
             schema["components"]["securitySchemes"] = {"bearer": {
                 "type": "http", "scheme": "bearer", "bearerFormat": "JWT",
                 "description": "A JWT of a trusted issuer; `arbiter token <principal>` prints a development one."}}
+            schema["components"]["securitySchemes"]["ticket"] = {
+                "type": "apiKey", "in": "query", "name": "ticket",
+                "description": "A change-feed ticket of POST /changes/tickets: GET /changes and "
+                               "GET /objects/{object_id}/changes only (for a browser's EventSource)."}
             for path, item in schema["paths"].items():
                 if path.startswith(_SECURED):
                     for op in item.values():
                         op["security"] = [{"bearer": []}]
+                        if path in _TICKETED:
+                            op["security"].append({"ticket": []})
                         op["responses"].update({str(k): v for k, v in problems.PROBLEM_RESPONSES.items()
                                                 if str(k) not in op["responses"] or k == 422})
             app.openapi_schema = schema

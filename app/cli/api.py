@@ -12,7 +12,7 @@ import os
 import shutil
 from pathlib import Path
 
-from app.settings import Settings, get_settings
+from app.settings import MAX_TOKEN_TTL_S, Settings, get_settings
 
 # Longer than clients keep an idle connection (httpx and most pools: 5 s, uvicorn's own default too): with equal
 # timeouts the server closed a connection just as a client sent on it, and the request failed as "connection
@@ -29,7 +29,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     t = sub.add_parser("token", help="print a JWT for a principal from Arbiter's development issuer "
                        "(key pair in <var_dir>/identity)")
     t.add_argument("principal")
-    t.add_argument("--ttl", type=int, help="lifetime in seconds (default ARBITER_TOKEN_TTL_S, 8 hours)")
+    t.add_argument("--ttl", type=_ttl, help="lifetime in seconds, 1 to MAX_TOKEN_TTL_S "
+                   f"({MAX_TOKEN_TTL_S}, 7 days; default ARBITER_TOKEN_TTL_S, 8 hours)")
     t.add_argument("--scope", action="append", help="a scope to grant, repeatable (default: arbiter:read, "
                    "arbiter:write, arbiter:share; arbiter:operate for the status page; arbiter:metrics alone for "
                    "a Prometheus scraper)")
@@ -37,6 +38,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     t.add_argument("--new-key", action="store_true", help="first add a key pair that signs from now on (the "
                    "older ones stay valid until their files are removed)")
     t.set_defaults(handler=_token)
+
+
+def _ttl(text: str) -> int:
+    """Parse ``--ttl``: whole seconds from 1 to ``MAX_TOKEN_TTL_S`` (the README's 7 days), else a usage error."""
+    try:
+        seconds = int(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds") from e
+    if not 1 <= seconds <= MAX_TOKEN_TTL_S:
+        raise argparse.ArgumentTypeError(f"{seconds} s is outside 1..{MAX_TOKEN_TTL_S} (MAX_TOKEN_TTL_S, 7 days)")
+    return seconds
 
 
 def _token(args: argparse.Namespace) -> int:

@@ -21,10 +21,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     show.add_argument("--key-out", type=Path, help="write the record's key bytes to this file")
     show.set_defaults(handler=_show)
     redrive = actions.add_parser("redrive", help="produce the record to the commands topic again, with a command id "
-                                 "derived from its origin (so a second redrive is a DUPLICATE); logged to the audit")
+                                 "derived from its origin (so a second redrive is a DUPLICATE); logged to the audit; "
+                                 "a record whose signature is not valid only with --value-file")
     redrive.add_argument("origin")
     redrive.add_argument("--value-file", type=Path, help="the operator's fixed record value (a command in the "
-                         "Confluent Avro wire format) to send instead of the parked bytes")
+                         "Confluent Avro wire format) to send instead of the parked bytes: the only way to redrive "
+                         "a record whose signature is invalid or absent (the redrive signs what it sends)")
     redrive.add_argument("--again", action="store_true", help="redrive a record already redriven or discarded")
     discard = actions.add_parser("discard", help="give a parked record up (its bytes stay on the topic); logged")
     discard.add_argument("origin")
@@ -46,13 +48,15 @@ def _list(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     from app.parked import lot
+    from app.signing import signer_for
 
-    e = lot.find(get_settings(), args.origin)
+    settings = get_settings()
+    e = lot.find(settings, args.origin)
     p = e.record
     info = e.summary()
     info["key"] = None if p.key is None else p.key[:200].decode("utf-8", "replace")
     info["value_head_hex"] = None if p.value is None else p.value[:64].hex()
-    info["signed"] = p.signature is not None
+    info["signature"] = lot.signature_state(p, signer_for(settings))  # valid | invalid | absent
     print(json.dumps(info, sort_keys=True, indent=2))
     if args.value_out is not None:
         args.value_out.write_bytes(p.value or b"")

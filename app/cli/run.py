@@ -118,12 +118,8 @@ def _run(args: argparse.Namespace) -> int:
         if not args.no_scenario:
             _scenario(s, api_url)
         print(f"\nAPI docs: {api_url}/docs")
-        if s.environment == "development" and is_loopback(s.api_host):  # tokens only on a development terminal
-            if s.trusts_local_issuer:
-                print(f"Status page: {api_url}/#token={dev_token(s, 'operator', (OPERATE, READ))}")
-                print(f"Development token (principal alice): {dev_token(s, 'alice')}")
-        else:
-            print(f"Status page: {api_url}/#token=<a token with the scope arbiter:operate>")
+        for line in closing_hints(s, api_url):
+            print(line)
         if args.exit_after_scenario:
             return 0
         print("Serving; press Ctrl-C to stop every process started here. A component that exits is restarted "
@@ -143,6 +139,18 @@ def _run(args: argparse.Namespace) -> int:
         if postgres is not None and started_postgres:
             postgres.stop()
         print("stopped every process started by this run.")
+
+
+def closing_hints(s: Settings, api_url: str) -> list[str]:
+    """Return the status-page link and token lines ``arbiter run`` prints once the pipeline is up.
+
+    Tokens only on a development terminal (loopback) and only of Arbiter's own issuer; otherwise (a provider's
+    tokens, or not development) the link says which token it needs.
+    """
+    if s.environment == "development" and is_loopback(s.api_host) and s.trusts_local_issuer:
+        return [f"Status page: {api_url}/#token={dev_token(s, 'operator', (OPERATE, READ))}",
+                f"Development token (principal alice): {dev_token(s, 'alice')}"]
+    return [f"Status page: {api_url}/#token=<a token with the scope arbiter:operate>"]
 
 
 def _scenario(s: Settings, api_url: str) -> None:

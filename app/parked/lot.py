@@ -3,6 +3,11 @@
 Every redrive and discard is first written to the parked-log topic (one JSON record, keyed by the parked record's
 origin), which the audit projection chains like the decisions; then a redrive produces its command. A redrive
 whose command was lost after the log record is redone by running it again: the command id is the same.
+
+A redrive signs its command with the current record key, so it would turn a forged record into a genuine one: the
+parked bytes are redriven only when their signature was genuine (``signature_state``: what the validator found,
+kept in the envelope; an envelope from before that was recorded is checked against the keys trusted now).
+Anything else is redriven only with a value the operator supplies (``--value-file``), and the log record says so.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from typing import Any
 
 from app.errors import BrokerUnavailable
 from app.settings import Settings
-from app.signing import signer_for
+from app.signing import RecordSigner, signer_for, verdict
 from app.validator.topic_io import Record, producer, read_all
 from commands.errors import ArbiterError
 from commands.ids import redrive_command_id
@@ -36,6 +41,21 @@ class ParkedNotRedrivable(ArbiterError):
     """The bytes to redrive do not decode into a command (fix them with --value-file), or it was already handled."""
 
     code = "PARKED_NOT_REDRIVABLE"
+
+
+class ParkedNotGenuine(ArbiterError):
+    """The parked record's signature did not verify: its bytes are redriven only as a value the operator supplies."""
+
+    code = "PARKED_NOT_GENUINE"
+
+
+def signature_state(p: parked.Parked, checker: RecordSigner | None) -> str:
+    """Return ``valid``, ``invalid`` or ``absent`` for a parked record: what the validator recorded, or (an envelope
+    from before it was recorded, or one parked while unsigned producers were allowed) the check made now."""
+    if p.signature_state != parked.UNCHECKED:
+        return p.signature_state
+    state, _ = verdict(checker, p.key, p.value, p.signature)
+    return parked.INVALID if state == parked.UNCHECKED else state
 
 
 @dataclass
@@ -138,10 +158,18 @@ def find(settings: Settings, where: str) -> ParkedEntry:
     raise ParkedNotFound(f"nothing is parked from {where} in {settings.parked_topic}")
 
 
-def redrive_record(entry: ParkedEntry, value: bytes | None) -> tuple[bytes, bytes, str]:
+def redrive_record(entry: ParkedEntry, value: bytes | None, checker: RecordSigner | None) -> tuple[bytes, bytes, str]:
     """Return (key, value, command id) of the command a redrive of ``entry`` produces: ``value`` (the operator's
-    fix) or the parked bytes, decoded, with the command id derived from the parked record's origin."""
+    fix) or the parked bytes, decoded, with the command id derived from the parked record's origin.
+
+    The parked bytes themselves only if their signature is genuine (``signature_state`` under ``checker``, the keys
+    trusted now): else ``ParkedNotGenuine``, since the redrive signs what it sends.
+    """
     p = entry.record
+    if value is None and (state := signature_state(p, checker)) != parked.VALID:
+        raise ParkedNotGenuine(f"{p.where}: the parked record's signature is {state}, so its bytes may not come from "
+                               "Arbiter (a redrive would sign them as genuine); write the command you mean to send "
+                               "and pass it with --value-file; nothing was redriven")
     data = p.value if value is None else value
     try:
         command = codec.decode_command(data or b"")
@@ -187,10 +215,12 @@ def redrive(settings: Settings, where: str, value: bytes | None = None, *, opera
     if entry.actions and not again:
         raise ParkedNotRedrivable(f"{where} was already {entry.status} ({entry.actions[-1]['at']}); pass --again to "
                                   "redrive it once more (same command id: the validator answers DUPLICATE)")
-    key, data, command_id = redrive_record(entry, value)
+    checker = signer_for(settings)
+    key, data, command_id = redrive_record(entry, value, checker)
     record = _log(settings, entry, "redrive", operator, note,
-                  {"command_id": command_id, "object_id": key.decode("utf-8"), "fixed": value is not None})
-    _send(settings, settings.topic_commands, key, data, None, signer_for(settings).headers(key, data))
+                  {"command_id": command_id, "object_id": key.decode("utf-8"), "fixed": value is not None,
+                   "signature": signature_state(entry.record, checker)})
+    _send(settings, settings.topic_commands, key, data, None, checker.headers(key, data))
     return record
 
 
@@ -202,5 +232,5 @@ def discard(settings: Settings, where: str, *, operator: str | None = None, note
     return _log(settings, entry, "discard", operator, note, {})
 
 
-__all__ = ["ACTIONS", "Ledger", "ParkedEntry", "ParkedNotFound", "ParkedNotRedrivable", "Record", "discard", "entries", "find",
-           "origin_of", "redrive", "redrive_record"]
+__all__ = ["ACTIONS", "Ledger", "ParkedEntry", "ParkedNotFound", "ParkedNotGenuine", "ParkedNotRedrivable", "Record",
+           "discard", "entries", "find", "origin_of", "redrive", "redrive_record", "signature_state"]

@@ -10,7 +10,7 @@ from app.limits import size_limits
 from app.settings import Settings
 from app.signing import checker_for
 from app.traces import trace_headers
-from app.validator.decode import to_command
+from app.validator.decode import decode_record
 from app.validator.outputs import OutputRecord, outcome_record, record_size, too_large
 from app.validator.parking import park
 from commands import Limits, ObjectState, Rejection, decide
@@ -71,13 +71,13 @@ def fold(load: Callable[[], ObjectState | None], records: Iterable[InputRecord],
     loaded = False
     state: ObjectState | None = None
     for rec in records if ordered else sorted(records, key=_position):
-        item = to_command(rec.key, rec.value, rec.topic, rec.partition, rec.offset, partitions=partitions,
-                          keep=keep, id_bytes=sizes.max_id_bytes, signature=rec.signature, checker=checker)
+        item, signed = decode_record(rec.key, rec.value, rec.topic, rec.partition, rec.offset, partitions=partitions,
+                                     keep=keep, id_bytes=sizes.max_id_bytes, signature=rec.signature, checker=checker)
         trace = trace_headers(rec.traceparent, rec.tracestate) if rec.traceparent is not None else ()
         if isinstance(item, Rejection):
             if parked is not None:
                 item, copy = park(item, rec.key, rec.value, rec.topic, rec.partition, rec.offset, rec.signature,
-                                  settings)
+                                  settings, signed)
                 if copy is not None:
                     parked.append(copy)
             output = outcome_record(item, settings, rec.partition, trace)

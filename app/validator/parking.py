@@ -23,8 +23,12 @@ PARKED_REASONS = frozenset({ReasonCode.MALFORMED, ReasonCode.UNSUPPORTED_SCHEMA}
 
 
 def park(rejection: Rejection, key: bytes | None, value: bytes | None, topic: str, partition: int, offset: int,
-         signature: bytes | None, settings: Settings) -> tuple[Rejection, OutputRecord | None]:
+         signature: bytes | None, settings: Settings,
+         signature_state: str = parked.UNCHECKED) -> tuple[Rejection, OutputRecord | None]:
     """Return (the rejection with a pointer in its message, the parked record), or ``rejection`` and None.
+
+    ``signature_state`` is what ``app.validator.decode.decode_record`` found of the record's signature; the
+    envelope keeps it, so a redrive knows whether the bytes came from Arbiter (``app.parked.lot``).
 
     A record is parked when its reason is in ``PARKED_REASONS`` and its envelope fits the parked topic
     (``app.limits.PARKED_MARGIN_BYTES``: any uncompressed record of the commands topic does); a record that does
@@ -39,7 +43,7 @@ def park(rejection: Rejection, key: bytes | None, value: bytes | None, topic: st
     if size > settings.max_message_bytes + PARKED_MARGIN_BYTES - FRAME_BYTES:
         return _pointing(rejection, f" [not parked: {size} bytes do not fit {into}]"), None
     envelope = parked.encode(parked.Parked(topic, partition, offset, rejection.reason.value, rejection.rejection_id,
-                                           key, signature, value))
+                                           key, signature, value, signature_state))
     return _pointing(rejection, f" [full bytes parked in {into}[{partition}]]"), (into, where, envelope, partition, ())
 
 

@@ -16,9 +16,11 @@ from commands import (
     DeleteObject,
     Event,
     GrantEditor,
+    GrantReader,
     ObjectState,
     Rejection,
     RevokeEditor,
+    RevokeReader,
     UpdateObject,
     decide,
 )
@@ -30,8 +32,9 @@ BASE = datetime(2026, 1, 1, tzinfo=UTC)
 def decisions(n_objects: int, n_commands: int, seed: int = 7) -> list[Event | Rejection]:
     """Generate commands against the current states and run each through ``decide``; return every outcome.
 
-    Mostly updates (10% with a stale expected version), some grants/revokes, rare deletes, client retries, and
-    a few commands at deleted objects.
+    Mostly updates (10% with a stale expected version), some editor and reader grants and revokes, rare deletes,
+    client retries, and a few commands at deleted objects. Reader grants are here so that a read model losing the
+    ``readers`` role (e.g. left out of an upsert) fails the projection contract tests.
     """
     rnd = random.Random(seed)
     states: dict[str, ObjectState | None] = {}
@@ -51,10 +54,16 @@ def decisions(n_objects: int, n_commands: int, seed: int = 7) -> list[Event | Re
             cmd = sent[rnd.randrange(len(sent))]  # a client retry: the same command again
         elif r < 0.04:
             cmd = DeleteObject(f"c{i}", oid, owner, at)
-        elif r < 0.10:
+        elif r < 0.08:
             cmd = GrantEditor(f"c{i}", oid, owner, at, editor=f"ed-{rnd.randrange(3)}")
-        elif r < 0.13:
+        elif r < 0.10:
             cmd = RevokeEditor(f"c{i}", oid, owner, at, editor=f"ed-{rnd.randrange(3)}")
+        elif r < 0.13:
+            cmd = GrantReader(f"c{i}", oid, owner, at, reader=f"rd-{rnd.randrange(3)}")
+        elif r < 0.15:
+            held = sorted(st.readers)  # revoke one held, so revokes land as often as grants do
+            reader = held[rnd.randrange(len(held))] if held else f"rd-{rnd.randrange(3)}"
+            cmd = RevokeReader(f"c{i}", oid, owner, at, reader=reader)
         else:
             patch = {"n": i, "meta": {"b": rnd.randrange(100), "a": None if rnd.random() < 0.3 else 2}}
             expected = st.version if rnd.random() < 0.9 else max(0, st.version - 1)

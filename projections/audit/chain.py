@@ -210,3 +210,19 @@ def command_prefix(principal: str, command_id: str) -> bytes:
 def command_key(principal: str, command_id: str, topic: str, partition: int, seq: int) -> bytes:
     """Key of the by-(principal, command id) index entry pointing at one chain entry."""
     return command_prefix(principal, command_id) + entry_key(topic, partition, seq)
+
+
+#: Marks a store whose by-(principal, object) rejection index covers every entry (``AuditProjection`` backfills it once).
+REJECTION_INDEX_MARK = b"m:rejection-index-v1"
+
+
+def rejection_prefix(principal: str, object_id: str) -> bytes:
+    """Prefix of the by-(principal, object) index of rejections (lengths first: no separator ambiguity)."""
+    p, o = principal.encode(), object_id.encode()
+    return b"j" + struct.pack(">I", len(p)) + p + struct.pack(">I", len(o)) + o
+
+
+def rejection_key(principal: str, object_id: str, version: int, topic: str, partition: int, seq: int) -> bytes:
+    """Key of the index entry of one rejection of ``principal``'s command about ``object_id``, ordered by the
+    object's ``version`` when it was rejected (a history page reads only its window)."""
+    return rejection_prefix(principal, object_id) + struct.pack(">Q", version) + entry_key(topic, partition, seq)

@@ -1,9 +1,14 @@
 """Erase one object's record values from the audit store, keeping every chain verifiable (issue 30).
 
-Each of the object's v2 entries (found through the by-object index) keeps only the SHA-256 and length of its
-value, which is what its hash covers (``projections.audit.chain``), and each chain touched gets an erasure entry
-naming the records erased: one atomic WriteBatch. RocksDB then compacts the store, so the dropped values leave its
-SST files and WAL (``arbiter erase`` is run with the audit projection stopped: it needs the store's primary).
+Only a deleted object is erased, and the audit trail itself says whether it is: its by-object index must hold the
+object's ``DELETED`` event (``deletion``), else ``DeletionNotAudited`` and nothing changes (issue 35: the read
+model may be stopped, empty, another deployment's or behind). That event's value is kept: it carries no document
+(ids, principal, owner, roles), as the read model's tombstone and the archive keep it, and it is what lets an
+erasure be run again. Each other v2 entry of the object (found through the by-object index) keeps only the SHA-256
+and length of its value, which is what its hash covers (``projections.audit.chain``), and each chain touched gets
+an erasure entry naming the records erased: one atomic WriteBatch. RocksDB then compacts the store, so the dropped
+values leave its SST files and WAL (``arbiter erase`` is run with the audit projection stopped: it needs the
+store's primary).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from pathlib import Path
 
 from rocksdict import Rdict
 
+from commands import Event, EventType
 from commands.errors import ArbiterError
 from projections.audit import store
 from projections.audit.chain import (
@@ -27,10 +33,13 @@ from projections.audit.chain import (
     erasure_value,
     head_key,
     link,
+    object_prefix,
     pack_entry,
     pack_head,
     unpack_entry,
 )
+from schemas import codec
+from schemas.wire import DecodeError
 
 TP = tuple[str, int]
 
@@ -45,6 +54,12 @@ class EraseRefused(ArbiterError):
     """The object's audit entries cannot be erased without breaking their chain (v1 entries); nothing changed."""
 
     code = "ERASE_REFUSED"
+
+
+class DeletionNotAudited(ArbiterError):
+    """The audit trail does not hold the object's deletion: it may be live (or the id mistyped); nothing changed."""
+
+    code = "ERASE_NOT_DELETED"
 
 
 @dataclass
@@ -72,25 +87,60 @@ def open_exclusive(path: Path) -> Rdict:
         raise
 
 
+def _deletion_of(entry: Entry, object_id: str) -> Event | None:
+    """Return the entry's ``DELETED`` event of ``object_id``, None for any other entry."""
+    if entry.value is None or entry.offset < 0:
+        return None
+    try:
+        outcome = codec.decode_outcome(entry.value)
+    except (DecodeError, ValueError):
+        return None  # not an outcome (e.g. a record that did not decode): not a deletion
+    if isinstance(outcome, Event) and outcome.type is EventType.DELETED and outcome.object_id == object_id:
+        return outcome
+    return None
+
+
+def deletion(db: Rdict, object_id: str) -> Event | None:
+    """Return ``object_id``'s audited ``DELETED`` event, found through the by-object index, or None."""
+    for ek, raw in store.indexed(db, object_prefix(object_id)):
+        found = _deletion_of(unpack_entry(ek, raw)[1], object_id)
+        if found is not None:
+            return found
+    return None
+
+
+def require_deletion(db: Rdict, object_id: str) -> Event:
+    """Return ``object_id``'s audited ``DELETED`` event, or raise ``DeletionNotAudited``."""
+    found = deletion(db, object_id)
+    if found is None:
+        raise DeletionNotAudited(f"the audit trail holds no DELETED event of object {object_id!r}: it is live, "
+                                 "unknown (a mistyped id?) or its deletion is not audited yet (run the audit "
+                                 "projection until it is); nothing was erased")
+    return found
+
+
 def erase_object(path: Path, object_id: str, reason: str) -> AuditErasure:
-    """Drop the values of every audited record about ``object_id``; append one erasure entry per chain touched."""
+    """Drop the values of every audited record about ``object_id`` but its deletion's; append one erasure entry per
+    chain touched. Refuse (``DeletionNotAudited``) unless the audit trail holds the object's ``DELETED`` event."""
     db = open_exclusive(path)
     try:
+        require_deletion(db, object_id)
         return _erase(db, object_id, reason)
     finally:
         db.close()
 
 
 def _erase(db: Rdict, object_id: str, reason: str) -> AuditErasure:
-    prefix = b"x" + object_id.encode() + b"\x00"
     found: list[Entry] = []
     result = AuditErasure()
     hashes: dict[tuple[TP, int], bytes] = {}
-    for ek, raw in store.indexed(db, prefix):
+    for ek, raw in store.indexed(db, object_prefix(object_id)):
         stored, entry = unpack_entry(ek, raw)
         if entry.erased is not None or entry.value is None:
             result.already += 1
             continue
+        if _deletion_of(entry, object_id) is not None:
+            continue  # no document in it; kept, as the tombstone is
         if entry.envelope != ENVELOPE_V2:
             raise EraseRefused(f"{entry.topic}[{entry.partition}] record #{entry.seq} (offset {entry.offset}) of "
                                f"{object_id!r} was audited before issue 30: its hash covers the value itself, so it "
@@ -129,5 +179,5 @@ def entries_about(path: Path, object_id: str) -> list[Entry]:
     from projections.audit.verify import reader
 
     with reader(path) as db:
-        return [unpack_entry(ek, raw)[1] for ek, raw in store.indexed(db, b"x" + object_id.encode() + b"\x00")]
+        return [unpack_entry(ek, raw)[1] for ek, raw in store.indexed(db, object_prefix(object_id))]
 

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import logging
+import struct
 import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from rocksdict import Rdict
 
 from commands import Event, Rejection
 from projections.audit import store
-from projections.audit.chain import command_prefix, object_prefix, unpack_entry
+from projections.audit.chain import command_prefix, rejection_prefix, unpack_entry
 from projections.rocks import close_secondary
 from schemas import codec
 from schemas.wire import DecodeError
@@ -29,10 +31,19 @@ class Decision(NamedTuple):
     offset: int
 
 
+class OwnRejections(NamedTuple):
+    """One window of a principal's rejections about an object: at most the cap, and whether more were left."""
+
+    rejections: list[Rejection]
+    truncated: bool
+
+
 class AuditOutcomes:
     """A long-lived read-only view of the audit store (a RocksDB secondary), caught up at most every ``refresh_s``.
 
-    Opened lazily: the API may start before the audit projection created its store. One instance per thread.
+    Opened lazily: the API may start before the audit projection created its store. Safe to call from several
+    threads (the API reads it on its threadpool): opening and catching up are serialised, reads are RocksDB's.
+    ``scanned`` counts the index entries read by ``rejections`` (what its cap bounds).
     """
 
     def __init__(self, path: Path, *, refresh_s: float = 0.05) -> None:
@@ -41,8 +52,14 @@ class AuditOutcomes:
         self._db: Rdict | None = None
         self._secondary: Path | None = None
         self._last = 0.0
+        self._lock = threading.Lock()
+        self.scanned = 0
 
     def _db_now(self) -> Rdict | None:
+        with self._lock:
+            return self._db_locked()
+
+    def _db_locked(self) -> Rdict | None:
         if self._db is None:
             if not (self.path / "CURRENT").exists():
                 return None
@@ -75,23 +92,46 @@ class AuditOutcomes:
                 out.append(Decision(outcome, entry.topic, entry.partition, entry.offset))
         return out
 
-    def rejections(self, object_id: str, principal: str) -> list[Rejection]:
-        """Return the rejections of ``principal``'s commands about ``object_id``, in audit order (no one else's)."""
+    def rejections(self, object_id: str, principal: str, after_version: int = 0, before_version: int | None = None,
+                   *, limit: int) -> OwnRejections:
+        """Return the rejections of ``principal``'s commands about ``object_id`` made at an object version in
+        [``after_version``, ``before_version``), by version then audit order: at most ``limit`` read, through the
+        by-(principal, object) index, so no one else's rejection is read at all (``scanned`` counts the reads)."""
         db = self._db_now()
         if db is None:
-            return []
+            return OwnRejections([], False)
+        prefix = rejection_prefix(principal, object_id)
         out: list[Rejection] = []
-        for ek, raw in store.indexed(db, object_prefix(object_id)):
+        reads = 0
+        for k, _ in db.items(from_key=prefix + struct.pack(">Q", max(after_version, 0))):
+            key = cast(bytes, k)
+            if not key.startswith(prefix):
+                break
+            (version,) = struct.unpack_from(">Q", key, len(prefix))
+            if before_version is not None and version >= before_version:
+                break
+            if reads >= limit:  # the cap bounds the entries read, whatever they turn out to be
+                return OwnRejections(out, True)
+            reads += 1
+            self.scanned += 1
+            ek = key[len(prefix) + 8:]
+            raw = db.get(ek)
+            if raw is None:
+                continue
             try:
                 _, entry = unpack_entry(ek, raw)
+                if entry.erased is not None:
+                    continue  # erased on purpose (arbiter erase)
                 outcome = codec.decode_outcome(entry.value or b"")
             except (ValueError, DecodeError) as e:
                 log.warning("audit outcomes: entry %s unreadable: %s", ek.hex(), e)
                 continue
+            # the index is keyed by what the record says: hold it to the asker anyway
             if isinstance(outcome, Rejection) and outcome.principal == principal and outcome.object_id == object_id:
                 out.append(outcome)
-        return out
+        return OwnRejections(out, False)
 
     def close(self) -> None:
-        close_secondary(self._db, self._secondary)
-        self._db, self._secondary = None, None
+        with self._lock:
+            close_secondary(self._db, self._secondary)
+            self._db, self._secondary = None, None

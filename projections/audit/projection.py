@@ -6,10 +6,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from rocksdict import Rdict, WriteOptions
+
+from commands import Rejection
 from commands.errors import ArbiterError
 from projections.audit import store
 from projections.audit.chain import (
     GENESIS,
+    REJECTION_INDEX_MARK,
     RESTART_OFFSET,
     Entry,
     Head,
@@ -20,9 +24,14 @@ from projections.audit.chain import (
     link,
     pack_entry,
     pack_head,
+    rejection_key,
     restart_value,
+    unpack_entry,
 )
+from projections.rocks import prefixed
 from projections.runner import Item, Projection
+from schemas import codec
+from schemas.wire import DecodeError
 
 TP = tuple[str, int]
 
@@ -45,6 +54,9 @@ class AuditProjection(Projection):
         self._write_opts = store.write_options(sync)
         self._heads = store.heads(self._db)
         self.appended = 0
+        self.backfilled = 0  # rejections indexed at open, in a store written before that index
+        if self._db.get(REJECTION_INDEX_MARK) is None:
+            self.backfilled = backfill_rejection_index(self._db, self._write_opts)
 
     def start_offsets(self, partitions: Sequence[TP]) -> dict[TP, int]:
         return {tp: self._heads[tp].next_offset for tp in partitions if tp in self._heads}
@@ -73,6 +85,10 @@ class AuditProjection(Projection):
             if outcome is not None and outcome.principal is not None and outcome.command_id is not None:
                 # what GET /commands/{id} answers from after an API restart (projections.audit.outcomes)
                 wb.put(command_key(outcome.principal, outcome.command_id, rec.topic, rec.partition, entry.seq), b"")
+            if isinstance(outcome, Rejection) and outcome.principal is not None and outcome.object_id is not None:
+                # what GET /objects/{id}/events?include=rejections reads: the caller's own only
+                wb.put(rejection_key(outcome.principal, outcome.object_id, outcome.current_version or 0,
+                                     rec.topic, rec.partition, entry.seq), b"")
             self._heads[tp] = Head(h, entry.seq + 1, rec.offset + 1)
             touched.add(tp)
             self.appended += 1
@@ -96,6 +112,30 @@ class AuditProjection(Projection):
 
     def close(self) -> None:
         self._db.close()
+
+
+def backfill_rejection_index(db: Rdict, write_opts: WriteOptions, batch: int = 10_000) -> int:
+    """Index every audited rejection by (principal, object) in a store written before that index was (once: the
+    store is marked); return how many were indexed. Erased entries have nothing left to answer with and are skipped."""
+    wb, pending, done = store.new_batch(), 0, 0
+    for ek, raw in prefixed(db, b"r"):
+        _, entry = unpack_entry(ek, raw)
+        if entry.value is None or entry.offset < 0:
+            continue
+        try:
+            outcome = codec.decode_outcome(entry.value)
+        except (DecodeError, ValueError):
+            continue
+        if isinstance(outcome, Rejection) and outcome.principal is not None and outcome.object_id is not None:
+            wb.put(rejection_key(outcome.principal, outcome.object_id, outcome.current_version or 0,
+                                 entry.topic, entry.partition, entry.seq), b"")
+            pending, done = pending + 1, done + 1
+            if pending >= batch:
+                db.write(wb, write_opts)
+                wb, pending = store.new_batch(), 0
+    wb.put(REJECTION_INDEX_MARK, b"")
+    db.write(wb, write_opts)
+    return done
 
 
 def _key_text(key: bytes | None) -> str | None:

@@ -23,8 +23,9 @@ from rocksdict import Checkpoint, Rdict, WriteBatch
 
 from commands.errors import ArbiterError
 from projections.db import indexes
-from projections.db.store import GAP, current_generation, doc_key, new_generation, options, swap_in
+from projections.db.store import DOC, GAP, current_generation, doc_key, new_generation, options, swap_in
 from projections.db.view import ObjectView
+from projections.rocks import prefixed
 
 
 class ReadModelBusy(ArbiterError):
@@ -37,6 +38,29 @@ class ObjectNotDeleted(ArbiterError):
     """The object is live: delete it first (``DELETE /objects/{id}``), so no later command brings a document back."""
 
     code = "ERASE_NOT_DELETED"
+
+
+class ReadModelMissing(ArbiterError):
+    """The read model is absent or holds no object: the wrong one (another backend, another ``ARBITER_VAR_DIR``) or
+    one being rebuilt; an erasure from it would leave the real one's documents. Nothing was erased."""
+
+    code = "ERASE_READ_MODEL_MISSING"
+
+
+class ObjectNotProjected(ArbiterError):
+    """The read model does not hold the object yet: the DB projection, run later, would bring its documents back."""
+
+    code = "ERASE_NOT_PROJECTED"
+
+
+def missing(where: str, why: str) -> ReadModelMissing:
+    return ReadModelMissing(f"the read model {where} {why}: is it the deployment's read model (ARBITER_READ_MODEL, "
+                            "ARBITER_VAR_DIR, ARBITER_POSTGRES_*)? nothing was erased")
+
+
+def not_projected(object_id: str, where: str) -> ObjectNotProjected:
+    return ObjectNotProjected(f"the read model {where} does not hold object {object_id!r}: run the DB projection "
+                              "until it has projected the object's deletion, then erase again; nothing was erased")
 
 
 def not_deleted(object_id: str, version: int) -> ObjectNotDeleted:
@@ -56,17 +80,23 @@ def open_primary(generation: Path) -> Rdict:
         raise
 
 
-def erase_view(root: Path, object_id: str) -> ObjectView | None:
+def erase_view(root: Path, object_id: str) -> ObjectView:
     """Erase ``object_id``'s document and history: in a copy of the current generation, swapped in (readers
-    reopen, as after a rebuild), the old generation deleted; return its tombstone (None if unknown)."""
+    reopen, as after a rebuild), the old generation deleted; return its tombstone.
+
+    Refused (nothing changes) when there is no read model or it holds no object (``ReadModelMissing``), when it
+    does not hold this one (``ObjectNotProjected``) and when the object is live (``ObjectNotDeleted``).
+    """
     generation = current_generation(root)
     if generation is None:
-        return None
+        raise missing(str(root), "does not exist")
     db = open_primary(generation)  # held until the swap: no projection can write the old generation meanwhile
     try:
         raw = db.get(doc_key(object_id))
         if raw is None:
-            return None
+            if next(prefixed(db, DOC), None) is None:
+                raise missing(str(generation), "holds no object")
+            raise not_projected(object_id, str(generation))
         view = ObjectView.from_bytes(raw)
         if not view.deleted:
             raise not_deleted(object_id, view.version)

@@ -70,6 +70,10 @@ def micros(at: str | None) -> int:
     return (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
 
 
+#: The latest ``updated_at`` either read model can hold (Python's last microsecond, UTC): a list from later is empty.
+MAX_US = micros(datetime.max.replace(tzinfo=UTC).isoformat())
+
+
 def iso(us: int) -> str:
     """Return microseconds since the epoch as the ISO-8601 UTC time of ``micros``' inverse."""
     return datetime.fromtimestamp(us // 1_000_000, UTC).replace(microsecond=us % 1_000_000).isoformat()
@@ -105,7 +109,7 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
         us, oid = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
     except (ValueError, binascii.Error, TypeError) as e:
         raise BadCursor(f"cursor {cursor[:40]!r} was not handed out by this API") from e
-    if type(us) is not int or type(oid) is not str or not 0 <= us < 2**62 or "\x00" in oid:
+    if type(us) is not int or type(oid) is not str or not 0 <= us <= MAX_US or "\x00" in oid:
         raise BadCursor(f"cursor {cursor[:40]!r} was not handed out by this API")
     try:
         oid.encode()

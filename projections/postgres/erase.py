@@ -6,16 +6,19 @@ from __future__ import annotations
 import psycopg
 from psycopg import sql
 
-from projections.db.erase import ReadModelBusy, not_deleted
-from projections.postgres.schema import running_writers
+from projections.db.erase import ReadModelBusy, missing, not_deleted, not_projected
+from projections.postgres.schema import exists, running_writers
 
 #: What ``erase_row`` vacuums: the tables whose old row versions held the object's documents (or its list rows).
 _VACUUMED = ("documents", "history", "access")
 
 
-def erase_row(conninfo: str, schema: str, object_id: str) -> tuple[int, bool] | None:
+def erase_row(conninfo: str, schema: str, object_id: str) -> tuple[int, bool]:
     """Empty ``object_id``'s document and delete its history (it must be deleted, and no DB projection may
-    write the schema: ``READ_MODEL_BUSY``), vacuum; return (version, deleted) or None.
+    write the schema: ``READ_MODEL_BUSY``), vacuum; return (version, deleted).
+
+    Refused as ``projections.db.erase.erase_view`` refuses: no schema or no object in it, the object not in it, or
+    live.
 
     One transaction: a reader sees the object's history whole or erased whole. Its ``access`` rows went when it was
     deleted; any left (a store written before that held) are deleted too. ``VACUUM`` makes the old row versions'
@@ -28,11 +31,16 @@ def erase_row(conninfo: str, schema: str, object_id: str) -> tuple[int, bool] | 
         if writers:
             raise ReadModelBusy(f"the DB projection writes the read model {schema} ({'; '.join(writers)}): stop it "
                                 "first; nothing was erased")
+        where = f"{schema} (PostgreSQL)"
+        if not exists(conn, schema):
+            raise missing(where, "does not exist")
         with conn.transaction():
             row = conn.execute(sql.SQL("SELECT version, deleted FROM {}.documents WHERE id = %s FOR UPDATE")
                                .format(s), (object_id,)).fetchone()
             if row is None:
-                return None
+                if conn.execute(sql.SQL("SELECT 1 FROM {}.documents LIMIT 1").format(s)).fetchone() is None:
+                    raise missing(where, "holds no object")
+                raise not_projected(object_id, where)
             version, deleted = int(row[0]), bool(row[1])
             if not deleted:
                 raise not_deleted(object_id, version)

@@ -15,7 +15,7 @@ from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from projections.db.history import HistoryEntry
-from projections.db.lists import ListItem, Page, Role, micros
+from projections.db.lists import MAX_US, ListItem, Page, Role, micros
 from projections.db.port import TP, ReadModelUnavailable
 from projections.db.view import ObjectView, StoredView
 from projections.postgres.rows import COLUMNS, from_row, stored_from_row
@@ -96,6 +96,8 @@ class PgReadModel:
             return Page([], False)
         # After (since, "") excludes nothing changed at ``since``: every id sorts after "" ("C" collation).
         at, oid = (after[0], after[1]) if after is not None and after >= (since_us, "") else (since_us, "")
+        if at > MAX_US:  # later than any time a view holds (and than a datetime): nothing changed since
+            return Page([], False)
         start = _EPOCH + timedelta(microseconds=at)
         query = sql.SQL("SELECT DISTINCT ON (updated_at, id) updated_at, id, version FROM ({}) u "
                         "ORDER BY updated_at, id LIMIT %s").format(sql.SQL(" UNION ALL ").join([self._range] * len(ranges)))

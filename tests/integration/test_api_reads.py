@@ -120,7 +120,10 @@ def test_group_grantees_read_and_write_through_the_whole_pipeline(client: TestCl
     decided(client.patch("/objects/team", json={"t": 1}, headers=dave), 200, '"4"')
     is_problem(client.patch("/objects/team", json={"t": 2}, headers=erin), 403, "FORBIDDEN")
     is_problem(client.patch("/objects/team", json={"t": 2}, headers=wait(s, "dave")), 404, "NOT_FOUND")  # no group
-    read_until(client, "/objects/team", auth(s, "erin", groups=("ops",)), '"4"')
+    # erin reads through her group alone (read_until only waits: the answer is asserted here)
+    r = read_until(client, "/objects/team", auth(s, "erin", groups=("ops",)), '"4"')
+    assert (r.status_code, r.json(), r.headers.get("etag")) == (200, {"t": 1}, '"4"'), r.text
+    is_problem(client.get("/objects/team", headers=auth(s, "erin")), 404, "NOT_FOUND")  # without it: unknown
     assert client.get("/objects/team", headers=auth(s, "dave", groups=("eng",))).json() == {"t": 1}
     is_problem(client.get("/objects/team", headers=auth(s, "frank", groups=("sales",))), 404, "NOT_FOUND")
     cmd = next(c for c in produced_commands(s, 50) if c.object_id == "team" and c.principal == "dave")

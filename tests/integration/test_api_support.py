@@ -45,14 +45,17 @@ def module_settings_for(base: Settings, tmp: pytest.TempPathFactory, name: str, 
 
 
 @contextmanager
-def served(app: Any) -> Iterator[str]:  # noqa: ANN401 - an ASGI app
-    """Serve ``app`` under uvicorn (lifespan on) on a free loopback port in a thread; yield its URL; stop it."""
+def served(app: Any, **config: Any) -> Iterator[str]:  # noqa: ANN401 - an ASGI app, uvicorn.Config options
+    """Serve ``app`` under uvicorn (lifespan on) on a free loopback port in a thread; yield its URL; stop it.
+
+    ``config`` overrides ``uvicorn.Config``'s options (``log_level`` "warning" by default)."""
     import uvicorn
 
     from app.local.kafka_broker import free_port
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(uvicorn.Config(app, **{"host": "127.0.0.1", "port": port, "log_level": "warning",
+                                                   "lifespan": "on", **config}))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

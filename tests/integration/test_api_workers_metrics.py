@@ -26,14 +26,14 @@ pytestmark = pytest.mark.integration
 ROUTE = "/objects/{object_id}"
 
 
-def _requests_in(families: object) -> float:
+def _requests_in(families: object, route: str = ROUTE) -> float:
     return sum(s.value for f in families for s in f.samples  # type: ignore[attr-defined]
-               if s.name == "arbiter_api_requests_total" and s.labels.get("route") == ROUTE)
+               if s.name == "arbiter_api_requests_total" and s.labels.get("route") == route)
 
 
-def _per_worker(metrics_dir: Path) -> dict[str, float]:
+def _per_worker(metrics_dir: Path, route: str = ROUTE) -> dict[str, float]:
     # each worker's own file, read with the library's merge: who served how many
-    return {f.name: _requests_in(MultiProcessCollector.merge([str(f)])) for f in metrics_dir.glob("counter_*.db")}
+    return {f.name: _requests_in(MultiProcessCollector.merge([str(f)]), route) for f in metrics_dir.glob("counter_*.db")}
 
 
 def test_one_scrape_counts_the_requests_of_every_worker(settings: Settings) -> None:

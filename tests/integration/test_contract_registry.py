@@ -142,7 +142,8 @@ def test_a_stock_avro_deserializer_decodes_every_record_with_only_the_registry_u
 
         doc = httpx.get(f"{url}/asyncapi.json").json()  # the same API serves the topics' AsyncAPI document
         assert validator().is_valid(doc)
-        assert doc["servers"]["kafka"]["bindings"]["kafka"]["schemaRegistryUrl"] == f"{url}/registry"
+        # from ARBITER_PUBLIC_URL (unset: the API's configured address), never from the request's Host
+        assert doc["servers"]["kafka"]["bindings"]["kafka"]["schemaRegistryUrl"] == f"{s.public_base_url}/registry"
 
 
 def test_a_registry_with_other_ids_is_refused_and_an_unreachable_one_is_retried(settings: Settings) -> None:

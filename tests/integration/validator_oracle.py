@@ -13,8 +13,8 @@ from confluent_kafka import Consumer, TopicPartition
 
 from app.limits import size_limits
 from app.settings import Settings
-from app.signing import SIGNATURE_HEADER
-from app.validator.decode import to_command
+from app.signing import SIGNATURE_HEADER, checker_for
+from app.validator.decode import decode_record
 from app.validator.fold import limits_for
 from app.validator.headers import ce_headers
 from app.validator.murmur2 import partition_for
@@ -152,7 +152,7 @@ def expected_from_records(records: list[Record], settings: Settings, parked: lis
     """What the validator must write for the raw ``records`` of the commands topic, garbage and misrouted included.
 
     Its own loop, not ``app.validator.fold``: every record in (partition, offset) order is decoded
-    (``to_command``, without a signature check: the callers' records are all signed), decided against its
+    (``decode_record``, with the validator's own signature check), decided against its
     object's state by ``commands.decide``, encoded, and replaced by a ``TOO_LARGE`` rejection when it does not
     fit a record; only accepted commands advance the state. A record that does not decode is parked
     (``app.validator.parking``: its rejection points to the parked copy, appended to ``parked`` if given).
@@ -160,12 +160,14 @@ def expected_from_records(records: list[Record], settings: Settings, parked: lis
     sizes, limits = size_limits(settings.max_message_bytes), limits_for(settings)
     states: dict[str, ObjectState | None] = {}
     out: list[Out] = []
+    checker = checker_for(settings)
     for r in sorted(records, key=lambda r: (r.partition, r.offset)):
-        item = to_command(r.key, r.value, r.topic, r.partition, r.offset, partitions=settings.partitions,
-                          keep=sizes.keep_bytes, id_bytes=sizes.max_id_bytes)
+        signature = next((v for k, v in r.headers if k == SIGNATURE_HEADER), None)
+        item, signed = decode_record(r.key, r.value, r.topic, r.partition, r.offset, partitions=settings.partitions,
+                                     keep=sizes.keep_bytes, id_bytes=sizes.max_id_bytes, signature=signature,
+                                     checker=checker)
         if isinstance(item, Rejection):
-            signature = next((v for k, v in r.headers if k == SIGNATURE_HEADER), None)
-            item, copy = park(item, r.key, r.value, r.topic, r.partition, r.offset, signature, settings)
+            item, copy = park(item, r.key, r.value, r.topic, r.partition, r.offset, signature, settings, signed)
             if copy is not None and parked is not None:
                 parked.append(copy)
             out.append(outcome_record(item, settings, r.partition))
@@ -179,3 +181,14 @@ def expected_from_records(records: list[Record], settings: Settings, parked: lis
             states[item.object_id] = d.state
         out.append(rec)
     return out
+
+
+def stop_validator(job: subprocess.Popen[bytes]) -> None:
+    """Stop a ``start_validator`` child: SIGTERM, then SIGKILL of its process group after 60 s."""
+    if job.poll() is None:
+        os.kill(job.pid, signal.SIGTERM)
+        try:
+            job.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait(30)

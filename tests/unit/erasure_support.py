@@ -21,6 +21,7 @@ from app.settings import Settings
 from commands import CreateObject, DeleteObject, Event, GrantReader, UpdateObject, decide
 from commands.command import Command
 from projections.runner import Item, Record
+from schemas import codec
 
 #: one high-entropy marker per erased value (RocksDB compresses SST blocks: a repeated text would not be found)
 MARKS = [hashlib.sha256(b"mark %d" % n).hexdigest() for n in range(3)]
@@ -39,14 +40,15 @@ def _events(commands: list[Command]) -> list[Event]:
 
 def erasure_items(topic: str) -> list[Item]:
     """'gone' (created with a marked document, a reader granted, a marked patch, deleted) and 'kept' (created,
-    updated), as the events topic's records."""
+    updated), as the events topic's records (their values the events' Avro bytes, as the validator writes them)."""
     gone = _events([CreateObject("g1", "gone", "alice", T0, document=json.dumps({"address": MARKS[0]})),
                     GrantReader("g2", "gone", "alice", T0 + timedelta(seconds=1), reader="carol"),
                     UpdateObject("g3", "gone", "alice", T0 + timedelta(seconds=2), patch=json.dumps({"p": MARKS[1]})),
                     DeleteObject("g4", "gone", "alice", T0 + timedelta(seconds=3))])
     kept = _events([CreateObject("k1", "kept", "alice", T0, document=json.dumps({"a": 1})),
                     UpdateObject("k2", "kept", "alice", T0 + timedelta(seconds=4), patch=json.dumps({"b": 2}))])
-    return [Item(Record(topic, 0, n, ev.object_id.encode(), b"", 0), ev) for n, ev in enumerate(gone + kept)]
+    return [Item(Record(topic, 0, n, ev.object_id.encode(), codec.encode_event(ev), 0), ev)
+            for n, ev in enumerate(gone + kept)]
 
 
 def api(s: Settings, read_model: Any) -> TestClient:  # noqa: ANN401

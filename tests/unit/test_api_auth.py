@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 import time
 import warnings
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import jwt
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 from starlette.exceptions import StarletteDeprecationWarning
 
 with warnings.catch_warnings():  # starlette 1.x nudges towards "httpx2"; httpx is what the project pins
@@ -26,73 +22,13 @@ with warnings.catch_warnings():  # starlette 1.x nudges towards "httpx2"; httpx 
 from app.api.auth import OPERATE, READ, WRITE, Unauthorized, authenticate_header
 from app.api.deps import ApiContext
 from app.api.identity import build_verifier, dev_token
+from app.api.jwks import ProviderUnavailable
 from app.api.main import create_app
 from app.api.tokens import TokenVerifier
 from app.settings import Settings
+from tests.unit.oidc_provider import AUDIENCE, Provider
 
 pytestmark = pytest.mark.unit
-
-AUDIENCE = "arbiter-api"
-
-
-class Provider:
-    """An identity provider as far as Arbiter sees one: a discovery document and a JWKS over HTTP."""
-
-    def __init__(self) -> None:
-        self.keys: dict[str, rsa.RSAPrivateKey] = {}
-        self.published: list[str] = []
-        self.jwks_fetches = 0
-        provider = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                if self.path == "/realms/test/.well-known/openid-configuration":
-                    body: dict[str, Any] = {"issuer": provider.issuer, "jwks_uri": provider.base + "/certs"}
-                elif self.path == "/certs":
-                    provider.jwks_fetches += 1
-                    body = {"keys": [provider.jwk(k) for k in provider.published]}
-                else:
-                    self.send_error(404)
-                    return
-                data = json.dumps(body).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args: Any) -> None:  # noqa: ANN401
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base = f"http://127.0.0.1:{self.server.server_port}"
-        self.issuer = self.base + "/realms/test"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def add_key(self, kid: str, *, publish: bool = True) -> None:
-        self.keys[kid] = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        if publish:
-            self.published.append(kid)
-
-    def jwk(self, kid: str) -> dict[str, Any]:
-        return {**json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.keys[kid].public_key())), "kid": kid,
-                "use": "sig", "alg": "RS256"}
-
-    def public_pem(self, kid: str) -> bytes:
-        return self.keys[kid].public_key().public_bytes(serialization.Encoding.PEM,
-                                                         serialization.PublicFormat.SubjectPublicKeyInfo)
-
-    def token(self, kid: str = "k1", **claims: Any) -> str:  # noqa: ANN401
-        now = int(time.time())
-        body = {"iss": self.issuer, "aud": AUDIENCE, "sub": "alice", "iat": now, "nbf": now, "exp": now + 300,
-                "jti": "j-1", "scope": "openid arbiter:read arbiter:write", "groups": ["/team-a", "team b"], **claims}
-        return jwt.encode({k: v for k, v in body.items() if v is not None}, self.keys[kid], algorithm="RS256",
-                          headers={"kid": kid})
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
@@ -176,10 +112,17 @@ def test_the_keys_are_fetched_before_the_first_request(provider: Provider, tmp_p
 def test_unknown_kids_refetch_the_jwks_at_most_once_per_refresh_interval(provider: Provider, tmp_path: Path) -> None:
     v = verifier(provider, tmp_path, oidc_jwks_refresh_min_s=3600)
     v.verify(provider.token())
+    assert provider.jwks_fetches == 1  # the first fetch: it starts no interval
     provider.add_key("k2", publish=False)
-    for i in range(5):  # a flood of made-up kids costs the provider nothing
+    for i in range(5):  # one prompt lookup finds k2 absent; the kid is then refused without another
         refused(v, provider.token("k2", jti=f"x-{i}"), "no key 'k2'")
-    assert provider.jwks_fetches == 1
+    assert provider.jwks_fetches == 2
+    for i in range(5):  # a flood of other made-up kids costs the provider nothing: 503 until the interval ends
+        provider.add_key(f"m{i}", publish=False)
+        with pytest.raises(ProviderUnavailable) as e:
+            v.verify(provider.token(f"m{i}", jti=f"m-{i}"))
+        assert 3500 < int(e.value.headers["Retry-After"]) <= 3600
+    assert provider.jwks_fetches == 2
 
 
 def test_alg_none_is_refused(provider: Provider, tmp_path: Path) -> None:
@@ -226,12 +169,20 @@ def test_the_principal_claim_is_configurable(provider: Provider, tmp_path: Path)
     assert v.verify(provider.token(sub="5f1c-uuid", preferred_username="alice@acme")).principal == "alice@acme"
 
 
-def test_principals_are_namespaced_by_issuer_when_two_are_trusted(provider: Provider, tmp_path: Path) -> None:
-    s = settings(provider, tmp_path, oidc_issuer=[f"kc={provider.issuer}"], local_issuer=True)
-    v = build_verifier(s)
+def test_a_named_issuer_namespaces_its_principals_always_and_a_bare_one_never(provider: Provider,
+                                                                             tmp_path: Path) -> None:
+    """Namespacing is a property of each configured issuer, not of how many are trusted: adding or removing the
+    other issuer renames no one."""
+    named = settings(provider, tmp_path, oidc_issuer=[f"kc={provider.issuer}"])
+    assert build_verifier(named).verify(provider.token()).principal == "kc:alice"  # named: even alone
+    both = settings(provider, tmp_path, oidc_issuer=[f"kc={provider.issuer}"], local_issuer=True)
+    v = build_verifier(both)
     assert v.verify(provider.token()).principal == "kc:alice"
-    local = dev_token(s.model_copy(update={"oidc_audience": [AUDIENCE]}), "alice")
-    assert v.verify(local).principal == "arbiter:alice"
+    local = dev_token(both.model_copy(update={"oidc_audience": [AUDIENCE]}), "alice")
+    assert v.verify(local).principal == "alice"  # the bare local issuer keeps bare names beside a named one
+    assert build_verifier(settings(provider, tmp_path)).verify(provider.token()).principal == "alice"  # bare, alone
+    dev = both.model_copy(update={"local_issuer_name": "dev", "oidc_audience": [AUDIENCE]})
+    assert build_verifier(dev).verify(dev_token(dev, "alice")).principal == "dev:alice"
 
 
 def test_the_development_issuer_is_checked_like_a_provider(tmp_path: Path) -> None:

@@ -163,3 +163,37 @@ def test_wait_for_tells_the_wait_at_the_limit_and_past_it_and_takes_nothing() ->
     clock.now += 0.5
     assert b.wait_for("mallory") == 0.0 and b.take("mallory") == 0.0
     assert TokenBuckets("writes", rate=0, burst=1).wait_for("anyone", 10**9) == 0.0
+
+
+class _NoBroker:
+    """A producer whose broker is down: every write gets through the quota, then fails to produce (503)."""
+
+    traced = False
+
+    def __init__(self) -> None:
+        self.sends = 0
+
+    async def send(self, key: str, value: bytes) -> None:
+        from app.errors import BrokerUnavailable
+
+        self.sends += 1
+        raise BrokerUnavailable("no broker in this test")
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_each_single_write_spends_one_write_token_of_its_principal(fast: bool) -> None:
+    """A burst of 2: two single writes get past the quota (and fail to produce: no broker), the third is 429 before
+    anything is produced; another principal still has its own burst. The test spends no token itself."""
+    s = Settings(write_rate=1 / 1024, write_burst=2, api_fast_writes=fast)
+    app = create_app(s)
+    producer = _NoBroker()
+    app.state.ctx = ApiContext(s, producer, app.state.outcomes, app.state.metrics, app.state.quotas)  # type: ignore[arg-type]
+    client = TestClient(app)
+
+    def write(who: str, n: int) -> int:
+        return client.post("/objects", json={"id": f"{who}-{n}", "document": {}},
+                           headers={"Authorization": f"Bearer {dev_token(s, who, ttl_s=60)}"}).status_code
+
+    assert [write("mallory", n) for n in range(3)] == [503, 503, 429]
+    assert producer.sends == 2 and app.state.quotas.writes.remaining("mallory") == 0
+    assert write("alice", 0) == 503 and producer.sends == 3

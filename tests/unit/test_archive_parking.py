@@ -87,13 +87,13 @@ def test_the_rocksdb_shard_replays_parked_records_byte_for_byte(tmp_path: Path) 
 
 
 def test_a_redrive_gets_the_command_id_of_its_origin_and_refuses_undecodable_bytes() -> None:
-    entry = ParkedEntry(parked.Parked("cmd", 2, 7, "MALFORMED", "rid", b"obj", None, b"\xff"), (2, 0))
+    entry = ParkedEntry(parked.Parked("cmd", 2, 7, "MALFORMED", "rid", b"obj", b"sig", b"\xff", "valid"), (2, 0))
     with pytest.raises(ParkedNotRedrivable):
-        redrive_record(entry, None)
-    key, value, command_id = redrive_record(entry, codec.encode_command(CREATE))
+        redrive_record(entry, None, None)  # genuine, but no command
+    key, value, command_id = redrive_record(entry, codec.encode_command(CREATE), None)
     assert key == b"obj" and command_id == redrive_command_id("cmd", 2, 7) != CREATE.command_id
     assert codec.decode_command(value).command_id == command_id
-    assert redrive_record(entry, codec.encode_command(CREATE))[1] == value  # twice: the same command
+    assert redrive_record(entry, codec.encode_command(CREATE), None)[1] == value  # twice: the same command
     assert origin_of("commands-x[3]@12") == ("commands-x", 3, 12)
 
 

@@ -33,10 +33,12 @@ from projections.db import DbProjection, ReadModel
 from projections.db.erase import ObjectNotDeleted, ReadModelBusy, erase_view
 from projections.db.store import DOC, ReadModelStore, current_generation, options
 from projections.runner import Item, Record
+from schemas import codec
 from tests.unit.erasure_support import MARKS, answers, api, check_erased, erasure_items
 
 pytestmark = pytest.mark.unit
 SECRET = b"subject-7-home-address-XYZZY"
+DELETED = erasure_items("events")[3].record.value  # 'gone''s DELETED event, Avro-encoded
 MARK = [m.encode() for m in MARKS]
 
 
@@ -46,11 +48,12 @@ def _holds(directory: Path, needle: bytes) -> list[str]:
 
 
 def _audit(path: Path) -> None:
-    """Two objects' records over two partitions of events and one of rejections, as the projection appends them."""
+    """Two objects' records over two partitions of events and one of rejections, as the projection appends them:
+    opaque values but for 'gone''s DELETED event (what an erasure requires of the audit trail)."""
     p = AuditProjection(path, sync=True)
     rec = [("events", 0, 0, b"gone", b"CREATED " + MARK[0]), ("events", 0, 1, b"kept", b"CREATED kept"),
            ("events", 1, 0, b"gone", b"UPDATED " + MARK[1]), ("rejections", 0, 0, b"gone", b"REJECTED " + MARK[2]),
-           ("events", 0, 2, b"gone", b"DELETED")]
+           ("events", 0, 2, b"gone", DELETED)]
     p.apply([Item(Record(t, part, off, k, v, 1_700_000_000_000 + off), None, "opaque") for t, part, off, k, v in rec])
     p.close()
 
@@ -60,13 +63,15 @@ def test_erase_drops_the_values_keeps_the_chains_verifiable_and_records_itself(t
     _audit(path)
     assert all(_holds(path, mark) for mark in MARK)
     done = erase_object(path, "gone", "GDPR art. 17 request #12")
-    assert done.erased == {("events", 0): [0, 2], ("events", 1): [0], ("rejections", 0): [0]}
+    assert done.erased == {("events", 0): [0], ("events", 1): [0], ("rejections", 0): [0]}
     assert not any(_holds(path, mark) for mark in MARK), "an erased value is still somewhere in the store's files"
-    assert all(e.value is None and e.erased is not None for e in entries_about(path, "gone"))
+    # every value but the DELETED event's (no document in it: kept, as the read model's tombstone is)
+    assert [(e.topic, e.seq, e.value) for e in entries_about(path, "gone") if e.erased is None] == [
+        ("events", 2, DELETED)]
     report = verify(path)
     assert report.ok, report.problems
-    assert report.erased == {("events", 0): 2, ("events", 1): 1, ("rejections", 0): 1}
-    assert [h.outcome for h in history(path, "gone")] == ["ERASED"] * 4
+    assert report.erased == {("events", 0): 1, ("events", 1): 1, ("rejections", 0): 1}
+    assert sorted(h.outcome for h in history(path, "gone")) == ["ACCEPTED"] + ["ERASED"] * 3
     assert [e.value for e in entries_about(path, "kept")] == [b"CREATED kept"]
     # twice is harmless: nothing left to erase, no second erasure entry
     assert erase_object(path, "gone", "again").count == 0
@@ -105,17 +110,18 @@ def test_entries_written_before_the_v2_envelope_still_verify_and_are_refused_who
     path = tmp_path / "audit"
     db = open_primary(path)
     h = GENESIS
-    for seq in range(2):
-        e = Entry("events", 0, seq, seq, 0, b"old", SECRET, ENVELOPE_V1)
+    deleted = codec.encode_event(replace(codec.decode_event(DELETED), object_id="old"))
+    for seq in range(3):
+        e = Entry("events", 0, seq, seq, 0, b"old", SECRET if seq < 2 else deleted, ENVELOPE_V1)
         h = link(h, e)
         db[entry_key("events", 0, seq)] = pack_entry(h, e)
         db[b"x" + b"old\x00" + entry_key("events", 0, seq)] = b""
-    db[head_key("events", 0)] = pack_head(Head(h, 2, 2))
+    db[head_key("events", 0)] = pack_head(Head(h, 3, 3))
     db.close()
     assert verify(path).ok
     with pytest.raises(EraseRefused, match="before issue 30"):
         erase_object(path, "old", "request")
-    assert [e.value for e in entries_about(path, "old")] == [SECRET, SECRET] and verify(path).ok
+    assert [e.value for e in entries_about(path, "old")] == [SECRET, SECRET, deleted] and verify(path).ok
     with pytest.raises(ValueError, match="v1"):
         erased(Entry("events", 0, 0, 0, 0, b"old", SECRET, ENVELOPE_V1))
 

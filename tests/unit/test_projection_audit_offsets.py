@@ -81,3 +81,44 @@ def test_an_operator_restart_is_a_hashed_entry_and_the_chain_verifies_across_it(
     del db[entry_key("events", 0, 3)]
     db.close()
     assert [p.kind for p in verify(path).problems] == ["missing"]
+
+
+def _chain_with(path: Path, records: list[int | tuple[str, int]]) -> None:
+    """Write a chain whose seqs, hashes and head are right: each record an offset, or ("restart", resume offset)."""
+    from projections.audit.chain import RESTART_OFFSET, restart_value
+
+    db = open_primary(path)
+    h, next_offset = GENESIS, 0
+    for seq, r in enumerate(records):
+        if isinstance(r, tuple):
+            e = Entry("events", 0, seq, RESTART_OFFSET, 0, None, restart_value(next_offset, r[1], "test", 0))
+            next_offset = r[1]
+        else:
+            e = Entry("events", 0, seq, r, 0, b"o", b"v")
+            next_offset = r + 1
+        h = link(h, e)
+        db[entry_key("events", 0, seq)] = pack_entry(h, e)
+    db[head_key("events", 0)] = pack_head(Head(h, len(records), next_offset))
+    db.close()
+
+
+@pytest.mark.parametrize(("offsets", "seq", "offset"), [([0, 1, 2, 2, 3], 3, 2), ([0, 1, 2, 1], 3, 1),
+                                                        ([5, 6, 0], 2, 0)])
+def test_verify_names_a_repeated_or_backward_offset(tmp_path: Path, offsets: list[int], seq: int,
+                                                    offset: int) -> None:
+    """Every seq and hash is right; the offsets go back (a record twice, or history rewritten): not intact."""
+    _chain_with(tmp_path / "audit", list(offsets))
+    (problem,) = verify(tmp_path / "audit").problems
+    assert (problem.kind, problem.seq, problem.offset) == ("hole", seq, offset)
+    assert "out of order" in str(problem)
+
+
+@pytest.mark.parametrize(("resumed", "words"), [(600, "offsets 500..599"), (400, "out of order"),
+                                                (501, "offsets 500..500")])
+def test_verify_holds_a_chain_to_the_offset_its_restart_records(tmp_path: Path, resumed: int, words: str) -> None:
+    """A restart says "resumed at 500": records from anywhere else after it are a problem, named at the first."""
+    _chain_with(tmp_path / "audit", [0, 1, 2, ("restart", 500), 500, 501])
+    assert verify(tmp_path / "audit").ok
+    _chain_with(tmp_path / "other", [0, 1, 2, ("restart", 500), resumed, resumed + 1])
+    (problem,) = verify(tmp_path / "other").problems
+    assert (problem.kind, problem.seq, problem.offset) == ("hole", 4, resumed) and words in str(problem)

@@ -15,5 +15,5 @@ router = APIRouter(tags=["contract"], include_in_schema=False)  # an AsyncAPI do
 @router.get("/asyncapi.json", summary="The AsyncAPI 3.0 document of the commands, events and rejections topics")
 async def asyncapi(request: Request) -> dict[str, Any]:
     settings = request.app.state.settings
-    registry = settings.schema_registry_url or str(request.base_url).rstrip("/") + PREFIX
+    registry = settings.schema_registry_url or settings.public_base_url + PREFIX  # never the request's Host
     return document(settings, registry)

@@ -20,7 +20,8 @@ def _issuer(request: Request) -> LocalIssuer:
 
 @router.get("/openid-configuration", summary="OIDC discovery document of Arbiter's development issuer")
 async def openid_configuration(request: Request) -> JSONResponse:
-    return JSONResponse(_issuer(request).discovery(str(request.base_url)))
+    # ARBITER_PUBLIC_URL, never the request's Host: a forged Host must not reach a cached discovery document
+    return JSONResponse(_issuer(request).discovery(request.app.state.settings.public_base_url))
 
 
 @router.get("/jwks.json", summary="Public keys of Arbiter's development issuer (JWK Set)")

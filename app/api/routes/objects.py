@@ -9,8 +9,9 @@ from starlette.concurrency import run_in_threadpool
 
 from app.api import json_out
 from app.api.auth import PRINCIPAL_PATTERN
+from app.api.cursors import cursor_signer
 from app.api.deps import ApiContext, ContextDep, ObjectViewLike, PrincipalDep, ReaderDep, ReadModelDep, caller_of
-from app.api.history import EventPage, ObjectPage, RoleName, event_page, object_page
+from app.api.history import EventPage, ObjectPage, RoleName, event_page, object_page, page_events
 from app.api.json_body import StrictJsonRoute
 from app.api.models import (
     IDEMPOTENCY_KEY_PATTERN,
@@ -34,6 +35,7 @@ from app.api.submit import (
     submit,
     update_command,
 )
+from app.limits import OWN_REJECTIONS_PER_PAGE
 from commands import (
     Command,
     GrantEditor,
@@ -43,7 +45,7 @@ from commands import (
 )
 from commands.access import may_read
 from projections.db.history import fold
-from projections.db.lists import BadCursor, Role, decode_cursor, grantees, micros
+from projections.db.lists import BadCursor, Role, grantees, micros
 
 router = APIRouter(prefix="/objects", tags=["objects"], route_class=StrictJsonRoute)
 #: What GET serves: RFC 8259 only (no NaN/Infinity; a lone surrogate fails the UTF-8 encode).
@@ -247,13 +249,14 @@ async def list_objects(request: Request, principal: ReaderDep, read_model: ReadM
         since = micros(updated_since) if updated_since is not None else 0
     except ValueError as e:
         raise ApiError(f"updated_since {updated_since!r} is not an ISO 8601 time", code="INVALID_REQUEST") from e
+    cursors = cursor_signer(request.app.state.settings)
     try:
-        after = decode_cursor(cursor) if cursor is not None else None
+        after = cursors.open(principal, cursor) if cursor is not None else None
     except BadCursor as e:
         raise ApiError(e.message, code="INVALID_CURSOR") from e
     ranges = grantees(principal, caller_of(request).groups, Role(role) if role is not None else None)
     page = await _blocking(read_model, read_model.page, ranges, max(since, 0), after, limit)  # type: ignore[attr-defined]
-    return Response(object_page(page), media_type="application/json")
+    return Response(object_page(page, lambda item: cursors.sign(principal, item)), media_type="application/json")
 
 
 @router.get("/{object_id}/events", summary="Page an object's history: its events, oldest first",
@@ -274,8 +277,12 @@ async def object_events(request: Request, object_id: ObjectIdPath, principal: Re
     if view.deleted:
         await _refuse_erased(object_id, view, read_model)
     entries = await _blocking(read_model, read_model.history, object_id, after_version, limit + 1)  # type: ignore[attr-defined]
-    rejections = request.app.state.durable_outcomes.rejections(object_id, principal) if include else None
-    return Response(event_page(object_id, entries, limit, after_version, rejections), media_type="application/json")
+    events, more, before = page_events(entries, limit)
+    # The caller's own rejections only (an index by principal and object), at most OWN_REJECTIONS_PER_PAGE read, on
+    # the threadpool: what any caller can pile up on its own object never runs on the event loop.
+    own = await run_in_threadpool(request.app.state.durable_outcomes.rejections, object_id, principal, after_version,
+                                  before, limit=OWN_REJECTIONS_PER_PAGE) if include else None
+    return Response(event_page(object_id, events, more, after_version, own), media_type="application/json")
 
 
 @router.get("/{object_id}", summary="Read an object's document from the read model (eventually consistent), or as of "

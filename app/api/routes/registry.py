@@ -81,10 +81,26 @@ async def subject_version(subject: str, version: str, request: Request) -> JSONR
     vs = _subjects(request).get(subject)
     if not vs:
         return _error(40401, f"Subject '{subject}' not found.")
-    number = len(vs) if version in ("latest", "-1") else int(version) if version.isdigit() else 0
+    number = len(vs) if version in ("latest", "-1") else _version_number(version)
+    if number is None:
+        return _error(42202, f"The specified version '{version[:20]}' is not a valid version id. Allowed values are "
+                             f"between [1, {MAX_VERSION}] and the string \"latest\"")
     if not 1 <= number <= len(vs):
         return _error(40402, f"Version {version} not found.")
     return _answer(_entry(subject, number, vs[number - 1]))
+
+
+#: Confluent's own bound on a version id (a Java int); a longer digit string is not parsed at all.
+MAX_VERSION = 2**31 - 1
+
+
+def _version_number(version: str) -> int | None:
+    """Return ``version`` as a version id: ASCII digits only (``str.isdigit`` admits ``²``, which ``int`` refuses),
+    at most ``MAX_VERSION``; None for anything else."""
+    if not version.isascii() or not version.isdigit() or len(version) > len(str(MAX_VERSION)):
+        return None
+    number = int(version)
+    return number if number <= MAX_VERSION else None
 
 
 @router.post("/subjects/{subject}", summary="Look a schema up under a subject (no registration: read-only)")
@@ -94,7 +110,7 @@ async def lookup(subject: str, request: Request) -> JSONResponse:
         return _error(40401, f"Subject '{subject}' not found.")
     try:
         wanted = json.loads(json.loads(await request.body())["schema"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: nested deeper than json parses
         return _error(42201, "Invalid schema")
     for number, v in enumerate(vs, 1):
         if v.schema == wanted:

@@ -29,7 +29,7 @@ from app.validator.fold import OutputRecord
 from app.validator.headers import ce_headers
 from app.validator.rocks.checkpoint import CheckpointCorrupt
 from schemas import codec
-from schemas.parked import MAGIC as PARKED_MAGIC
+from schemas.parked import MAGICS as PARKED_MAGIC
 
 CHUNK_BYTES = 64 * 1024 * 1024  # one RocksDB value (and one changelog entry) holds at most this much
 

@@ -1,0 +1,85 @@
+"""A program using only the Python client (clients/python/examples/shared_counters.py) drives two racing users
+through a broker restart: the real validator process, DB projection and API run on a broker of this module's own,
+stopped and started while the program writes. Nothing is lost and nothing is applied twice.
+
+Runs its own broker (``own_broker``: module-scoped, free ports) so stopping it does not disturb the session broker.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.api.main import create_app
+from app.local.kafka_broker import LocalBroker
+from app.settings import Settings
+from app.topics import ensure_lease_topic, ensure_topics
+from tests.integration.test_api_broker_down import own_broker  # noqa: F401 - the fixture, shared
+from tests.integration.test_api_support import db_projection_running, served, token
+from tests.integration.validator_oracle import ROOT, start_validator, stop_validator
+
+pytestmark = pytest.mark.integration
+
+PROGRAM = ROOT / "clients" / "python" / "examples" / "shared_counters.py"
+OBJECTS, ROUNDS = 4, 10
+
+
+def test_a_client_program_loses_nothing_through_a_broker_restart(
+        own_broker: LocalBroker, base_settings: Settings, tmp_path: Path) -> None:  # noqa: F811 - the fixture
+    tag = uuid.uuid4().hex[:8]
+    s = base_settings.model_copy(update={
+        "kafka_bootstrap": own_broker.bootstrap, "partitions": 2, "topic_commands": f"commands-{tag}",
+        "topic_events": f"events-{tag}", "topic_rejections": f"rejections-{tag}", "var_dir": tmp_path / "var",
+        "topic_validator_leases": f"leases-{tag}", "state_backend": "rocksdb", "produce_timeout_s": 2.0,
+        "retry_after_s": 1})
+    ensure_topics(s)
+    ensure_lease_topic(s)
+    log = tmp_path / "validator.log"
+    job = start_validator(s, log, {"ARBITER_TOPIC_VALIDATOR_LEASES": s.topic_validator_leases,
+                                   "ARBITER_LEASE_SESSION_TIMEOUT_MS": "2000"})
+    lines: list[dict[str, Any]] = []
+    try:
+        with db_projection_running(s), served(create_app(s)) as url:
+            program = subprocess.Popen(  # noqa: S603 - our own example program
+                [sys.executable, str(PROGRAM), url, token(s, "alice"), token(s, "bob"), "--objects", str(OBJECTS),
+                 "--rounds", str(ROUNDS), "--tag", tag], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            reader = threading.Thread(target=lambda: lines.extend(json.loads(x) for x in program.stdout), daemon=True)  # type: ignore[union-attr]
+            reader.start()
+            deadline = time.monotonic() + 300
+            while not any(x.get("phase") == "round" for x in lines):  # the racers are writing
+                assert program.poll() is None, program.stderr.read()  # type: ignore[union-attr]
+                assert job.poll() is None, log.read_text()[-4000:]
+                assert time.monotonic() < deadline, "the program made no round in 300 s"
+                time.sleep(0.2)
+            own_broker.stop()
+            time.sleep(5)  # writes meanwhile: 503 BROKER_UNAVAILABLE after the produce timeout, retried
+            own_broker.start(Settings())
+            try:
+                program.wait(400)
+            finally:
+                if program.poll() is None:
+                    program.kill()
+            reader.join(10)
+            assert program.returncode == 0, program.stderr.read()  # type: ignore[union-attr]
+    finally:
+        stop_validator(job)
+    done = lines[-1]
+    assert done["phase"] == "done", lines
+    ids = [f"{tag}-{i}" for i in range(OBJECTS)]
+    last = 2 + 2 * ROUNDS  # created, bob made editor, then every increment of both racers
+    assert done["counters"] == {oid: 2 * ROUNDS for oid in ids}, done
+    assert done["versions"] == {oid: last for oid in ids}, done
+    assert done["history"] == {oid: list(range(1, last + 1)) for oid in ids}, done
+    for oid in ids:  # each racer's increment of each round applied exactly once
+        assert sorted(done["logs"][oid]) == sorted(f"{w}{r}" for w in "ab" for r in range(ROUNDS)), done["logs"][oid]
+    outage = {code: n for code, n in done["retries"].items() if code in ("BROKER_UNAVAILABLE", "TRANSPORT_FAILED")}
+    assert outage, f"the program never met the outage: {done['retries']}"
+    print(f"retries by the client program through the restart: {done['retries']}")  # shown with -s
