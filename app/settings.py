@@ -43,20 +43,21 @@ class Settings(BaseSettings):
     var_dir: Path = Field(default=Path("var"), description="Runtime data: broker log dirs, state, pids.")
 
     # --- Kafka ---------------------------------------------------------------------------------
-    kafka_bootstrap: str = "127.0.0.1:9092"
-    kafka_port: int = 9092
-    kafka_controller_port: int = 9093
-    kafka_heap: str = "768m"
+    kafka_bootstrap: str = Field(default="127.0.0.1:9092", description="Kafka bootstrap servers every component "
+                                 "connects to (host:port, comma-separated).")
+    kafka_port: int = Field(default=9092, description="Port of the local broker `arbiter kafka start` runs (127.0.0.1).")
+    kafka_controller_port: int = Field(default=9093, description="KRaft controller port of the local broker.")
+    kafka_heap: str = Field(default="768m", description="JVM heap of the local broker.")
     kafka_config: dict[str, str] = Field(default_factory=dict, description="librdkafka options, dotted names.")
-    topic_commands: str = "commands"
-    topic_events: str = "events"
-    topic_rejections: str = "rejections"
+    topic_commands: str = Field(default="commands", description="The validator's input, keyed by object id.")
+    topic_events: str = Field(default="events", description="Accepted commands, as events, keyed by object id.")
+    topic_rejections: str = Field(default="rejections", description="Rejected commands with their reason codes.")
     topic_parked: str = Field(default="", description="Full bytes of commands that did not decode; empty = "
-                              "<topic_commands>-parked (README \"The parking lot\").")
+                              "<topic_commands>-parked (docs/operations/parking-lot.md).")
     topic_parked_log: str = Field(default="", description="Redrives and discards of parked records, read by the audit "
                                   "projection; empty = <topic_commands>-parked-log.")
     archive_uri: str = Field(default="", description="The Parquet archive (any Hadoop URI: file, s3a://, hdfs://); "
-                             "empty = <var_dir>/archive (README \"The archive\").")
+                             "empty = <var_dir>/archive (docs/operations/archive.md).")
     archive_trigger_interval: str = Field(default="1 minute", description="The archive query's micro-batch interval "
                                           "(long by default: each batch is a Parquet file per topic and date).")
     archive_spark_master: str = Field(default="local[1]", description="The archive's own Spark application's master "
@@ -66,17 +67,23 @@ class Settings(BaseSettings):
                                            "`arbiter archive compact` yourself).")
     run_archive: bool = Field(default=True, description="Whether `arbiter run` starts the archive as a component "
                               "(`arbiter run --no-archive` for one run).")
-    partitions: int = Field(default=8, ge=1, le=10_000)
-    replication_factor: int = Field(default=1, ge=1)
-    min_insync_replicas: int = Field(default=1, ge=1)
+    partitions: int = Field(default=8, ge=1, le=10_000, description="Partitions of every topic: the unit of "
+                            "parallelism and of validator state, fixed once state exists (a mismatch is refused).")
+    replication_factor: int = Field(default=1, ge=1, description="Replicas of each topic Arbiter creates; 3 in "
+                                    "production.")
+    min_insync_replicas: int = Field(default=1, ge=1, description="min.insync.replicas of each topic; 2 (of 3) in "
+                                     "production, so an acknowledged command survives the loss of a broker.")
     retention_ms: int = Field(default=7 * 24 * 3600 * 1000, description="Retention of all three topics.")
     max_message_bytes: int = Field(
         default=1024 * 1024, ge=64 * 1024, le=64 * 1024 * 1024,
         description="Topics' max.message.bytes; every other size limit derives from it (app/limits.py).")
-    schema_registry_url: str | None = None
+    schema_registry_url: str | None = Field(default=None, description="A Confluent-compatible schema registry the "
+                                            "validator registers every schema version in at start; unset = none "
+                                            "(the API serves a read-only one at /registry).")
 
     # --- Spark / validator -------------------------------------------------------------------
-    spark_master: str = "local[2]"
+    spark_master: str = Field(default="local[2]", description="The validator's Spark master: local[N] or a cluster's "
+                              "URL (docs/cluster.md).")
     spark_conf: dict[str, str] = Field(default_factory=dict, description="Spark options, dotted names.")
     spark_jit: Literal["c1", "c2"] = Field(
         default="c1", description="The Spark JVMs' JIT: c1 (C1 only) or c2 (the JVM's default, tiered up to C2). "
@@ -98,7 +105,8 @@ class Settings(BaseSettings):
         default=None, ge=1, description="Skip a trigger with fewer new commands than this until max_trigger_delay_ms "
         "has passed since the last micro-batch (Spark's minOffsetsPerTrigger): fewer batches under light load.")
     max_trigger_delay_ms: int = Field(default=300, ge=1, description="Longest wait for min_offsets_per_trigger.")
-    starting_offsets: Literal["earliest", "latest"] = "earliest"
+    starting_offsets: Literal["earliest", "latest"] = Field(
+        default="earliest", description="Where a validator without a checkpoint starts reading commands.")
     shuffle_partitions: int | None = Field(
         default=None, description="Spark shuffle partitions of the stateful step; default = partitions. Fixed by the first run.")
     dedup_ttl_ms: int = Field(default=24 * 3600 * 1000, ge=1, description="How long a command id is remembered for dedup.")
@@ -151,10 +159,12 @@ class Settings(BaseSettings):
     # --- projections (issue 7): empty dirs default to <var_dir>/audit; read_model_dir is in the API block below ---
     audit_dir: Path | None = Field(default=None, description="Audit store (rocksdict with per-partition hash chains).")
     log_file: Path | None = Field(default=None, description="Decision log file (rotated); unset = stdout.")
-    log_file_max_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
-    log_file_backups: int = Field(default=5, ge=0)
+    log_file_max_bytes: int = Field(default=64 * 1024 * 1024, ge=1024, description="Size at which the log "
+                                    "projection rotates ARBITER_LOG_FILE.")
+    log_file_backups: int = Field(default=5, ge=0, description="Rotated decision-log files kept.")
     projection_group_prefix: str = Field(default="arbiter", description="Consumer groups are <prefix>-db|audit|log.")
-    projection_batch_size: int = Field(default=2000, ge=1, le=100_000)
+    projection_batch_size: int = Field(default=2000, ge=1, le=100_000, description="Most records a projection "
+                                       "applies in one batch.")
     projection_sync_writes: bool = Field(default=True, description="fsync the read model/audit WAL per batch.")
 
     # --- metrics (issue 16): Prometheus text format on a port of each process's own; 0 = not served ---
@@ -169,8 +179,8 @@ class Settings(BaseSettings):
         "OTEL_EXPORTER_OTLP_ENDPOINT (or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) is set.")
 
     # --- API -------------------------------------------------------------------------------------
-    api_host: str = "127.0.0.1"
-    api_port: int = 8000
+    api_host: str = Field(default="127.0.0.1", description="Address the API binds (`arbiter api`, `arbiter run`).")
+    api_port: int = Field(default=8000, description="Port of the API: its routes, /metrics and the status page.")
     api_workers: int = Field(
         default=1, ge=1, le=64, description="uvicorn worker processes of `arbiter api` (and `arbiter run`'s API); each "
         "has its own producer and outcome consumer, so a write's wait is answered by the process that took it.")

@@ -26,7 +26,7 @@ NOT_YET = frozenset({KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_
 
 
 def topic_config(settings: Settings, name: str = "") -> dict[str, str]:
-    """Topic settings a user would want; see README "Topics" for why each is set."""
+    """Topic settings a user would want; see docs/operations/running.md, "Topics" for why each is set."""
     return {
         "min.insync.replicas": str(settings.min_insync_replicas),
         "retention.ms": str(settings.retention_ms),
@@ -175,7 +175,7 @@ class TopicUnsafe(SetupError):
 
 
 def check_durability(client: AdminClient, settings: Settings, names: list[str], metadata: dict[str, Any]) -> None:
-    """Refuse or align existing topics whose settings would lose records (README "Topics").
+    """Refuse or align existing topics whose settings would lose records (docs/operations/running.md, "Topics").
 
     Refused with ``TopicUnsafe``: a ``cleanup.policy`` other than ``delete`` (compaction keeps one record per key:
     every command but an object's last would go), and fewer replicas than ``ARBITER_REPLICATION_FACTOR`` (a

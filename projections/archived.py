@@ -42,7 +42,7 @@ def local_root(uri: str) -> Path:
     parsed = urlparse(uri)
     if parsed.scheme in ("", "file"):
         return Path(unquote(parsed.path) if parsed.scheme else uri)
-    raise ArbiterError(f"archive {uri!r} is not local: read it with Spark (README \"The archive\")",
+    raise ArbiterError(f"archive {uri!r} is not local: read it with Spark (docs/operations/archive.md)",
                        code="ARCHIVE_NOT_LOCAL")
 
 

@@ -56,6 +56,20 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
                                     f"{why}", red=True)
 
 
+#: Fixtures that start a broker, Spark or PostgreSQL: a test marked ``unit`` (``./dev test --fast``) uses none of them.
+INFRASTRUCTURE = frozenset({"kafka_bootstrap", "spark", "postgres"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Refuse a ``unit`` test that needs a broker, Spark or PostgreSQL (directly or through other fixtures)."""
+    heavy = [f"{item.nodeid} uses {sorted(INFRASTRUCTURE & set(getattr(item, 'fixturenames', ())))}"
+             for item in items if item.get_closest_marker("unit")
+             and INFRASTRUCTURE & set(getattr(item, "fixturenames", ()))]
+    if heavy:
+        raise pytest.UsageError("tests marked unit must not need a broker, Spark or PostgreSQL; mark them "
+                                "integration:\n" + "\n".join(heavy))
+
+
 @pytest.fixture(scope="session")
 def session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("arbiter")

@@ -53,7 +53,7 @@ def local_checkpoint(s: Settings) -> Path:
     ck = checkpoint_uri(s)
     if "://" in ck and not ck.startswith("file://"):
         raise BackupRefused(f"the validator's checkpoint {ck} is not a local directory: back it up with the object "
-                            "store's own tools while the validator is stopped (README, Backup and restore)")
+                            "store's own tools while the validator is stopped (docs/operations/backup.md)")
     return Path(os.path.abspath(ck.removeprefix("file://")))
 
 

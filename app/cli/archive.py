@@ -1,4 +1,4 @@
-"""``arbiter archive run|compact|files``: the Parquet archive of the topics (README "The archive")."""
+"""``arbiter archive run|compact|files``: the Parquet archive of the topics (docs/operations/archive.md)."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("erase", help="purge a deleted object's documents from the read model, the audit store and a "
                        "local archive (DB and audit projections and the archive query stopped; the topics are the "
-                       "operator's: README, Erasure)")
+                       "operator's: docs/operations/erasure.md)")
     p.add_argument("object_id")
     p.add_argument("--reason", default="erasure request", help="recorded in each audit chain's erasure entry")
     p.set_defaults(handler=_erase)
@@ -52,7 +52,7 @@ def _erase(args: argparse.Namespace) -> int:
     print(f"audit: {done.count} record value(s) erased, {done.already} already erased or empty")
     if archive is None:
         print(f"archive: none at {s.archive_location}" if _is_local(s.archive_location) else
-              f"archive: {s.archive_location} is not local: not purged (README, Erasure)")
+              f"archive: {s.archive_location} is not local: not purged (docs/operations/erasure.md)")
     else:
         from app.archive.erase import erase_archive
 

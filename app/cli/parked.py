@@ -10,7 +10,7 @@ from app.settings import get_settings
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("parked", help="list, show, redrive or discard parked command records (README \"The parking lot\")")
+    p = sub.add_parser("parked", help="list, show, redrive or discard parked command records (docs/operations/parking-lot.md)")
     actions = p.add_subparsers(dest="action", required=True)
     ls = actions.add_parser("list", help="one JSON line per parked record: origin, reason, sizes, status")
     ls.add_argument("--all", action="store_true", help="also those already redriven or discarded")

@@ -188,7 +188,7 @@ class StatusCollector:
                 "lag_by_partition": lag,
                 "validator": {k: v for k, v in validator.items() if k != "end_offsets"},
                 "history": self.history.columns(),
-                # The parking lot (README "The parking lot"): None while its topics cannot be read.
+                # The parking lot (docs/operations/parking-lot.md): None while its topics cannot be read.
                 "parking_lot": parking,
                 "hot_keys": {str(p): [{"object_id": k, "count": c, "error": e} for k, c, e in top]
                              for p, top in self.hot.top(5).items()},

@@ -92,7 +92,7 @@ def job_lock_path(checkpoint: str, rocks_dir: Path) -> Path:
     """Return the lock file guarding ``checkpoint``: inside it when it is a local directory, else under ``rocks_dir``.
 
     A lock file on the checkpoint's own disk refuses a second job on any host that mounts it; for a remote
-    URI (HDFS, S3) only jobs on this host are refused, so run one driver per checkpoint there (README).
+    URI (HDFS, S3) only jobs on this host are refused, so run one driver per checkpoint there (docs/concepts/state-backends.md).
     """
     if "://" not in checkpoint or checkpoint.startswith("file://"):
         path = checkpoint.removeprefix("file://")

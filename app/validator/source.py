@@ -22,7 +22,7 @@ def physical_memory_bytes() -> int:
 
 
 def offsets_per_trigger(settings: Settings) -> int:
-    """Return the per-micro-batch cap: ``max_offsets_per_trigger``, else one derived from memory (README, Validator).
+    """Return the per-micro-batch cap: ``max_offsets_per_trigger``, else one derived from memory (docs/concepts/validator.md).
 
     ``max(100, batch_memory // (BATCH_COPIES * max_message_bytes))``, ``batch_memory`` being ``batch_memory_mb``
     or an eighth of physical memory: a batch of records of the largest size a topic takes, held ``BATCH_COPIES``

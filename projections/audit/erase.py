@@ -144,7 +144,7 @@ def _erase(db: Rdict, object_id: str, reason: str) -> AuditErasure:
         if entry.envelope != ENVELOPE_V2:
             raise EraseRefused(f"{entry.topic}[{entry.partition}] record #{entry.seq} (offset {entry.offset}) of "
                                f"{object_id!r} was audited before issue 30: its hash covers the value itself, so it "
-                               "cannot be dropped without breaking the chain; nothing was erased (see README, Erasure)")
+                               "cannot be dropped without breaking the chain; nothing was erased (docs/operations/erasure.md)")
         found.append(entry)
         hashes[((entry.topic, entry.partition), entry.seq)] = stored
     if not found:

@@ -23,7 +23,7 @@ def erase_row(conninfo: str, schema: str, object_id: str) -> tuple[int, bool]:
     One transaction: a reader sees the object's history whole or erased whole. Its ``access`` rows went when it was
     deleted; any left (a store written before that held) are deleted too. ``VACUUM`` makes the old row versions'
     space reusable; their bytes stay in the tables' pages until reused, and in WAL archives and base backups:
-    ``VACUUM FULL`` (an exclusive lock) rewrites a table (README, Erasure).
+    ``VACUUM FULL`` (an exclusive lock) rewrites a table (docs/operations/erasure.md).
     """
     s = sql.Identifier(schema)
     with psycopg.connect(conninfo, autocommit=True) as conn:

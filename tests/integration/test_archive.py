@@ -6,7 +6,14 @@ topics (the suite's time budget).
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import io
 import json
+import os
+import re
+import subprocess
+import sys
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -37,6 +44,7 @@ from projections.rebuild import rebuild_read_model
 from projections.runner import Runner, RunnerConfig
 from schemas import codec, parked
 from tests.conftest import read_model_on
+from tests.docs_snippets import snippet
 from tests.integration.validator_oracle import send_commands
 
 pytestmark = pytest.mark.integration
@@ -75,6 +83,26 @@ def _archive(spark, s: Settings) -> None:  # noqa: ANN001
     start_archive(spark, s, available_now=True).awaitTermination(240)
 
 
+def _duckdb_snippet(root: Path) -> dict[str, int]:
+    """Run the docs' DuckDB query as printed, on the archive at ``root``; return its counts per topic."""
+    done = subprocess.run([sys.executable, "-c", snippet("archive_duckdb.py")], capture_output=True, text=True,
+                          env={**os.environ, "ARBITER_ARCHIVE_URI": str(root)}, timeout=120, check=True)
+    return dict(ast.literal_eval(done.stdout.strip()))
+
+
+def _spark_snippet(s: Settings, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run the docs' Spark SQL queries as printed, in this process (its session is the one they get); return what
+    they printed."""
+    monkeypatch.setenv("ARBITER_ARCHIVE_URI", s.archive_uri)
+    monkeypatch.setenv("ARBITER_TOPIC_EVENTS", s.topic_events)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(snippet("archive_spark.py"), "archive_spark.py", "exec"), {})  # noqa: S102 - the docs' code
+    monkeypatch.delenv("ARBITER_ARCHIVE_URI")
+    monkeypatch.delenv("ARBITER_TOPIC_EVENTS")
+    return out.getvalue()
+
+
 def _versions(s: Settings) -> dict[str, int]:
     reader = open_reader(s)
     try:
@@ -84,7 +112,8 @@ def _versions(s: Settings) -> dict[str, int]:
 
 
 def test_archive_rebuild_after_retention_and_parking(spark, settings: Settings, tmp_path: Path,  # noqa: ANN001
-                                                      request: pytest.FixtureRequest) -> None:
+                                                      request: pytest.FixtureRequest,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     s = settings.model_copy(update={"archive_uri": str(tmp_path / "archive")})
     root = archived.local_root(s.archive_location)
     first = _commands("a", 12)
@@ -130,6 +159,14 @@ def test_archive_rebuild_after_retention_and_parking(spark, settings: Settings, 
     duck = dict(con.execute("SELECT topic, count(*) FROM read_parquet($files, hive_partitioning = true) "
                             "GROUP BY topic", {"files": files}).fetchall())
     assert duck == expected
+    # the docs' own queries, as printed (docs/operations/archive.md): DuckDB through the committed file list, and
+    # Spark SQL on the stream, whose tables show the same counts, the updates and the undecodable records
+    assert _duckdb_snippet(root) == expected
+    shown = _spark_snippet(s, monkeypatch)
+    assert all(re.search(rf"\|\s*{re.escape(t)}\s*\|\s*{n}\s*\|", shown) for t, n in expected.items()), shown
+    assert all(re.search(rf"\|\s*obj-{i}\s*\|\s*2\s*\|\s*alice\s*\|", shown) for i in range(12)), shown
+    assert {(int(p), int(o)) for p, o in re.findall(rf"\|{re.escape(s.topic_commands)}\s*\|(\d+)\s*\|(\d+)\s*\|",
+                                                    shown)} == set(poison), shown
 
     # --- retention deletes every early segment of the events topic ----------------------------------------------
     first_events = expected[s.topic_events]
@@ -193,6 +230,8 @@ def test_archive_rebuild_after_retention_and_parking(spark, settings: Settings, 
     parts, offsets, *_ = archived.read_topic(root, s.topic_events)
     assert archived.ends(parts, offsets, s.topic_events) == {p: hi for p, (_, hi) in
                                                              _watermarks(s, s.topic_events).items() if hi}
+    assert _duckdb_snippet(root) == {t: sum(hi - lo for lo, hi in _watermarks(s, t).values()) +  # after compaction
+                                     (first_events if t == s.topic_events else 0) for t in expected}
     files = [str(f) for f in archived.files(root)]
     assert con.execute("SELECT count(*), count(DISTINCT (topic, partition, \"offset\")) FROM read_parquet($files, "
                        "hive_partitioning = true)", {"files": files}).fetchone() == (

@@ -123,7 +123,7 @@ def test_backup_erase_and_restore_on_postgresql_through_the_cli(pg: Settings, tm
         restore_dump(postgres_conninfo(pg), pg.postgres_schema, backup / "read_model.pgdump", "/bin/false")
     assert current_digests(postgres_conninfo(pg), pg.postgres_schema) == erased
 
-    # lose everything the backup covers, then restore it (which brings the erased object back: README, Erasure)
+    # lose everything the backup covers, then restore it (which brings the erased object back: docs/operations/erasure.md)
     with psycopg.connect(postgres_conninfo(pg), autocommit=True) as conn:
         conn.execute("DROP SCHEMA read_model CASCADE")
     shutil.rmtree(audit_root(pg))

@@ -8,11 +8,11 @@ validator wrote on events and rejections, and records an older Arbiter wrote wit
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import fastavro
 import httpx
@@ -46,6 +46,7 @@ from commands import (
 from schemas import codec, records
 from schemas.catalog import EVENT, REJECTION, SchemaCatalog, SchemaVersion
 from schemas.wire import header
+from tests.docs_snippets import snippet
 from tests.integration.test_api_support import served
 from tests.integration.validator_oracle import send_commands
 from tests.unit.test_contract_asyncapi import validator
@@ -53,7 +54,6 @@ from tests.unit.test_contract_asyncapi import validator
 pytestmark = pytest.mark.integration
 
 T0 = datetime(2025, 6, 1, tzinfo=UTC)
-README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def _at(i: int) -> datetime:
@@ -69,14 +69,13 @@ def _v1(subject: str, record: dict[str, object]) -> bytes:
     return buf.getvalue()
 
 
-def _readme_consumer(registry_url: str, s: Settings) -> str:
-    """Run the README's Python consumer against ``s``' topics; return what it printed."""
-    text = README.read_text("utf-8").split("## Consuming Arbiter's topics", 1)[1]
-    code = text.split("```python\n", 1)[1].split("```", 1)[0]
-    assert len([line for line in code.splitlines() if line.strip()]) == 10
-    code = code.replace("http://127.0.0.1:8000/registry", registry_url).replace("127.0.0.1:9092", s.kafka_bootstrap)
-    code = code.replace('["events", "rejections"]', repr([s.topic_events, s.topic_rejections]))
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+def _docs_consumer(registry_url: str, s: Settings) -> str:
+    """Run the docs' Python consumer as printed (docs/consuming.md), pointed at ``s``' broker, registry and topics by
+    the ``ARBITER_*`` variables it reads; return what it printed."""
+    env = {**os.environ, "ARBITER_SCHEMA_REGISTRY_URL": registry_url, "ARBITER_KAFKA_BOOTSTRAP": s.kafka_bootstrap,
+           "ARBITER_TOPIC_EVENTS": s.topic_events, "ARBITER_TOPIC_REJECTIONS": s.topic_rejections}
+    done = subprocess.run([sys.executable, "-c", snippet("consumer.py")], capture_output=True, text=True, timeout=120,
+                          check=True, env=env)
     return done.stdout
 
 
@@ -132,8 +131,8 @@ def test_a_stock_avro_deserializer_decodes_every_record_with_only_the_registry_u
         assert registry.get_compatibility(f"{s.topic_events}-value") == "BACKWARD_TRANSITIVE"
         assert registry.get_latest_version(f"{s.topic_commands}-value").schema_id == 1004
 
-        # The README's consumer, as written but for the addresses and topic names, prints one line per record.
-        lines = _readme_consumer(f"{url}/registry", s).splitlines()
+        # The docs' consumer, as printed, prints one line per record.
+        lines = _docs_consumer(f"{url}/registry", s).splitlines()
         assert len(lines) == sum(seen.values())
         assert {line.split(" ", 1)[0] for line in lines} == {
             "",  # the two records written before headers existed: no ce_type

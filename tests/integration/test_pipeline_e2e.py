@@ -89,7 +89,7 @@ def _row(lines: list[str], step: str) -> list[str]:
 
 
 def assert_scenario(out: list[str]) -> None:
-    """The scenario table shows the outcomes the README shows (whichever read model served it)."""
+    """The scenario table shows the outcomes docs/getting-started.md shows (whichever read model served it)."""
     def decided(step: str, http: str) -> list[str]:
         """[outcome, reason, version]; HTTP is the direct answer, or 202 if the decision came after the wait."""
         row = _row(out, step)

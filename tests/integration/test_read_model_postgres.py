@@ -1,11 +1,10 @@
 """What only the PostgreSQL read model has: the local server, migrations, the swap lock, jsonb's limits, and the
-README's example queries, all against the real server."""
+docs' example queries (docs/concepts/projections.md, as printed), all against the real server."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,10 +21,10 @@ from projections.db import DbProjection, ObjectView
 from projections.postgres import schema as pgschema
 from projections.runner import Item, Record
 from tests.conftest import read_model_on
+from tests.docs_snippets import snippet
 
 pytestmark = pytest.mark.integration
 
-README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 @pytest.fixture
@@ -107,12 +106,9 @@ def test_a_batch_written_across_a_swap_is_not_written_and_is_read_again(pg: Sett
         assert [oid for oid, _ in rm.views()] == ["a", "b"]
 
 
-def _readme_queries() -> list[str]:
-    section = README.read_text().split("### The read model in PostgreSQL", 1)[1]
-    return re.findall(r"```sql\n(.*?)```", section, flags=re.S)
 
 
-def test_the_readme_queries_run(pg: Settings) -> None:
+def test_the_docs_queries_run(pg: Settings) -> None:
     at = "2026-01-01T00:00:0{}+00:00"
     writer = open_writer(pg)
     writer.write({"plan": ObjectView({"title": "plan", "text": "x"}, 3, owner="alice", updated_at=at.format(1)),
@@ -120,7 +116,7 @@ def test_the_readme_queries_run(pg: Settings) -> None:
                   "gone": ObjectView({}, 4, deleted=True, owner="alice", updated_at=at.format(3)),
                   "bobs": ObjectView({"title": "secret"}, 1, owner="bob", updated_at=at.format(4))}, {}, {})
     writer.close()
-    first, second = _readme_queries()
+    first, second = snippet("what alice may read"), snippet("documents per owner")  # as printed in the docs
     with psycopg.connect(_dsn(pg)) as conn:
         assert [(r[0], r[2]) for r in conn.execute(first)] == [("notes", "notes"), ("plan", "plan")]
         assert [tuple(r) for r in conn.execute(second)] == [("bob", 2, 0, 2), ("alice", 1, 1, 3)]

@@ -80,7 +80,7 @@ def test_the_api_secret_is_required_and_has_no_default() -> None:
 
 def test_the_observability_profile_carries_traces_from_every_service_to_jaeger() -> None:
     """The services' OTLP endpoint is the collector's HTTP receiver, the collector's config is mounted where it is
-    read and exports to Jaeger's OTLP receiver; tracing stays off unless ARBITER_TRACES is set (README "Traces")."""
+    read and exports to Jaeger's OTLP receiver; tracing stays off unless ARBITER_TRACES is set (docs/operations/traces.md)."""
     collector, jaeger = SERVICES["otel-collector"], SERVICES["jaeger"]
     assert collector["profiles"] == jaeger["profiles"] == ["observability"]
     config_path = collector["command"][0].removeprefix("--config=")

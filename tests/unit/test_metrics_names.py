@@ -1,5 +1,5 @@
-"""The README's metric table names every metric the API, the validator and the projections export, with its type,
-and nothing else."""
+"""The metric table of docs/operations/metrics.md names every metric the API, the validator and the projections
+export, with its type, and nothing else."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from projections.runner import Projection, Runner, RunnerConfig
 
 pytestmark = pytest.mark.unit
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+TABLE = Path(__file__).resolve().parents[2] / "docs" / "operations" / "metrics.md"  # the metrics page
 
 
 def exported(metrics: Iterable[Metric]) -> dict[str, str]:
@@ -30,7 +30,7 @@ def exported(metrics: Iterable[Metric]) -> dict[str, str]:
 
 
 def documented() -> dict[str, str]:
-    rows = re.findall(r"^\| `(arbiter_[a-z_]+)` \| (counter|gauge|histogram) \|", README.read_text(), re.M)
+    rows = re.findall(r"^\| `(arbiter_[a-z_]+)` \| (counter|gauge|histogram) \|", TABLE.read_text(), re.M)
     return dict(rows)
 
 
@@ -61,5 +61,5 @@ def test_the_readme_table_is_what_the_code_exports(tmp_path: Path) -> None:
     lag = {m.samples[0].value for m in ValidatorCollector(s).collect() if m.name == "arbiter_validator_lag"}
     assert lag == {3}
     table = documented()
-    assert {n: t for n, t in found.items() if table.get(n) != t} == {}, "exported but not in the README's table"
-    assert sorted(set(table) - set(found)) == [], "in the README's table but not exported"
+    assert {n: t for n, t in found.items() if table.get(n) != t} == {}, "exported but not in the metrics page's table"
+    assert sorted(set(table) - set(found)) == [], "in the metrics page's table but not exported"

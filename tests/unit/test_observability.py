@@ -1,8 +1,8 @@
 """docker compose --profile observability: Prometheus' scrape configuration and alert rules, Grafana's provisioning
 and dashboard. No Docker engine, Prometheus or Grafana runs here, so parse them and check what can be checked:
 every target is a service on the port its setting gives, every metric a rule or panel uses is one the code exports
-(the README's table, held to the code by test_metrics_names), the PromQL is balanced, and the files are mounted
-where the configuration looks for them. Not checked: PromQL semantics (no PromQL parser here)."""
+(docs/operations/metrics.md's table, held to the code by test_metrics_names), the PromQL is balanced, and the files
+are mounted where the configuration looks for them. Not checked: PromQL semantics (no PromQL parser here)."""
 
 from __future__ import annotations
 

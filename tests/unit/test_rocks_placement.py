@@ -11,6 +11,8 @@ from app.validator.rocks.query import shard_tasks
 from app.validator.rocks.shard import host_settings, rocks_root
 from bench.validator.cluster import ShardOpen, moves
 
+pytestmark = pytest.mark.unit
+
 
 def test_local_mode_coalesces_to_the_cores() -> None:
     assert shard_tasks(Settings(partitions=8), "local[2]", 2) == 2

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from app.settings import Settings
 from app.validator.lease import client_id, instance_id, lease_group
 from app.validator.owner import lease_config
+
+pytestmark = pytest.mark.unit
 
 
 def test_each_checkpoint_has_its_own_group() -> None:

@@ -402,7 +402,7 @@ def _put_all(wb: rocksdict.WriteBatch, entries: Sequence[Entry]) -> None:
 
 
 def load_state(raw: bytes | None, now_ms: int, settings: Settings) -> ObjectState | None:
-    """Decode a stored state, applying the reference backend's processing-time TTLs (README "Fast state backend").
+    """Decode a stored state, applying the reference backend's processing-time TTLs (docs/concepts/state-backends.md).
 
     A tombstone older than ``tombstone_ttl_ms`` is gone (the id is unknown again); a live object last written
     more than ``dedup_ttl_ms`` ago has forgotten its dedup entries. Both count from the batch that wrote it.

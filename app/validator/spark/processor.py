@@ -7,7 +7,7 @@ Three value-state variables per object, each holding the domain's Avro state byt
                  reset by every accepted command of the object.
 - ``tombstone``  the whole state of a deleted object (dedup entries included); TTL ``tombstone_ttl_ms``.
 
-Undecodable records never read or write state. See README "Validator" for what happens after expiry.
+Undecodable records never read or write state. See docs/concepts/validator.md for what happens after expiry.
 """
 
 from __future__ import annotations

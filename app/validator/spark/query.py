@@ -42,7 +42,7 @@ STATE_SERVER_LOGGER = "org.apache.spark.sql.execution.python.streaming.Transform
 def _quiet_state_server(spark: Any) -> None:  # noqa: ANN401
     """Raise the state server's log level to ERROR in this JVM (local mode: driver and executors).
 
-    On a cluster, set it in the executors' log4j2 configuration (see README "Running on a cluster").
+    On a cluster, set it in the executors' log4j2 configuration (see docs/cluster.md).
     """
     jvm = spark._jvm
     jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(STATE_SERVER_LOGGER,

@@ -16,7 +16,7 @@ from arbiter_client.retry import RetryPolicy, parse_retry_after
 
 
 class Client:
-    """Arbiter's Command API, with its semantics built in (see the README's **Python client**).
+    """Arbiter's Command API, with its semantics built in (see docs/clients.md).
 
     Writes carry an Idempotency-Key and are retried on 503, 429 and transport failures (``retry``), wait for the
     decision (``Prefer: wait``, ``wait_s``) and follow ``Location`` on a 202; rejections raise typed errors
