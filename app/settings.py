@@ -80,7 +80,7 @@ class Settings(BaseSettings):
         "interpreted (spark.sql.codegen.factoryMode=NO_CODEGEN, spark.sql.codegen.wholeStage=false) or compiled "
         "(Spark's default: Java source generated per task, per Kafka partition reader and per batch plan). The "
         "generation was ~36 % of the driver JVM's sampled CPU at 100 commands/s (JFR; docs/benchmarks.md, "
-        "\"Idle cost per micro-batch\"). Either key set in spark_conf wins over this.")
+        "\"The validator's JVM per micro-batch\"). Either key set in spark_conf wins over this.")
     state_backend: Literal["spark", "rocksdb"] = Field(
         default="rocksdb", description="Validator state: Spark's transformWithState (reference) or per-partition rocksdict.")
     checkpoint_location: str = Field(

@@ -3,8 +3,8 @@
 Every task of a micro-batch builds its row projections afresh (two per Kafka partition reader, one per project, the
 ``mapInArrow`` output and the Kafka writer), and with Spark's default each one generates, canonicalises and looks up
 Java source before its first row; the driver also generates whole-stage code for each batch's plan. At a few
-records per batch that generation, not the rows, was the JVM's largest cost (docs/benchmarks.md, "Idle cost per
-micro-batch"); interpreted projections skip it.
+records per batch that generation, not the rows, was the JVM's largest cost (docs/benchmarks.md, "The validator's
+JVM per micro-batch"); interpreted projections skip it.
 """
 
 from __future__ import annotations
