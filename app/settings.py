@@ -88,6 +88,12 @@ class Settings(BaseSettings):
     spark_jit: Literal["c1", "c2"] = Field(
         default="c1", description="The Spark JVMs' JIT: c1 (C1 only) or c2 (the JVM's default, tiered up to C2). "
         "On 2 cores C1 cost less CPU per micro-batch with no loss of throughput (docs/benchmarks.md, fifth pass).")
+    validator_codegen: Literal["interpreted", "compiled"] = Field(
+        default="interpreted", description="How the validator's Spark session builds its row projections: "
+        "interpreted (spark.sql.codegen.factoryMode=NO_CODEGEN, spark.sql.codegen.wholeStage=false) or compiled "
+        "(Spark's default: Java source generated per task, per Kafka partition reader and per batch plan). The "
+        "generation was ~36 % of the driver JVM's sampled CPU at 100 commands/s (JFR; docs/benchmarks.md, "
+        "\"The validator's JVM per micro-batch\"). Either key set in spark_conf wins over this.")
     state_backend: Literal["spark", "rocksdb"] = Field(
         default="rocksdb", description="Validator state: Spark's transformWithState (reference) or per-partition rocksdict.")
     checkpoint_location: str = Field(

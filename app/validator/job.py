@@ -15,6 +15,7 @@ from typing import Any
 from app.errors import ArbiterError, BrokerUnavailable
 from app.settings import Settings, checkpoint_uri
 from app.validator.backends import backend_for
+from app.validator.codegen import codegen_conf
 from app.validator.lease import FENCED, TAKEN, CheckpointLeased, LeaseLost, LossCause
 from app.validator.owner import attach, loss_cause, lost_lease, release_after, take
 from app.validator.progress import QueryWatch, add_state, progress_path, write_progress
@@ -37,6 +38,8 @@ def build_query(spark, settings: Settings, *, available_now: bool = False):  # n
     """
     uri = checkpoint_uri(settings)
     owner = take(spark, settings, uri)
+    for key, value in codegen_conf(settings).items():
+        spark.conf.set(key, value)  # read by every task at run time (validator_codegen)
     try:
         query = backend_for(settings).start(spark, settings, uri, available_now=available_now)
     except BaseException:

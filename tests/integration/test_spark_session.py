@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.spark_session import CHECKPOINT_FILE_MANAGER, FILESYSTEM_CHECKPOINTS, _is_local
+from app.validator.codegen import FACTORY_MODE, WHOLE_STAGE
 
 pytestmark = pytest.mark.integration
 
@@ -19,3 +20,10 @@ def test_a_local_checkpoint_gets_the_filesystem_based_manager(spark) -> None:  #
                                             ("hdfs://nn:8020/ck", False), ("s3a://bucket/ck", False)])
 def test_only_local_locations_count_as_local(uri: str, local: bool) -> None:
     assert _is_local(uri) is local
+
+
+@pytest.mark.parametrize("key", [FACTORY_MODE, WHOLE_STAGE])
+def test_the_projection_mode_keys_are_spark_s_and_settable_at_run_time(spark, key: str) -> None:  # noqa: ANN001
+    # build_query sets them on a running session (validator_codegen); Spark takes an unknown or misspelt key
+    # silently and changes nothing, so hold the names to SQLConf's registered, non-static entries.
+    assert spark.conf.isModifiable(key)
