@@ -191,7 +191,7 @@ def run(seed: int = 7, count: int = 4000, objects: int = 40) -> tuple[str, Count
             if decision.state is not None:
                 h.update(slow.encode_state(slow.decode_state(codec.encode_state(decision.state))))
         if i % 500 == 0:
-            _survive_pickle_and_copy([cmd, decision, decision.outcome, limits, original])
+            _survive_pickle_and_copy([cmd, decision, decision.outcome, limits, original, RULES])
             seen["pickled"] += 1
     return h.hexdigest(), seen
 

@@ -21,7 +21,9 @@ new value must be a key of ``allowed`` (null is not: a tracked state is never re
 of ``allowed`` only to its listed values; from null, or a value that is no key (set before the rule existed), only
 to ``initial`` (or to any key when there is no ``initial``). Values compare as JSON (1 and true differ).
 
-A guard is a CEL expression; true lets the command pass, false is RULE_VIOLATED with the guard's message and
+A guard runs on the command kinds it lists in ``kinds`` (default: create and update), in document order; guards of
+one kind are evaluated as chained programs (``TypeRules.by_kind``) with exactly the outcome of evaluating them one
+by one. A guard is a CEL expression; true lets the command pass, false is RULE_VIOLATED with the guard's message and
 pointers (given, or else the pointers of the tracked fields it mentions); an evaluation error (a missing map key, no
 matching overload such as null > 1, overflow) or a value that is not a bool is RULE_ERROR with the guard's name and
 the error as ``rule_message``. The variables, all maps:
@@ -243,7 +245,16 @@ def apply_rules(ruleset: RuleSet | None, state: ObjectState | None, command: Com
     """Return (the verdict of the first failing rule, or None; the object's tracked text after the command).
 
     ``object_type`` is the command's type on create and the object's otherwise. See the module for the order.
+    Never raises: anything unforeseen (a state whose tracked text is not JSON) is RULE_ERROR of rule ``types``.
     """
+    try:
+        return _apply_rules(ruleset, state, command, object_type)
+    except Exception as e:  # noqa: BLE001 - a rule's failure rejects one command, it never stops the validator
+        return _violated("types", f"the rules could not be applied: {e!r}", (), ReasonCode.RULE_ERROR), None
+
+
+def _apply_rules(ruleset: RuleSet | None, state: ObjectState | None, command: Command,
+                 object_type: str) -> tuple[Verdict | None, str | None]:
     rules = ruleset.types.get(object_type) if ruleset is not None else None
     kept = state.tracked if state is not None else None
     creating = isinstance(command, CreateObject)

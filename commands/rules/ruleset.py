@@ -82,17 +82,49 @@ class TypeRules:
 
 @dataclass(frozen=True, slots=True)
 class RuleSet:
-    """One deployed version of the rules: its number, the digest and canonical text of its document, compiled."""
+    """One deployed version of the rules: its number, the digest and canonical text of its document, compiled.
+
+    Built from its three fields alone (``__post_init__`` compiles the document and checks the digest), so it
+    pickles and copies as (version, digest, document): compiled CEL and JSON Schemas do not pickle, and the
+    mypyc build's pickling of frozen dataclasses (``app.native.loader``) rebuilds through the constructor too.
+    """
 
     version: int
     digest: str
     document: str
-    types: dict[str, TypeRules] = field(default_factory=dict, compare=False, repr=False)
-    environment: Any = field(default=None, compare=False, repr=False)  # the cel-cpp Env the guards were built in
+    types: dict[str, TypeRules] = field(init=False, compare=False, repr=False)
+    environment: Any = field(init=False, compare=False, repr=False)  # the cel-cpp Env the guards were built in
 
-    def __reduce__(self) -> tuple[Any, tuple[str, int]]:
-        """Pickle as (document, version) and compile again on load: compiled CEL and schemas do not pickle."""
-        return _recompile, (self.document, self.version)
+    def __post_init__(self) -> None:
+        if self.version < 1:
+            raise RulesInvalid([f"(version): {self.version} is not a version (1, 2, ...)"])
+        value = parse_rules(self.document)
+        if canonical_json(value) != self.document or rules_digest(self.document) != self.digest:
+            raise RulesInvalid(["(document): not the canonical text of its digest; use compile_rules"])
+        env = new_environment()
+        problems: list[str] = []
+        default_bound = value.get("max_tracked_bytes", DEFAULT_MAX_TRACKED_BYTES)
+        types = {name: _compile_type(name, spec, default_bound, env, problems)
+                 for name, spec in sorted(value["types"].items())}
+        if problems:
+            raise RulesInvalid(problems)
+        object.__setattr__(self, "types", types)
+        object.__setattr__(self, "environment", env)
+
+    def rule_names(self) -> tuple[str, ...]:
+        """Return every name a rejection under this version may carry in ``rule`` (for ``arbiter rules check`` and
+        per-rule metrics): ``types``, then per type its built-in rules in use and its own, in document order."""
+        names = ["types"]
+        for t in self.types.values():
+            names += [f"{t.name}:{n}" for n, used in (("create_schema", t.create_schema is not None),
+                                                       ("patch_schema", t.patch_schema is not None),
+                                                       ("max_tracked_bytes", bool(t.tracked))) if used]
+            names += [r.rule for r in t.transitions] + [g.rule for g in t.guards]
+        return tuple(names)
+
+    def __reduce__(self) -> tuple[Any, tuple[int, str, str]]:
+        """Pickle as (version, digest, document); loading compiles again."""
+        return RuleSet, (self.version, self.digest, self.document)
 
 
 def _refuse_retrieval(uri: str) -> Any:  # noqa: ANN401
@@ -201,25 +233,11 @@ def _chain(env: Any, exprs: list[str]) -> Any:  # noqa: ANN401
     return program
 
 
-def _recompile(document: str, version: int) -> RuleSet:
-    return compile_rules(document, version=version)
-
-
 def compile_rules(document: str, *, version: int) -> RuleSet:
     """Compile a rules document (YAML or JSON text, canonical or not) as version ``version``; raise RulesInvalid.
 
     The same document compiles to the same decisions in every process: nothing here reads a clock, the
     environment or a file, and the ``RuleSet`` keeps the canonical text it was compiled from.
     """
-    if version < 1:
-        raise RulesInvalid([f"(version): {version} is not a version (1, 2, ...)"])
-    value = parse_rules(document)
-    canonical = canonical_json(value)
-    env = new_environment()
-    problems: list[str] = []
-    default_bound = value.get("max_tracked_bytes", DEFAULT_MAX_TRACKED_BYTES)
-    types = {name: _compile_type(name, spec, default_bound, env, problems) for name, spec in sorted(value["types"].items())}
-    if problems:
-        raise RulesInvalid(problems)
-    assert set(COMMAND_KINDS) >= {k for t in types.values() for g in t.guards for k in g.kinds}
-    return RuleSet(version, rules_digest(canonical), canonical, types, env)
+    canonical = canonical_json(parse_rules(document))
+    return RuleSet(version, rules_digest(canonical), canonical)

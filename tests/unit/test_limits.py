@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -39,6 +40,7 @@ from commands import (
     UpdateObject,
     decide,
 )
+from commands.rules import compile_rules
 from commands.rules.bounds import MAX_NAME_BYTES
 from schemas import codec
 
@@ -169,8 +171,9 @@ def test_the_worst_case_events_fit_and_one_byte_more_is_too_large(m: int) -> Non
     create = CreateObject(cid, oid, who, FAR, expected_version=0, document=utf8_object(d), **token,
                           object_type="t" * MAX_NAME_BYTES)
     assert create.size == d
-    ev = decide(None, create, lim).outcome
-    assert isinstance(ev, Event)
+    rules = compile_rules(json.dumps({"rules": 1, "types": {"t" * MAX_NAME_BYTES: {}}}), version=1)
+    ev = decide(None, create, lim, rules).outcome
+    assert isinstance(ev, Event) and ev.object_type == "t" * MAX_NAME_BYTES
     ev = replace(ev, rules_version=-(2**63))  # the longest rules version: 10 bytes as a zig-zag varint
     rec = outcome_record(ev, s, 3, WORST_TRACE)
     _fits(rec, m)

@@ -139,3 +139,10 @@ def test_a_rule_set_pickles_as_its_document_and_version_and_decides_alike_after(
     state = create_order(back).state
     assert state is not None and state == create_order(rules).state
     assert update(state, {"status": "approved"}, back).outcome.rule == "order:status-flow"  # type: ignore[union-attr]
+
+
+def test_the_rule_names_are_what_rejections_can_name() -> None:
+    assert orders().rule_names() == (
+        "types", "order:create_schema", "order:patch_schema", "order:max_tracked_bytes", "order:status-flow",
+        "order:finance-approves-large", "order:customer-immutable", "ticket:create_schema",
+        "ticket:max_tracked_bytes", "ticket:at-most-20-watchers")

@@ -266,3 +266,9 @@ def test_the_first_guard_that_is_not_true_decides(exprs: tuple[str, ...], reason
         assert isinstance(outcome, Event)
     else:
         assert isinstance(outcome, Rejection) and (outcome.reason, outcome.rule) == (reason, rule), outcome
+
+
+def test_a_state_whose_tracked_text_is_not_json_is_rule_error_not_an_exception() -> None:
+    state = replace(created(), tracked="{not json")
+    outcome = update(state, {"title": "t"}, RULES).outcome
+    assert isinstance(outcome, Rejection) and (outcome.reason, outcome.rule) == (ReasonCode.RULE_ERROR, "types")

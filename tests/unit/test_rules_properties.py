@@ -145,3 +145,24 @@ def test_without_types_decide_is_the_decide_of_before_rules(legacy: Any, workloa
     assert [b for b in with_rules[1::2]] == before[1::2]  # the states are the same bytes
     expected = [codec.encode_outcome(replace(codec.decode_outcome(b), rules_version=RULES.version)) for b in before[::2]]
     assert with_rules[::2] == expected  # and the outcomes only name the rules version
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers(-3, 3) | st.sampled_from(("a", "b")),
+                           lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.sampled_from("abc"), inner,
+                                                                                       max_size=3), max_leaves=8)
+objects = st.dictionaries(st.sampled_from("abc"), json_values, max_size=3)
+tokens = st.lists(st.sampled_from("abc"), min_size=1, max_size=3).map(tuple)
+
+
+@settings(max_examples=500, deadline=None)
+@given(objects, st.lists(objects, max_size=4), tokens)
+def test_a_tracked_value_is_what_the_pointer_gives_in_the_merge_patched_document(
+        document: dict[str, Any], patch_list: list[dict[str, Any]], path: tuple[str, ...]) -> None:
+    from commands.merge_patch import merge_patch
+    from commands.rules.tracked import patched_value, value_at
+
+    tracked = value_at(document, path)
+    for patch in patch_list:
+        document = merge_patch(document, patch)
+        tracked = patched_value(tracked, path, patch)
+        assert tracked == value_at(document, path), (document, patch, path)
