@@ -10,9 +10,11 @@ stored one byte for byte (key, value, partition and headers).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import pyarrow as pa
 
 from app.archive.query import locations
 from app.rules.control import CONTROL_HEADER, RULES_CONTROL
@@ -87,7 +89,7 @@ def _header(r: Row, name: str) -> bytes | None:
 def _is_control() -> Any:  # noqa: ANN401
     from pyspark.sql import functions as F
 
-    return F.exists("headers", lambda h: (h.key == CONTROL_HEADER) & (h.value == F.lit(RULES_CONTROL)))
+    return F.exists("headers", lambda h: (h.key == CONTROL_HEADER) & (h.value == F.lit(bytearray(RULES_CONTROL))))
 
 
 class VerifyGroup:
@@ -96,9 +98,7 @@ class VerifyGroup:
     def __init__(self, settings: Settings, timeline: RulesTimeline, since_ms: int | None) -> None:
         self.settings, self.timeline, self.since_ms = settings.for_tasks(), timeline, since_ms
 
-    def __call__(self, table: Any) -> Any:  # noqa: ANN401 - a pyarrow Table
-        import pyarrow as pa
-
+    def __call__(self, table: pa.Table) -> pa.Table:
         rows = [to_row(d) for d in table.to_pylist()]
         commands = [r for r in rows if r.topic == self.settings.topic_commands]
         stored = [r for r in rows if r.topic != self.settings.topic_commands]
@@ -123,6 +123,13 @@ class VerifyGroup:
         return pa.Table.from_pydict(out, schema=schema)
 
 
+def arrow_function(group: Callable[[pa.Table], pa.Table]) -> Callable[[pa.Table], pa.Table]:
+    """Return ``group`` as a plain function whose type hints tell ``applyInArrow`` it takes one table."""
+    def apply(table: pa.Table) -> pa.Table:
+        return group(table)
+    return apply
+
+
 def replay(spark: Any, settings: Settings, *, since_ms: int | None = None,  # noqa: ANN401
            objects: Sequence[str] | None = None, first: int = 20) -> ReplayReport:
     """Re-decide the archive and compare; ``since_ms`` and ``objects`` narrow what is compared (see ``refold``)."""
@@ -132,12 +139,13 @@ def replay(spark: Any, settings: Settings, *, since_ms: int | None = None,  # no
     timeline = timeline_of(frame, settings)
     rows = frame
     if objects:
-        rows = rows.where(F.col("key").isin(*[o.encode("utf-8") for o in objects]))
+        rows = rows.where(F.col("key").cast("string").isin(*objects))
     if since_ms is not None:  # only objects with a command since then; each still folds from its first command
         recent = rows.where((F.col("topic") == settings.topic_commands) & (F.col("timestamp_ms") >= since_ms)) \
             .select("key").distinct()
         rows = rows.join(recent, on="key", how="left_semi")
-    result = rows.groupBy("key").applyInArrow(VerifyGroup(settings, timeline, since_ms), RESULT_DDL).cache()
+    result = rows.groupBy("key").applyInArrow(arrow_function(VerifyGroup(settings, timeline, since_ms)),
+                                              RESULT_DDL).cache()
     try:
         totals = result.where(F.col("what") == "summary").agg(
             F.count("*").alias("objects"), F.sum("commands").alias("commands"), F.sum("expected").alias("expected"),

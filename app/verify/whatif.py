@@ -13,9 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+import pyarrow as pa
+
 from app.settings import Settings
 from app.verify.refold import Row, refold
-from app.verify.replay import archive_rows, timeline_of, to_row
+from app.verify.replay import archive_rows, arrow_function, timeline_of, to_row
 from app.verify.timeline import RulesTimeline
 from commands import Event
 from schemas import codec
@@ -83,9 +85,7 @@ class WhatIfGroup:
     def __init__(self, settings: Settings, now: RulesTimeline, candidate: RulesTimeline) -> None:
         self.settings, self.now, self.candidate = settings.for_tasks(), now, candidate
 
-    def __call__(self, table: Any) -> Any:  # noqa: ANN401 - a pyarrow Table
-        import pyarrow as pa
-
+    def __call__(self, table: pa.Table) -> pa.Table:
         rows = [to_row(d) for d in table.to_pylist()]
         found = flips(rows, self.now, self.candidate, self.settings)
         names = [c.split()[0] for c in FLIP_DDL.split(", ")]
@@ -140,7 +140,7 @@ def what_if(spark: Any, settings: Settings, candidate: str, *, switch_ms: int = 
     # only objects with a command since the switch can flip; each folds from its first command
     recent = commands.where(F.col("timestamp_ms") >= switch_ms).select("key").distinct()
     found = commands.join(recent, on="key", how="left_semi").groupBy("key") \
-        .applyInArrow(WhatIfGroup(settings, now, cand), FLIP_DDL)
+        .applyInArrow(arrow_function(WhatIfGroup(settings, now, cand)), FLIP_DDL)
     rows = found.orderBy("timestamp_ms", "partition", "offset").limit(limit).collect()
     total = commands.where(F.col("timestamp_ms") >= switch_ms).count()
     return WhatIfReport(total, switch_ms, rules_digest(candidate),

@@ -116,8 +116,8 @@ def test_what_if_a_tighter_guard_flips_what_a_sequential_decide_predicts(spark, 
     assert expected, "the candidate must flip something, or the test proves nothing"
     assert {(f.command_id, f.direction) for f in report.flips} == expected
     tightened = {f for f in report.flips if f.direction == "accepted->rejected"}
-    assert tightened and {f.rule for f in tightened} == {"finance-approves-large"}
-    assert report.as_dict()["rules"]["finance-approves-large"]["by"]["accepted->rejected RULE_VIOLATED"] == len(
+    assert tightened and {f.rule for f in tightened} == {"order:finance-approves-large"}
+    assert report.as_dict()["rules"]["order:finance-approves-large"]["by"]["accepted->rejected RULE_VIOLATED"] == len(
         tightened)
 
     from tests.integration.browser import chromium, console_errors
@@ -126,8 +126,7 @@ def test_what_if_a_tighter_guard_flips_what_a_sequential_decide_predicts(spark, 
     page.write_text(render(report), encoding="utf-8")
     with chromium(tmp_path / "profile") as driver:
         driver.get(page.as_uri())
-        assert "finance-approves-large" in driver.find_element("tag name", "h2").find_element(
-            "xpath", "..").text
+        assert "Rule order:finance-approves-large" in driver.find_element("tag name", "body").text
         assert driver.find_elements("css selector", "svg rect"), "the chart draws the flips"
         assert console_errors(driver) == []
 
