@@ -61,11 +61,10 @@ def _replay(args: argparse.Namespace) -> int:
 
 def what_if_command(args: argparse.Namespace) -> int:
     """``arbiter rules what-if FILE``: print the JSON report (and write the HTML one); exit 1 if it does not compile."""
-    from commands.rules import RulesInvalid, canonical_rules, compile_rules
-
     from app.verify.html import render
     from app.verify.replay import session
     from app.verify.whatif import what_if
+    from commands.rules import RulesInvalid, canonical_rules, compile_rules
 
     try:
         candidate = canonical_rules(args.file.read_bytes())

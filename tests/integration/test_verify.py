@@ -131,6 +131,16 @@ def test_what_if_a_tighter_guard_flips_what_a_sequential_decide_predicts(spark, 
         assert console_errors(driver) == []
 
 
+def _resized(line: str, path: Path) -> str:
+    import json
+
+    if path.name not in line:
+        return line
+    entry = json.loads(line)
+    entry["size"] = path.stat().st_size
+    return json.dumps(entry, separators=(",", ":"))
+
+
 def test_a_record_tampered_in_the_archive_is_reported_with_its_coordinates(spark, history: Settings) -> None:  # noqa: ANN001
     root = archived.local_root(history.archive_location)
     for path in archived.files(root):
@@ -149,6 +159,13 @@ def test_a_record_tampered_in_the_archive_is_reported_with_its_coordinates(spark
     import pyarrow as pa
 
     pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
+    # as a forger would: drop Hadoop's checksum of the file and mend its size in the file sink's log
+    path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
+    for entry in (root / "stream" / "_spark_metadata").iterdir():
+        text = "" if entry.name.startswith(".") else entry.read_text()
+        if path.name in text:
+            entry.write_text("\n".join(_resized(line, path) for line in text.split("\n")))
+            entry.with_name(f".{entry.name}.crc").unlink(missing_ok=True)
     report = replay(spark, history)
     assert report.divergences >= 1
     found = [(f.what, f.topic, f.partition, f.offset) for f in report.first]
