@@ -22,8 +22,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     deploy.add_argument("file", type=Path)
     deploy.add_argument("--operator", help="who deploys, for the audit trail (default: cli:<OS user>)")
     deploy.set_defaults(handler=_deploy)
-    show = actions.add_parser("show", help="print the newest deployed version (with --document, its document)")
+    show = actions.add_parser("show", help="print the newest deployed version (with --document, its document; "
+                              "with --all, every version: who deployed it, when)")
     show.add_argument("--document", action="store_true")
+    show.add_argument("--all", action="store_true")
     show.set_defaults(handler=_show)
     what_if = actions.add_parser("what-if", help="fold the archive with the rules in force and with CANDIDATE "
                                  "switched in; report every decision that flips (README \"Verify\")")
@@ -42,9 +44,8 @@ def _read(path: Path) -> bytes | None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from commands.rules import RulesInvalid
-
     from app.rules.deploy import check
+    from commands.rules import RulesInvalid
 
     text = _read(args.file)
     if text is None:
@@ -61,9 +62,8 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _deploy(args: argparse.Namespace) -> int:
-    from commands.rules import RulesInvalid
-
     from app.rules.deploy import deploy
+    from commands.rules import RulesInvalid
 
     text = _read(args.file)
     if text is None:
@@ -84,16 +84,17 @@ def _deploy(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from app.rules.catalog import current
+    from app.rules.catalog import deployed
 
-    d = current(get_settings())
-    if d is None:
+    versions = deployed(get_settings())
+    if not versions:
         print("no rules deployed")
         return 0
-    print(json.dumps({"version": d.version, "digest": d.digest, "principal": d.principal,
-                      "deployed_at": d.deployed_at.isoformat()}, sort_keys=True))
+    for d in versions if args.all else versions[-1:]:
+        print(json.dumps({"version": d.version, "digest": d.digest, "principal": d.principal,
+                          "deployed_at": d.deployed_at.isoformat()}, sort_keys=True))
     if args.document:
-        print(d.document)
+        print(versions[-1].document)
     return 0
 
 

@@ -100,13 +100,19 @@ class RulesTagger:
         n = batch.num_rows
         if not n:
             return batch.append_column(RULES_COLUMN, pa.nulls(0, pa.int64()))
-        partitions = batch.column("partition").to_pylist()
-        for p in set(partitions):
+        present = pc.unique(batch.column("partition")).to_pylist()
+        for p in present:
             if p not in known:
                 known[p] = store.read(p)
         controls = batch.column("control")
-        if controls.null_count == n and not any(known[p] for p in set(partitions)):
-            return batch.append_column(RULES_COLUMN, pa.nulls(n, pa.int64()))  # no rules anywhere: nothing to tag
+        if controls.null_count == n:
+            if not any(known[p] for p in present):
+                return batch.append_column(RULES_COLUMN, pa.nulls(n, pa.int64()))  # no rules anywhere: nothing to tag
+            if len(present) == 1 and known[present[0]][-1][0] < pc.min(batch.column("offset")).as_py():
+                # the common case with rules: one partition, no switch at or after this batch's first offset
+                version = known[present[0]][-1][1]
+                return batch.append_column(RULES_COLUMN, pa.array([version] * n, pa.int64()))
+        partitions = batch.column("partition").to_pylist()
         offsets = batch.column("offset").to_pylist()
         flags = pc.is_valid(controls).to_pylist()
         checker = checker_for(self.settings)
