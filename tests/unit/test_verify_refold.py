@@ -123,3 +123,18 @@ def test_the_html_report_is_self_contained_and_escapes_what_it_shows() -> None:
     assert "<o1>" not in page and "&lt;o1&gt;" in page and "guard&lt;x&gt;" in page
     assert page.count("<rect") == 6 and "<script" not in page
     assert "src=" not in page and "href=" not in page and "@import" not in page
+
+
+def test_the_cli_parses_verify_replay_and_rules_what_if() -> None:
+    import argparse
+
+    from app.cli import build_parser
+    from app.cli.verify import since_ms
+
+    assert since_ms("2026-01-01T00:00:00Z") == 1_767_225_600_000
+    with pytest.raises(argparse.ArgumentTypeError, match="no zone"):
+        since_ms("2026-01-01T00:00:00")
+    args = build_parser().parse_args(["verify", "replay", "--since", "2026-01-01T00:00:01Z", "--objects", "a,b"])
+    assert (args.since, args.objects) == (1_767_225_601_000, "a,b")
+    args = build_parser().parse_args(["rules", "what-if", "c.yaml", "--html", "r.html"])
+    assert (str(args.file), str(args.html), args.since) == ("c.yaml", "r.html", None)
