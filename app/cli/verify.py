@@ -20,6 +20,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "or after this RFC 3339 time; each such object still folds from its first command")
     replay.add_argument("--objects", help="comma-separated object ids to verify (default: every object)")
     replay.add_argument("--first", type=int, default=20, help="how many divergences to list (default 20)")
+    replay.add_argument("--tail", action="store_true", help="also the records the topics hold past the archive "
+                        "(a Kafka batch read; run it once the validator has caught up)")
     replay.add_argument("--json", action="store_true", help="print the report as JSON")
     replay.set_defaults(handler=_replay)
 
@@ -42,7 +44,8 @@ def _replay(args: argparse.Namespace) -> int:
     spark = session(settings)
     try:
         objects = [o for o in (args.objects or "").split(",") if o] or None
-        report = replay(spark, settings, since_ms=args.since, objects=objects, first=args.first)
+        report = replay(spark, settings, since_ms=args.since, objects=objects, first=args.first,
+                        tail=args.tail)
     finally:
         spark.stop()
     if args.json:

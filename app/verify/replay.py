@@ -58,11 +58,39 @@ def session(settings: Settings) -> Any:  # noqa: ANN401 - untyped pyspark
     return spark_session(settings.model_copy(update={"spark_master": master}), app_name="arbiter-verify")
 
 
-def archive_rows(spark: Any, settings: Settings) -> Any:  # noqa: ANN401
-    """Return the archived records of the commands and output topics, with the columns a replay needs."""
+def archive_rows(spark: Any, settings: Settings, *, tail: bool = False) -> Any:  # noqa: ANN401
+    """Return the archived records of the commands and output topics, with the columns a replay needs.
+
+    With ``tail``, also the records the topics hold after the archive's last offset of each partition (a Kafka
+    batch read): the validator must have decided them all by then, or their outputs are reported missing.
+    """
     topics = (settings.topic_commands, settings.topic_events, settings.topic_rejections, settings.parked_topic)
     df = spark.read.parquet(locations(settings)[0])
-    return df.where(df.topic.isin(*topics)).select(*_COLUMNS)
+    archived = df.where(df.topic.isin(*topics)).select(*_COLUMNS)
+    if not tail:
+        return archived
+    return archived.unionByName(topic_tail(spark, settings, archived, topics))
+
+
+def topic_tail(spark: Any, settings: Settings, archived: Any, topics: Sequence[str]) -> Any:  # noqa: ANN401
+    """Return the records of ``topics`` after the archive's last offset of each partition (all of a partition it
+    has none of), read from Kafka as one batch up to the latest offsets."""
+    import json
+
+    from app.archive.query import source_options
+
+    last = {(r["topic"], r["partition"]): r["o"] for r in
+            archived.groupBy("topic", "partition").agg({"offset": "max"}).withColumnRenamed("max(offset)", "o")
+            .collect()}
+    start = {t: {str(p): last[(t, p)] + 1 if (t, p) in last else -2 for p in range(settings.partitions)}
+             for t in topics}
+    reader = spark.read.format("kafka")
+    for k, v in source_options(settings).items():
+        if k.startswith("kafka.") or k in ("includeHeaders", "failOnDataLoss"):
+            reader = reader.option(k, v)
+    return reader.option("subscribe", ",".join(topics)).option("startingOffsets", json.dumps(start)) \
+        .option("endingOffsets", "latest").load() \
+        .selectExpr("topic", "partition", "offset", "unix_millis(timestamp) AS timestamp_ms", "key", "value", "headers")
 
 
 def _headers(raw: Sequence[dict[str, Any]] | None) -> tuple[tuple[str, bytes], ...]:
@@ -131,11 +159,12 @@ def arrow_function(group: Callable[[pa.Table], pa.Table]) -> Callable[[pa.Table]
 
 
 def replay(spark: Any, settings: Settings, *, since_ms: int | None = None,  # noqa: ANN401
-           objects: Sequence[str] | None = None, first: int = 20) -> ReplayReport:
-    """Re-decide the archive and compare; ``since_ms`` and ``objects`` narrow what is compared (see ``refold``)."""
+           objects: Sequence[str] | None = None, first: int = 20, tail: bool = False) -> ReplayReport:
+    """Re-decide the archive (with ``tail``, and the topics past it) and compare; ``since_ms`` and ``objects``
+    narrow what is compared (see ``refold``)."""
     from pyspark.sql import functions as F
 
-    frame = archive_rows(spark, settings)
+    frame = archive_rows(spark, settings, tail=tail)
     timeline = timeline_of(frame, settings)
     rows = frame
     if objects:

@@ -131,6 +131,19 @@ def test_what_if_a_tighter_guard_flips_what_a_sequential_decide_predicts(spark, 
         assert console_errors(driver) == []
 
 
+def test_the_topics_tail_past_the_archive_replays_clean_too(spark, history: Settings) -> None:  # noqa: ANN001
+    from app.validator.job import drain
+
+    more = [CreateObject(f"t{i}", f"tail-{i}", "alice", _at(900 + i), document='{"n": 0}') for i in range(4)]
+    more.append(UpdateObject("tu1", "plain-1", "alice", _at(950), patch='{"n": 5}'))  # an archived object goes on
+    send_commands(history, more)
+    drain(spark, history, timeout=240)
+    archived_only, with_tail = replay(spark, history), replay(spark, history, tail=True)
+    assert archived_only.divergences == 0 and with_tail.divergences == 0, with_tail.first
+    assert with_tail.commands == archived_only.commands + len(more)
+    assert with_tail.stored == archived_only.stored + len(more)
+
+
 def _resized(line: str, path: Path) -> str:
     import json
 
