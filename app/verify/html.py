@@ -69,7 +69,7 @@ def render(report: WhatIfReport, samples: int = 20) -> str:
             "<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
             "td,th{border:1px solid #ccc;padding:2px 6px;font-size:13px}</style></head><body>"
             f"<h1>Rules what-if: {escape(report.candidate_digest)}</h1>"
-            f"<p>Candidate in force from {escape(_time(report.switch_ms))}; {report.commands} records since then "
+            f"<p>Candidate in force from {escape(_time(report.switch_ms))}; {report.commands} commands since then "
             f"re-decided; {body['flips']} decisions flip ({body['accepted_to_rejected']} accepted&rarr;rejected, "
             f"{body['rejected_to_accepted']} rejected&rarr;accepted).</p>"
             f"<h2>Flips over time</h2>{chart(report.flips)}{''.join(rows) or '<p>No decision flips.</p>'}"

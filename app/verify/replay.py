@@ -104,7 +104,7 @@ def to_row(d: dict[str, Any]) -> Row:
 
 def timeline_of(frame: Any, settings: Settings) -> RulesTimeline:  # noqa: ANN401
     """Collect the control records of the commands topic (few: one per partition per deploy) into a timeline."""
-    controls = frame.where((frame.topic == settings.topic_commands) & _is_control()).collect()
+    controls = frame.where((frame.topic == settings.topic_commands) & is_control_row()).collect()
     rows = [to_row(r.asDict(recursive=True)) for r in controls]
     return build_timeline([(r.partition, r.offset, r.key, r.value, _header(r, SIGNATURE_HEADER)) for r in rows],
                           settings)
@@ -114,7 +114,7 @@ def _header(r: Row, name: str) -> bytes | None:
     return next((v for k, v in r.headers if k == name), None)
 
 
-def _is_control() -> Any:  # noqa: ANN401
+def is_control_row() -> Any:  # noqa: ANN401
     from pyspark.sql import functions as F
 
     return F.exists("headers", lambda h: (h.key == CONTROL_HEADER) & (h.value == F.lit(bytearray(RULES_CONTROL))))

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from app.settings import Settings
 from app.verify.refold import Row, refold
-from app.verify.replay import archive_rows, arrow_function, timeline_of, to_row
+from app.verify.replay import archive_rows, arrow_function, is_control_row, timeline_of, to_row
 from app.verify.timeline import RulesTimeline
 from commands import Event
 from schemas import codec
@@ -142,7 +142,7 @@ def what_if(spark: Any, settings: Settings, candidate: str, *, switch_ms: int = 
     found = commands.join(recent, on="key", how="left_semi").groupBy("key") \
         .applyInArrow(arrow_function(WhatIfGroup(settings, now, cand)), FLIP_DDL)
     rows = found.orderBy("timestamp_ms", "partition", "offset").limit(limit).collect()
-    total = commands.where(F.col("timestamp_ms") >= switch_ms).count()
+    total = commands.where((F.col("timestamp_ms") >= switch_ms) & ~is_control_row()).count()  # decisions, not switches
     return WhatIfReport(total, switch_ms, rules_digest(candidate),
                         tuple(Flip(*[r[n] for n in Flip._fields]) for r in rows))
 

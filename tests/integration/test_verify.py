@@ -112,6 +112,7 @@ def test_what_if_a_tighter_guard_flips_what_a_sequential_decide_predicts(spark, 
                                                                           tmp_path: Path) -> None:
     candidate = canonical_rules(TIGHTER)
     report = what_if(spark, history, candidate)
+    assert report.commands == len(_untyped()) + len(_orders())  # decisions re-made, control records apart
     expected = _sequential_flips(candidate)
     assert expected, "the candidate must flip something, or the test proves nothing"
     assert {(f.command_id, f.direction) for f in report.flips} == expected
