@@ -1,16 +1,16 @@
 """``arbiter verify replay``: a Spark batch job that re-decides the archived commands and compares every output.
 
 The archive's Parquet (``app.archive``) holds the commands topic and the outputs with their coordinates. The job
-reads the rules control records first (on the driver: ``app.verify.timeline``), then groups the commands and the
-stored outputs by record key (the validator's grouping) and hands each group to ``app.verify.refold`` in a
-``groupBy().applyInArrow``: the validator's own fold decides, and each re-decided record is compared with the
-stored one byte for byte (key, value, partition and headers).
+reads the rules control records first (on the driver: ``app.verify.timeline``), then shuffles the commands and the
+stored outputs by record key (the validator's grouping), sorts each partition by key and offset, and hands each
+key's run to ``app.verify.refold`` in a ``mapInArrow`` (``by_key``): the validator's own fold decides, and each
+re-decided record is compared with the stored one byte for byte (key, value, partition and headers).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,42 +120,60 @@ def is_control_row() -> Any:  # noqa: ANN401
     return F.exists("headers", lambda h: (h.key == CONTROL_HEADER) & (h.value == F.lit(bytearray(RULES_CONTROL))))
 
 
+_RESULT_SCHEMA = pa.schema([("what", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
+                            ("offset", pa.int64()), ("source_partition", pa.int32()), ("source_offset", pa.int64()),
+                            ("detail", pa.string()), ("commands", pa.int64()), ("expected", pa.int64()),
+                            ("stored", pa.int64())])
+
+
 class VerifyGroup:
-    """``applyInArrow`` function: one key's commands and stored outputs in, its counts and findings out."""
+    """One key's commands and stored outputs in, its findings and one summary row out."""
 
     def __init__(self, settings: Settings, timeline: RulesTimeline, since_ms: int | None) -> None:
         self.settings, self.timeline, self.since_ms = settings.for_tasks(), timeline, since_ms
 
-    def __call__(self, table: pa.Table) -> pa.Table:
-        rows = [to_row(d) for d in table.to_pylist()]
+    def __call__(self, rows: list[Row]) -> list[dict[str, Any]]:
         commands = [r for r in rows if r.topic == self.settings.topic_commands]
         stored = [r for r in rows if r.topic != self.settings.topic_commands]
         expected = refold(commands, self.timeline, self.settings)
-        findings = compare(expected, stored, self.since_ms)
-        out: dict[str, list[Any]] = {c.split()[0]: [] for c in RESULT_DDL.split(", ")}
-        for f in findings:
-            for name, value in f._asdict().items():
-                out[name].append(value)
-            for name in ("commands", "expected", "stored"):
-                out[name].append(None)
-        for name, value in (("what", "summary"), ("commands", len(expected.decisions)),
-                            ("expected", len(expected.outputs)), ("stored", len(stored))):
-            out[name].append(value)
-        for name in out:
-            if len(out[name]) < len(findings) + 1:
-                out[name].append(None)
-        schema = pa.schema([("what", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
-                            ("offset", pa.int64()), ("source_partition", pa.int32()), ("source_offset", pa.int64()),
-                            ("detail", pa.string()), ("commands", pa.int64()), ("expected", pa.int64()),
-                            ("stored", pa.int64())])
-        return pa.Table.from_pydict(out, schema=schema)
+        out: list[dict[str, Any]] = [f._asdict() for f in compare(expected, stored, self.since_ms)]
+        out.append({"what": "summary", "commands": len(expected.decisions), "expected": len(expected.outputs),
+                    "stored": len(stored)})
+        return out
 
 
-def arrow_function(group: Callable[[pa.Table], pa.Table]) -> Callable[[pa.Table], pa.Table]:
-    """Return ``group`` as a plain function whose type hints tell ``applyInArrow`` it takes one table."""
-    def apply(table: pa.Table) -> pa.Table:
-        return group(table)
-    return apply
+class SortedGroups:
+    """``mapInArrow`` function over rows sorted by key within each Spark partition: hands each run of one key to
+    ``group`` (a key's run may span batches) and yields its output rows as batches of ``schema``.
+
+    One Python call per batch instead of one per key (``applyInArrow`` builds an Arrow table per group: with a few
+    commands per object that cost several times the decisions, bench/verify_replay.py).
+    """
+
+    def __init__(self, group: Callable[[list[Row]], list[dict[str, Any]]], schema: pa.Schema) -> None:
+        self.group, self.schema = group, schema
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        run: list[Row] = []
+        for batch in batches:
+            out: list[dict[str, Any]] = []
+            for d in batch.to_pylist():
+                row = to_row(d)
+                if run and row.key != run[0].key:
+                    out += self.group(run)
+                    run = []
+                run.append(row)
+            if out:
+                yield pa.RecordBatch.from_pylist(out, schema=self.schema)
+        if run:
+            yield pa.RecordBatch.from_pylist(self.group(run), schema=self.schema)
+
+
+def by_key(rows: Any, group: Callable[[list[Row]], list[dict[str, Any]]], schema: pa.Schema,  # noqa: ANN401
+           ddl: str) -> Any:  # noqa: ANN401
+    """Shuffle ``rows`` by key, sort each partition by (key, topic, partition, offset), run ``group`` per key."""
+    return rows.repartition("key").sortWithinPartitions("key", "topic", "partition", "offset") \
+        .mapInArrow(SortedGroups(group, schema), ddl)
 
 
 def replay(spark: Any, settings: Settings, *, since_ms: int | None = None,  # noqa: ANN401
@@ -173,8 +191,7 @@ def replay(spark: Any, settings: Settings, *, since_ms: int | None = None,  # no
         recent = rows.where((F.col("topic") == settings.topic_commands) & (F.col("timestamp_ms") >= since_ms)) \
             .select("key").distinct()
         rows = rows.join(recent, on="key", how="left_semi")
-    result = rows.groupBy("key").applyInArrow(arrow_function(VerifyGroup(settings, timeline, since_ms)),
-                                              RESULT_DDL).cache()
+    result = by_key(rows, VerifyGroup(settings, timeline, since_ms), _RESULT_SCHEMA, RESULT_DDL).cache()
     try:
         totals = result.where(F.col("what") == "summary").agg(
             F.count("*").alias("objects"), F.sum("commands").alias("commands"), F.sum("expected").alias("expected"),

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from app.settings import Settings
 from app.verify.refold import Row, refold
-from app.verify.replay import archive_rows, arrow_function, is_control_row, timeline_of, to_row
+from app.verify.replay import archive_rows, by_key, is_control_row, timeline_of
 from app.verify.timeline import RulesTimeline
 from commands import Event
 from schemas import codec
@@ -79,19 +79,19 @@ def _kind(row: Row) -> str:
         return "?"
 
 
+_FLIP_NAMES = [c.split()[0] for c in FLIP_DDL.split(", ")]
+_FLIP_SCHEMA = pa.schema([(n, pa.int32() if n == "partition" else pa.int64() if n in ("offset", "timestamp_ms")
+                           else pa.string()) for n in _FLIP_NAMES])
+
+
 class WhatIfGroup:
-    """``applyInArrow`` function: one key's commands in, its flips out."""
+    """One key's commands in, its flips out (rows of ``FLIP_DDL``)."""
 
     def __init__(self, settings: Settings, now: RulesTimeline, candidate: RulesTimeline) -> None:
         self.settings, self.now, self.candidate = settings.for_tasks(), now, candidate
 
-    def __call__(self, table: pa.Table) -> pa.Table:
-        rows = [to_row(d) for d in table.to_pylist()]
-        found = flips(rows, self.now, self.candidate, self.settings)
-        names = [c.split()[0] for c in FLIP_DDL.split(", ")]
-        return pa.Table.from_pylist([dict(zip(names, f, strict=True)) for f in found], schema=pa.schema(
-            [(n, pa.int32() if n == "partition" else pa.int64() if n in ("offset", "timestamp_ms") else pa.string())
-             for n in names]))
+    def __call__(self, rows: list[Row]) -> list[dict[str, Any]]:
+        return [dict(zip(_FLIP_NAMES, f, strict=True)) for f in flips(rows, self.now, self.candidate, self.settings)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,12 +139,12 @@ def what_if(spark: Any, settings: Settings, candidate: str, *, switch_ms: int = 
     commands = frame.where(F.col("topic") == settings.topic_commands)
     # only objects with a command since the switch can flip; each folds from its first command
     recent = commands.where(F.col("timestamp_ms") >= switch_ms).select("key").distinct()
-    found = commands.join(recent, on="key", how="left_semi").groupBy("key") \
-        .applyInArrow(arrow_function(WhatIfGroup(settings, now, cand)), FLIP_DDL)
+    found = by_key(commands.join(recent, on="key", how="left_semi"), WhatIfGroup(settings, now, cand), _FLIP_SCHEMA,
+                   FLIP_DDL)
     rows = found.orderBy("timestamp_ms", "partition", "offset").limit(limit).collect()
     total = commands.where((F.col("timestamp_ms") >= switch_ms) & ~is_control_row()).count()  # decisions, not switches
     return WhatIfReport(total, switch_ms, rules_digest(candidate),
                         tuple(Flip(*[r[n] for n in Flip._fields]) for r in rows))
 
 
-__all__ = ["Flip", "WhatIfReport", "describe", "flips", "to_row", "what_if"]
+__all__ = ["Flip", "WhatIfReport", "describe", "flips", "what_if"]

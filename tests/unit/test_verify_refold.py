@@ -138,3 +138,24 @@ def test_the_cli_parses_verify_replay_and_rules_what_if() -> None:
     assert (args.since, args.objects) == (1_767_225_601_000, "a,b")
     args = build_parser().parse_args(["rules", "what-if", "c.yaml", "--html", "r.html"])
     assert (str(args.file), str(args.html), args.since) == ("c.yaml", "r.html", None)
+
+
+def test_sorted_groups_hand_each_keys_run_to_the_group_even_across_batches() -> None:
+    import pyarrow as pa
+
+    from app.verify.replay import SortedGroups
+
+    def batch(keys: list[bytes | None]) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pylist([{"topic": "t", "partition": 0, "offset": i, "timestamp_ms": 0, "key": k,
+                                            "value": b"", "headers": []} for i, k in enumerate(keys)])
+
+    seen: list[tuple[bytes | None, int]] = []
+
+    def group(rows: list[Row]) -> list[dict[str, object]]:
+        seen.append((rows[0].key, len(rows)))
+        return [{"n": len(rows)}]
+
+    out = list(SortedGroups(group, pa.schema([("n", pa.int64())]))(iter([batch([None, b"a", b"a"]), batch([b"a", b"b"]),
+                                                                          batch([b"b"])])))
+    assert seen == [(None, 1), (b"a", 3), (b"b", 2)]
+    assert sum(b.num_rows for b in out) == 3
