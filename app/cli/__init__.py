@@ -25,6 +25,7 @@ SUBCOMMANDS = [
     "app.cli.backup",
     "app.cli.erase",
     "app.cli.rules",
+    "app.cli.verify",
 ]
 
 

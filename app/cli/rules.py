@@ -27,6 +27,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     show.add_argument("--document", action="store_true")
     show.add_argument("--all", action="store_true")
     show.set_defaults(handler=_show)
+    what_if = actions.add_parser("what-if", help="fold the archive with the rules in force and with CANDIDATE "
+                                 "switched in; report every decision that flips (README \"Verify\")")
+    what_if.add_argument("file", type=Path)
+    what_if.add_argument("--since", help="switch the candidate in at this RFC 3339 time (default: the beginning)")
+    what_if.add_argument("--html", type=Path, help="also write the self-contained HTML report here")
+    what_if.set_defaults(handler=_what_if)
 
 
 def _read(path: Path) -> bytes | None:
@@ -90,3 +96,9 @@ def _show(args: argparse.Namespace) -> int:
     if args.document:
         print(versions[-1].document)
     return 0
+
+
+def _what_if(args: argparse.Namespace) -> int:
+    from app.cli.verify import what_if_command
+
+    return what_if_command(args)

@@ -1,0 +1,130 @@
+"""One object's archived records re-decided by the validator's own fold, and compared byte for byte with its outputs.
+
+No Spark here: the Spark job (``app.verify.replay``) hands each object's rows to ``verify_object``; a test can too.
+An object's fold always starts from no state at its first archived command: the validator's state at any later
+point is not in the archive, so a replay never guesses one (``--since`` narrows what is compared, not the fold).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from app.rules.control import CONTROL_HEADER, is_control
+from app.settings import Settings
+from app.signing import SIGNATURE_HEADER
+from app.traces import TRACEPARENT, TRACESTATE
+from app.validator.fold import InputRecord, OutputRecord, fold, limits_for
+from app.verify.timeline import RulesTimeline
+from schemas import parked as parked_codec
+
+
+class Row(NamedTuple):
+    """One archived record (of the commands topic, or an output topic)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+
+
+class Finding(NamedTuple):
+    """A divergence: ``what`` is ``divergent`` (a stored record the fold does not produce), ``missing`` (an output
+    the fold produces that is not stored) or ``order``; the coordinates are the stored record's, or the command's."""
+
+    what: str
+    topic: str
+    partition: int
+    offset: int
+    source_partition: int | None
+    source_offset: int | None
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refolded:
+    """An object's re-decided outputs, each with the (partition, offset, timestamp) of the record it came from."""
+
+    outputs: list[tuple[OutputRecord, tuple[int, int, int]]]
+    decisions: list[tuple[Row, OutputRecord]]  # one per command record, in offset order (what-if compares these)
+
+
+def header(headers: Sequence[tuple[str, bytes]], name: str) -> bytes | None:
+    """Return the first value of header ``name`` (None if absent)."""
+    return next((v for k, v in headers if k == name), None)
+
+
+def refold(commands: Iterable[Row], timeline: RulesTimeline, settings: Settings) -> Refolded:
+    """Re-decide one key's records of the commands topic in (partition, offset) order under ``timeline``'s rules."""
+    rows = sorted(commands, key=lambda r: (r.partition, r.offset))
+    outputs: list[tuple[OutputRecord, tuple[int, int, int]]] = []
+    records: list[InputRecord] = []
+    cmd_rows: list[Row] = []
+    for r in rows:
+        if is_control(header(r.headers, CONTROL_HEADER)):
+            out = timeline.outputs.get((r.partition, r.offset))
+            if out is not None:
+                outputs.append((out, (r.partition, r.offset, r.timestamp_ms)))
+            continue
+        records.append(InputRecord(r.key, r.value, r.topic, r.partition, r.offset, header(r.headers, SIGNATURE_HEADER),
+                                   header(r.headers, TRACEPARENT), header(r.headers, TRACESTATE), None,
+                                   timeline.version_at(r.partition, r.offset, r.timestamp_ms)))
+        cmd_rows.append(r)
+    parked: list[OutputRecord] = []
+    decided, _, _ = fold(lambda: None, records, settings, limits_for(settings), ordered=True, parked=parked,
+                         rules=timeline.shard_rules())
+    at = {(r.partition, r.offset): r.timestamp_ms for r in cmd_rows}
+    outputs += [(o, (r.partition, r.offset, r.timestamp_ms)) for o, r in zip(decided, cmd_rows, strict=True)]
+    for copy in parked:  # a parked copy names its source record
+        p = parked_codec.decode(copy[2])
+        outputs.append((copy, (p.partition, p.offset, at.get((p.partition, p.offset), 0))))
+    outputs.sort(key=lambda o: o[1][:2])  # in source order: the order check compares the first copies with it
+    return Refolded(outputs, list(zip(cmd_rows, decided, strict=True)))
+
+
+def _stored(r: Row) -> OutputRecord:
+    return r.topic, r.key, r.value or b"", r.partition, r.headers
+
+
+def compare(expected: Refolded, stored: Iterable[Row], since_ms: int | None = None) -> list[Finding]:
+    """Compare the re-decided outputs with the stored ones, as sets and then in order per topic.
+
+    A stored record not produced by the fold is ``divergent`` (its coordinates); a produced one not stored is
+    ``missing`` (its command's coordinates). Identical copies of a record are allowed (a replayed micro-batch writes
+    the same bytes again); with equal sets, the first copies per topic must come in the fold's order. With
+    ``since_ms``, only stored records and commands at or after that Kafka timestamp are reported.
+    """
+    want = {o for o, _ in expected.outputs}
+    rows = sorted(stored, key=lambda r: (r.topic, r.partition, r.offset))
+    have = {_stored(r) for r in rows}
+    findings: list[Finding] = []
+    for r in rows:
+        if _stored(r) not in want and (since_ms is None or r.timestamp_ms >= since_ms):
+            findings.append(Finding("divergent", r.topic, r.partition, r.offset, None, None,
+                                    "stored record is not what the fold decides"))
+    for o, (p, off, ts) in expected.outputs:
+        if o not in have and (since_ms is None or ts >= since_ms):
+            findings.append(Finding("missing", o[0], o[3], -1, p, off, "the fold's output for this record is not stored"))
+    if findings:
+        return findings
+    for topic in {o[0] for o, _ in expected.outputs}:
+        first: list[OutputRecord] = []
+        coords: list[Row] = []
+        for r in rows:
+            if r.topic == topic and _stored(r) not in first:
+                first.append(_stored(r))
+                coords.append(r)
+        order: list[OutputRecord] = []
+        for o, _ in expected.outputs:
+            if o[0] == topic and o not in order and o in have:  # one not stored was before ``since_ms``
+                order.append(o)
+        if first != order:
+            i = next(i for i, (a, b) in enumerate(zip(first, order, strict=False)) if a != b)
+            r = coords[i]
+            findings.append(Finding("order", r.topic, r.partition, r.offset, None, None,
+                                    "stored outputs of this object are in another order than its commands"))
+    return findings

@@ -1,0 +1,208 @@
+"""``arbiter verify replay``: a Spark batch job that re-decides the archived commands and compares every output.
+
+The archive's Parquet (``app.archive``) holds the commands topic and the outputs with their coordinates. The job
+reads the rules control records first (on the driver: ``app.verify.timeline``), then shuffles the commands and the
+stored outputs by record key (the validator's grouping), sorts each partition by key and offset, and hands each
+key's run to ``app.verify.refold`` in a ``mapInArrow`` (``by_key``): the validator's own fold decides, and each
+re-decided record is compared with the stored one byte for byte (key, value, partition and headers).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from app.archive.query import locations
+from app.rules.control import CONTROL_HEADER, RULES_CONTROL
+from app.settings import Settings
+from app.signing import SIGNATURE_HEADER
+from app.verify.refold import Finding, Row, compare, refold
+from app.verify.timeline import RulesTimeline, build_timeline
+
+RESULT_DDL = ("what STRING, topic STRING, partition INT, offset BIGINT, source_partition INT, source_offset BIGINT, "
+              "detail STRING, commands BIGINT, expected BIGINT, stored BIGINT")
+_COLUMNS = ("topic", "partition", "offset", "timestamp_ms", "key", "value", "headers")
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayReport:
+    """What a replay found: counts and the first divergences (stored coordinates, or the command's)."""
+
+    objects: int = 0
+    commands: int = 0
+    expected: int = 0
+    stored: int = 0
+    divergences: int = 0
+    first: Sequence[Finding] = field(default_factory=tuple)
+    rules_versions: Sequence[int] = field(default_factory=tuple)
+
+    @property
+    def clean(self) -> bool:
+        return self.divergences == 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"objects": self.objects, "commands": self.commands, "expected": self.expected, "stored": self.stored,
+                "divergences": self.divergences, "rules_versions": list(self.rules_versions),
+                "first": [f._asdict() for f in self.first]}
+
+
+def session(settings: Settings) -> Any:  # noqa: ANN401 - untyped pyspark
+    """Return a Spark session for a replay: ``local[*]`` unless ``ARBITER_SPARK_MASTER`` names another master."""
+    from app.spark_session import spark_session
+
+    master = settings.spark_master if "ARBITER_SPARK_MASTER" in os.environ else "local[*]"
+    return spark_session(settings.model_copy(update={"spark_master": master}), app_name="arbiter-verify")
+
+
+def archive_rows(spark: Any, settings: Settings, *, tail: bool = False) -> Any:  # noqa: ANN401
+    """Return the archived records of the commands and output topics, with the columns a replay needs.
+
+    With ``tail``, also the records the topics hold after the archive's last offset of each partition (a Kafka
+    batch read): the validator must have decided them all by then, or their outputs are reported missing.
+    """
+    topics = (settings.topic_commands, settings.topic_events, settings.topic_rejections, settings.parked_topic)
+    df = spark.read.parquet(locations(settings)[0])
+    archived = df.where(df.topic.isin(*topics)).select(*_COLUMNS)
+    if not tail:
+        return archived
+    return archived.unionByName(topic_tail(spark, settings, archived, topics))
+
+
+def topic_tail(spark: Any, settings: Settings, archived: Any, topics: Sequence[str]) -> Any:  # noqa: ANN401
+    """Return the records of ``topics`` after the archive's last offset of each partition (all of a partition it
+    has none of), read from Kafka as one batch up to the latest offsets."""
+    import json
+
+    from app.archive.query import source_options
+
+    last = {(r["topic"], r["partition"]): r["o"] for r in
+            archived.groupBy("topic", "partition").agg({"offset": "max"}).withColumnRenamed("max(offset)", "o")
+            .collect()}
+    start = {t: {str(p): last[(t, p)] + 1 if (t, p) in last else -2 for p in range(settings.partitions)}
+             for t in topics}
+    reader = spark.read.format("kafka")
+    for k, v in source_options(settings).items():
+        if k.startswith("kafka.") or k in ("includeHeaders", "failOnDataLoss"):
+            reader = reader.option(k, v)
+    return reader.option("subscribe", ",".join(topics)).option("startingOffsets", json.dumps(start)) \
+        .option("endingOffsets", "latest").load() \
+        .selectExpr("topic", "partition", "offset", "unix_millis(timestamp) AS timestamp_ms", "key", "value", "headers")
+
+
+def _headers(raw: Sequence[dict[str, Any]] | None) -> tuple[tuple[str, bytes], ...]:
+    return tuple((h["key"], bytes(h["value"]) if h["value"] is not None else b"") for h in raw or ())
+
+
+def to_row(d: dict[str, Any]) -> Row:
+    """Return a ``Row`` of one archived record as pyarrow's ``to_pylist`` gives it."""
+    return Row(d["topic"], d["partition"], d["offset"], d["timestamp_ms"], d["key"], d["value"], _headers(d["headers"]))
+
+
+def timeline_of(frame: Any, settings: Settings) -> RulesTimeline:  # noqa: ANN401
+    """Collect the control records of the commands topic (few: one per partition per deploy) into a timeline."""
+    controls = frame.where((frame.topic == settings.topic_commands) & is_control_row()).collect()
+    rows = [to_row(r.asDict(recursive=True)) for r in controls]
+    return build_timeline([(r.partition, r.offset, r.key, r.value, _header(r, SIGNATURE_HEADER)) for r in rows],
+                          settings)
+
+
+def _header(r: Row, name: str) -> bytes | None:
+    return next((v for k, v in r.headers if k == name), None)
+
+
+def is_control_row() -> Any:  # noqa: ANN401
+    from pyspark.sql import functions as F
+
+    return F.exists("headers", lambda h: (h.key == CONTROL_HEADER) & (h.value == F.lit(bytearray(RULES_CONTROL))))
+
+
+_RESULT_SCHEMA = pa.schema([("what", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
+                            ("offset", pa.int64()), ("source_partition", pa.int32()), ("source_offset", pa.int64()),
+                            ("detail", pa.string()), ("commands", pa.int64()), ("expected", pa.int64()),
+                            ("stored", pa.int64())])
+
+
+class VerifyGroup:
+    """One key's commands and stored outputs in, its findings and one summary row out."""
+
+    def __init__(self, settings: Settings, timeline: RulesTimeline, since_ms: int | None) -> None:
+        self.settings, self.timeline, self.since_ms = settings.for_tasks(), timeline, since_ms
+
+    def __call__(self, rows: list[Row]) -> list[dict[str, Any]]:
+        commands = [r for r in rows if r.topic == self.settings.topic_commands]
+        stored = [r for r in rows if r.topic != self.settings.topic_commands]
+        expected = refold(commands, self.timeline, self.settings)
+        out: list[dict[str, Any]] = [f._asdict() for f in compare(expected, stored, self.since_ms)]
+        out.append({"what": "summary", "commands": len(expected.decisions), "expected": len(expected.outputs),
+                    "stored": len(stored)})
+        return out
+
+
+class SortedGroups:
+    """``mapInArrow`` function over rows sorted by key within each Spark partition: hands each run of one key to
+    ``group`` (a key's run may span batches) and yields its output rows as batches of ``schema``.
+
+    One Python call per batch instead of one per key (``applyInArrow`` builds an Arrow table per group: with a few
+    commands per object that cost several times the decisions, bench/verify_replay.py).
+    """
+
+    def __init__(self, group: Callable[[list[Row]], list[dict[str, Any]]], schema: pa.Schema) -> None:
+        self.group, self.schema = group, schema
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        run: list[Row] = []
+        for batch in batches:
+            out: list[dict[str, Any]] = []
+            for d in batch.to_pylist():
+                row = to_row(d)
+                if run and row.key != run[0].key:
+                    out += self.group(run)
+                    run = []
+                run.append(row)
+            if out:
+                yield pa.RecordBatch.from_pylist(out, schema=self.schema)
+        if run:
+            yield pa.RecordBatch.from_pylist(self.group(run), schema=self.schema)
+
+
+def by_key(rows: Any, group: Callable[[list[Row]], list[dict[str, Any]]], schema: pa.Schema,  # noqa: ANN401
+           ddl: str) -> Any:  # noqa: ANN401
+    """Shuffle ``rows`` by key, sort each partition by (key, topic, partition, offset), run ``group`` per key."""
+    return rows.repartition("key").sortWithinPartitions("key", "topic", "partition", "offset") \
+        .mapInArrow(SortedGroups(group, schema), ddl)
+
+
+def replay(spark: Any, settings: Settings, *, since_ms: int | None = None,  # noqa: ANN401
+           objects: Sequence[str] | None = None, first: int = 20, tail: bool = False) -> ReplayReport:
+    """Re-decide the archive (with ``tail``, and the topics past it) and compare; ``since_ms`` and ``objects``
+    narrow what is compared (see ``refold``)."""
+    from pyspark.sql import functions as F
+
+    frame = archive_rows(spark, settings, tail=tail)
+    timeline = timeline_of(frame, settings)
+    rows = frame
+    if objects:
+        rows = rows.where(F.col("key").cast("string").isin(*objects))
+    if since_ms is not None:  # only objects with a command since then; each still folds from its first command
+        recent = rows.where((F.col("topic") == settings.topic_commands) & (F.col("timestamp_ms") >= since_ms)) \
+            .select("key").distinct()
+        rows = rows.join(recent, on="key", how="left_semi")
+    result = by_key(rows, VerifyGroup(settings, timeline, since_ms), _RESULT_SCHEMA, RESULT_DDL).cache()
+    try:
+        totals = result.where(F.col("what") == "summary").agg(
+            F.count("*").alias("objects"), F.sum("commands").alias("commands"), F.sum("expected").alias("expected"),
+            F.sum("stored").alias("stored")).collect()[0]
+        bad = result.where(F.col("what") != "summary")
+        count = bad.count()
+        found = [Finding(r["what"], r["topic"], r["partition"], r["offset"], r["source_partition"],
+                         r["source_offset"], r["detail"])
+                 for r in bad.orderBy("topic", "partition", "offset", "source_partition", "source_offset")
+                 .limit(first).collect()]
+    finally:
+        result.unpersist()
+    return ReplayReport(totals["objects"] or 0, totals["commands"] or 0, totals["expected"] or 0,
+                        totals["stored"] or 0, count, tuple(found), tuple(sorted(timeline.documents)))

@@ -1,0 +1,161 @@
+"""``app.verify``: the per-object re-decision and byte comparison, the rules timeline from control records, and the
+what-if report's HTML — without Spark (the Spark job only groups rows and hands them here)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from app.rules.control import CONTROL_HEADER, CONTROL_KEY, RULES_CONTROL, Deploy, encode_control
+from app.settings import Settings
+from app.signing import SIGNATURE_HEADER
+from app.validator.fold import limits_for
+from app.validator.murmur2 import partition_for
+from app.validator.outputs import outcome_record
+from app.verify.html import render
+from app.verify.refold import Row, compare, refold
+from app.verify.timeline import RulesTimeline, build_timeline
+from app.verify.whatif import Flip, WhatIfReport
+from commands import CreateObject, DeleteObject, UpdateObject, decide
+from commands.rules import canonical_rules, rules_digest
+from schemas import codec
+from tests.unit.record_strategies import signature
+
+pytestmark = pytest.mark.unit
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+S = Settings()
+DOC = canonical_rules('{"rules": 1, "types": {}}')
+PART = partition_for(b"o1", S.partitions)
+
+
+def _commands() -> list[CreateObject | UpdateObject | DeleteObject]:
+    return [CreateObject("c1", "o1", "alice", T0, document='{"n": 0}'),
+            UpdateObject("u1", "o1", "bob", T0 + timedelta(seconds=1), patch='{"n": 1}'),  # FORBIDDEN
+            UpdateObject("u2", "o1", "alice", T0 + timedelta(seconds=2), patch='{"n": 1}'),
+            DeleteObject("d1", "o1", "alice", T0 + timedelta(seconds=3)),
+            UpdateObject("u3", "o1", "alice", T0 + timedelta(seconds=4), patch='{"n": 2}')]  # DELETED
+
+
+def _rows(partition: int = PART) -> list[Row]:
+    out = []
+    for i, c in enumerate(_commands()):
+        k, v = c.object_id.encode(), codec.encode_command(c)
+        out.append(Row(S.topic_commands, partition, 10 + i, 1000 + i, k, v, ((SIGNATURE_HEADER, signature(k, v)),)))
+    return out
+
+
+def _stored(expected_outputs: list, start: int = 0) -> list[Row]:  # noqa: ANN001
+    return [Row(t, p, start + i, 5000 + i, k, v, h) for i, ((t, k, v, p, h), _) in enumerate(expected_outputs)]
+
+
+def test_refold_decides_as_a_sequential_decide_and_a_faithful_copy_compares_clean() -> None:
+    part = PART
+    got = refold(_rows(part), RulesTimeline(), S)
+    state = None
+    want = []
+    for c in _commands():
+        d = decide(state, c, limits_for(S))
+        state = d.state if d.accepted else state
+        want.append(outcome_record(d.outcome, S, part))
+    assert [o for o, _ in got.outputs] == want
+    assert [src for _, src in got.outputs] == [(part, 10 + i, 1000 + i) for i in range(5)]
+    assert compare(got, _stored(got.outputs)) == []
+    # a replayed micro-batch writes identical copies again: still clean
+    assert compare(got, _stored(got.outputs) + _stored(got.outputs[:2], start=100)) == []
+
+
+def test_a_tampered_record_is_divergent_at_its_coordinates_and_a_lost_one_missing_at_its_command() -> None:
+    got = refold(_rows(), RulesTimeline(), S)
+    stored = _stored(got.outputs)
+    bad = stored[2]._replace(value=stored[2].value[:-1] + bytes([stored[2].value[-1] ^ 1]))
+    found = compare(got, [*stored[:2], bad, *stored[3:]])
+    assert [(f.what, f.topic, f.partition, f.offset) for f in found] == [
+        ("divergent", bad.topic, bad.partition, bad.offset),
+        ("missing", stored[2].topic, PART, -1)]
+    assert (found[1].source_partition, found[1].source_offset) == (PART, 12)
+    lost = compare(got, stored[:1] + stored[2:])
+    assert [(f.what, f.source_offset) for f in lost] == [("missing", 11)]
+    # --since reports only what reached the topics since then (the fold still starts at the first command)
+    assert compare(got, stored[:1] + stored[2:], since_ms=1002) == []
+
+
+def test_outputs_in_another_order_are_reported() -> None:
+    got = refold(_rows(), RulesTimeline(), S)
+    stored = _stored(got.outputs)
+    events = [r for r in stored if r.topic == S.topic_events]
+    swapped = [r for r in stored if r.topic != S.topic_events] + [
+        events[1]._replace(offset=events[0].offset), events[0]._replace(offset=events[1].offset), *events[2:]]
+    found = compare(got, swapped)
+    assert [(f.what, f.topic, f.offset) for f in found] == [("order", S.topic_events, events[0].offset)]
+
+
+def _control(version: int, partition: int, offset: int, *, signed: bool = True) -> tuple:  # noqa: ANN001
+    value = encode_control(Deploy(version, rules_digest(DOC), DOC, "ops", T0))
+    return partition, offset, CONTROL_KEY, value, signature(CONTROL_KEY, value) if signed else None
+
+
+def test_the_timeline_switches_each_partition_at_its_genuine_control_records() -> None:
+    t = build_timeline([_control(2, 0, 9), _control(1, 0, 5), _control(3, 0, 7, signed=False), _control(1, 1, 2)], S)
+    assert [t.version_at(0, o) for o in (0, 5, 6, 8, 9, 10)] == [None, None, 1, 1, 1, 2]
+    assert t.version_at(1, 3) == 1 and t.version_at(2, 100) is None
+    assert sorted(t.documents) == [1, 2]
+    refused = codec.decode_rejection(t.outputs[(0, 7)][2])  # the forged one switched nothing and is an output
+    assert refused.reason.value == "UNAUTHENTICATED" and set(t.outputs) == {(0, 7)}
+    c = t.with_candidate(DOC, 1500)
+    assert c.candidate == 3 and c.version_at(0, 10, 1499) == 2 and c.version_at(0, 10, 1500) == 3
+
+
+def test_a_control_record_in_a_group_expects_its_refusal_and_decides_nothing() -> None:
+    p, o, k, v, _ = _control(1, PART, 7, signed=False)
+    t = build_timeline([(p, o, k, v, None)], S)
+    row = Row(S.topic_commands, p, o, 0, k, v, ((CONTROL_HEADER, RULES_CONTROL),))
+    got = refold([row], t, S)
+    assert got.decisions == [] and [x for x, _ in got.outputs] == [t.outputs[(p, o)]]
+
+
+def test_the_html_report_is_self_contained_and_escapes_what_it_shows() -> None:
+    flips = [Flip("<o1>", "c&1", "UpdateObject", 0, i, 1_767_225_600_000 + 1000 * i,
+                  "accepted->rejected" if i % 2 else "rejected->accepted", "guard<x>", "RULE_VIOLATED",
+                  "ACCEPTED UPDATED", "REJECTED RULE_VIOLATED [guard<x>]") for i in range(6)]
+    page = render(WhatIfReport(10, 0, "sha256:ab", tuple(flips)))
+    assert "<o1>" not in page and "&lt;o1&gt;" in page and "guard&lt;x&gt;" in page
+    assert page.count("<rect") == 6 and "<script" not in page
+    assert "src=" not in page and "href=" not in page and "@import" not in page
+
+
+def test_the_cli_parses_verify_replay_and_rules_what_if() -> None:
+    import argparse
+
+    from app.cli import build_parser
+    from app.cli.verify import since_ms
+
+    assert since_ms("2026-01-01T00:00:00Z") == 1_767_225_600_000
+    with pytest.raises(argparse.ArgumentTypeError, match="no zone"):
+        since_ms("2026-01-01T00:00:00")
+    args = build_parser().parse_args(["verify", "replay", "--since", "2026-01-01T00:00:01Z", "--objects", "a,b"])
+    assert (args.since, args.objects) == (1_767_225_601_000, "a,b")
+    args = build_parser().parse_args(["rules", "what-if", "c.yaml", "--html", "r.html"])
+    assert (str(args.file), str(args.html), args.since) == ("c.yaml", "r.html", None)
+
+
+def test_sorted_groups_hand_each_keys_run_to_the_group_even_across_batches() -> None:
+    import pyarrow as pa
+
+    from app.verify.replay import SortedGroups
+
+    def batch(keys: list[bytes | None]) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pylist([{"topic": "t", "partition": 0, "offset": i, "timestamp_ms": 0, "key": k,
+                                            "value": b"", "headers": []} for i, k in enumerate(keys)])
+
+    seen: list[tuple[bytes | None, int]] = []
+
+    def group(rows: list[Row]) -> list[dict[str, object]]:
+        seen.append((rows[0].key, len(rows)))
+        return [{"n": len(rows)}]
+
+    out = list(SortedGroups(group, pa.schema([("n", pa.int64())]))(iter([batch([None, b"a", b"a"]), batch([b"a", b"b"]),
+                                                                          batch([b"b"])])))
+    assert seen == [(None, 1), (b"a", 3), (b"b", 2)]
+    assert sum(b.num_rows for b in out) == 3
