@@ -209,6 +209,9 @@ def test_the_change_feed_answers_every_request_as_documented(case, api_url) -> N
     base, s = api_url
     case.headers = {**(case.headers or {}), **auth(s, "fuzzer")}
     kwargs = case.as_transport_kwargs(base_url=base)
+    # This fuzzer authenticates with a bearer token: a generated ?ticket= beside it is refused 400 BAD_REQUEST by the
+    # ticket gate (one or the other), which test_api_tickets covers; leave it out so the feed itself is exercised.
+    kwargs["params"] = {k: v for k, v in (kwargs.get("params") or {}).items() if k != "ticket"} or None
     what = f"{case.method} {case.formatted_path} {case.headers.get('Last-Event-ID')!r}"
     with httpx.stream(kwargs["method"], kwargs["url"], headers=kwargs.get("headers"), params=kwargs.get("params"),
                       timeout=20) as r:
