@@ -22,7 +22,9 @@ from schemas.codec import DecodeError
 log = logging.getLogger(__name__)
 
 TP = tuple[str, int]
-Decoder = Callable[[bytes], Event | Rejection]
+#: A record's value to its decision; None for a record that is no decision but not broken either (the audit's rules
+#: catalog records, ``projections.audit.deploys``); raises ``DecodeError`` for bytes that do not decode.
+Decoder = Callable[[bytes], Event | Rejection | None]
 
 
 # Record and Item are NamedTuples, not frozen dataclasses: built once per consumed record, they cost a quarter.
@@ -72,7 +74,8 @@ RESET_POSITIONS = ("earliest", "latest")
 
 
 class Item(NamedTuple):
-    """A record and what it decoded to: ``outcome`` is None and ``error`` says why when it did not decode."""
+    """A record and what it decoded to: ``outcome`` is None and ``error`` says why when it did not decode (``outcome``
+    and ``error`` both None: a record that is no decision, see ``Decoder``)."""
 
     record: Record
     outcome: Event | Rejection | None

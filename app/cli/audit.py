@@ -13,7 +13,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     actions = p.add_subparsers(dest="action", required=True)
     actions.add_parser("verify", help="recompute every partition's hash chain, check its offsets have no hole; "
                        "name the first broken record").set_defaults(handler=_verify)
-    show = actions.add_parser("show", help="print an object's accepted and rejected commands, oldest first")
+    show = actions.add_parser("show", help="print an object's accepted and rejected commands, oldest first "
+                              "(arbiter:rules: every rules deploy, who deployed which version, where it took over)")
     show.add_argument("object_id")
     show.set_defaults(handler=_show)
 

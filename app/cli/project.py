@@ -8,7 +8,8 @@ import logging
 from app import traces
 from app.limits import consumer_config
 from app.settings import Settings, get_settings
-from projections.runner import RESET_POSITIONS, Projection, Runner, RunnerConfig
+from projections.runner import RESET_POSITIONS, Decoder, Projection, Runner, RunnerConfig
+from schemas import codec
 
 log = logging.getLogger(__name__)
 
@@ -46,12 +47,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     logp.set_defaults(handler=_log)
 
 
-def _run(s: Settings, cfg: RunnerConfig, projection: Projection) -> int:
+def _run(s: Settings, cfg: RunnerConfig, projection: Projection, decode: Decoder = codec.decode_outcome) -> int:
     from app.metrics.projections import ProjectionCollector
     from app.metrics.server import serve_metrics
 
     tracers = traces.provider(s, f"arbiter-project-{projection.name}")  # None unless tracing is configured
-    runner = Runner(cfg, projection, tracer=tracers.get_tracer("arbiter.projections") if tracers is not None else None)
+    runner = Runner(cfg, projection, decode,
+                    tracer=tracers.get_tracer("arbiter.projections") if tracers is not None else None)
     runner.install_signal_handlers()
     metrics = serve_metrics(f"{projection.name} projection", s.metrics_host,
                             s.projection_metrics_ports.get(projection.name, 0), [ProjectionCollector(runner)])
@@ -97,6 +99,7 @@ def _audit(args: argparse.Namespace) -> int:
     from app.read_models import audit_root
     from app.rules.catalog import ensure_rules_topic
     from projections.audit import AuditProjection
+    from projections.audit.deploys import decode_audited
 
     s = get_settings()
     # the parked-log topic: every redrive and discard of a parked record (app.parked.lot) joins the hash chain; so
@@ -105,7 +108,8 @@ def _audit(args: argparse.Namespace) -> int:
     cfg = runner_config(s, "audit", (s.topic_events, s.topic_rejections, s.parked_log_topic, s.rules_topic),
                         assign_all=True,
                         until_caught_up=args.until_caught_up, reset_out_of_range=args.reset_out_of_range)
-    return _run(s, cfg, AuditProjection(audit_root(s), sync=s.projection_sync_writes))
+    # a deploy's catalog records are chained and indexed under arbiter:rules, not counted undecodable
+    return _run(s, cfg, AuditProjection(audit_root(s), sync=s.projection_sync_writes), decode_audited)
 
 
 def _log(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ from typing import Any
 from app.contract.subjects import COMPATIBILITY, subject_versions, topic_records
 from app.settings import Settings
 from app.traces import TRACEPARENT, TRACEPARENT_PATTERN, TRACESTATE, TRACESTATE_BYTES
-from app.validator.headers import CONTENT_TYPE, EVENT_TYPES, REJECTED_TYPE, SOURCE_PREFIX
+from app.validator.headers import CONTENT_TYPE, EVENT_TYPES, REJECTED_TYPE, RULES_VERSION, SOURCE_PREFIX
 from commands import ReasonCode
 from schemas.catalog import COMMAND, EVENT, REJECTION
 
@@ -52,6 +52,9 @@ def _headers(record: str, settings: Settings) -> dict[str, Any] | None:
                                                     "never decoded into a command)"},
             "ce_time": {**string, "format": "date-time", "description": "the command's issued_at, RFC 3339 UTC "
                                                                         "(absent where ce_subject is)"},
+            RULES_VERSION: {**string, "pattern": "^[1-9][0-9]*$",
+                            "description": "CloudEvents extension: the team's rules version the decision was made "
+                                           "under, decimal (absent when no rules were in force)"},
             "content-type": {"type": "string", "const": CONTENT_TYPE.decode()},
             TRACEPARENT: {**string, "pattern": TRACEPARENT_PATTERN,
                           "description": "W3C Trace Context of the command's write (version 00), when it had one"},

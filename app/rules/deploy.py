@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from app.errors import ArbiterError
 from app.limits import size_limits
 from app.rules.catalog import CLAIM_KEY, current, ensure_rules_topic, winners
-from app.rules.control import CONTROL_KEY, Deploy, control_headers, encode_control
+from app.rules.control import CONTROL_KEY, Deploy, Placed, control_headers, encode_control, encode_placed, placed_headers
 from app.settings import Settings
 from app.signing import signer_for
 from app.validator.topic_io import produce_with_headers, read_all
@@ -50,10 +50,11 @@ def deploy(settings: Settings, text: str | bytes, *, principal: str, issuer: str
     digest = rules_digest(canonical)
     ensure_rules_topic(settings)
     newest = current(settings)
+    at = (now or datetime.now(UTC)).astimezone(UTC)
     if newest is not None and newest.digest == digest:
-        return Deployed(newest, False, _write_controls(settings, newest))
+        return Deployed(newest, False, _write_controls(settings, newest, principal, at))
     version = (newest.version if newest is not None else 0) + 1
-    claim = Deploy(version, digest, canonical, principal, (now or datetime.now(UTC)).astimezone(UTC), issuer)
+    claim = Deploy(version, digest, canonical, principal, at, issuer)
     value = encode_control(claim)
     bound = size_limits(settings.max_message_bytes).max_record_bytes
     if len(value) + len(CONTROL_KEY) > bound:
@@ -66,13 +67,17 @@ def deploy(settings: Settings, text: str | bytes, *, principal: str, issuer: str
         who = f" by {won.principal} (digest {won.digest})" if won is not None else ""
         raise RulesConflict(f"rules version {version} was claimed{who} by a concurrent deploy; nothing was written to "
                             f"{settings.topic_commands}: check the newest rules and deploy again")
-    return Deployed(claim, True, _write_controls(settings, claim))
+    return Deployed(claim, True, _write_controls(settings, claim, principal, at))
 
 
-def _write_controls(settings: Settings, claim: Deploy) -> dict[int, int]:
-    """Write ``claim``'s control record to every partition of the commands topic; return partition -> offset."""
+def _write_controls(settings: Settings, claim: Deploy, principal: str, at: datetime) -> dict[int, int]:
+    """Write ``claim``'s control record to every partition of the commands topic, then the placement record (by
+    ``principal``, at ``at``) to the catalog; return partition -> offset."""
     value = encode_control(claim)
-    headers = control_headers(signer_for(settings), value)
-    placed = produce_with_headers(settings, [(CONTROL_KEY, value, headers, p) for p in range(settings.partitions)],
-                                  settings.topic_commands)
-    return dict(placed)
+    signer = signer_for(settings)
+    headers = control_headers(signer, value)
+    offsets = dict(produce_with_headers(settings, [(CONTROL_KEY, value, headers, p) for p in range(settings.partitions)],
+                                        settings.topic_commands))
+    placed = encode_placed(Placed(claim.version, claim.digest, principal, at, settings.topic_commands, offsets))
+    produce_with_headers(settings, [(CONTROL_KEY, placed, placed_headers(signer, placed), None)], settings.rules_topic)
+    return offsets

@@ -3,7 +3,9 @@
 Every event and rejection carries ``ce_specversion``, ``ce_id`` (the event or rejection id), ``ce_type``
 (``arbiter.object.<event type>`` or ``arbiter.command.rejected``), ``ce_source`` (the commands topic the
 decision came from), ``ce_subject`` (the object id, when known), ``ce_time`` (the command's ``issued_at``,
-RFC 3339 in UTC, when known: a record that never decoded into a command has none) and ``content-type``.
+RFC 3339 in UTC, when known: a record that never decoded into a command has none), ``ce_rulesversion`` (the
+team's rules version the decision was made under, decimal: only when it was made under rules, so an output decided
+with no rules deployed keeps the bytes it always had) and, last, ``content-type``.
 Nothing here reads a clock or the environment: a replayed micro-batch writes the same headers byte for byte.
 """
 
@@ -24,6 +26,8 @@ EVENT_TYPES = {t: f"arbiter.object.{t.value.lower()}" for t in EventType}
 _EVENT_TYPES = {t: v.encode() for t, v in EVENT_TYPES.items()}
 _REJECTED = REJECTED_TYPE.encode()
 SOURCE_PREFIX = "/arbiter/topics/"
+# a CloudEvents extension attribute: its name must be lowercase letters and digits only (CloudEvents 1.0, naming)
+RULES_VERSION = "ce_rulesversion"
 
 
 @lru_cache(maxsize=8)
@@ -52,19 +56,30 @@ def _source_pair(commands_topic: str) -> Header:
     return ("ce_source", source(commands_topic))
 
 
+@lru_cache(maxsize=64)
+def _rules_pair(version: int) -> Header:
+    return (RULES_VERSION, b"%d" % version)
+
+
 def ce_headers(outcome: Event | Rejection, commands_topic: str) -> Headers:
     """Return the CloudEvents headers of ``outcome``, decided from a command of ``commands_topic``.
 
     The constant pairs are shared (built once): this runs once per output on the validator's hot path.
     """
     if isinstance(outcome, Event):
+        if outcome.rules_version is None:
+            return (_SPEC_PAIR, ("ce_id", outcome.event_id.encode()), _EVENT_TYPE_PAIRS[outcome.type],
+                    _source_pair(commands_topic), ("ce_subject", outcome.object_id.encode("utf-8")),
+                    ("ce_time", ce_time(outcome.occurred_at)), _CONTENT_PAIR)
         return (_SPEC_PAIR, ("ce_id", outcome.event_id.encode()), _EVENT_TYPE_PAIRS[outcome.type],
                 _source_pair(commands_topic), ("ce_subject", outcome.object_id.encode("utf-8")),
-                ("ce_time", ce_time(outcome.occurred_at)), _CONTENT_PAIR)
+                ("ce_time", ce_time(outcome.occurred_at)), _rules_pair(outcome.rules_version), _CONTENT_PAIR)
     headers = [_SPEC_PAIR, ("ce_id", outcome.rejection_id.encode()), _REJECTED_PAIR, _source_pair(commands_topic)]
     if outcome.object_id is not None:
         headers.append(("ce_subject", outcome.object_id.encode("utf-8")))
     if outcome.occurred_at is not None:
         headers.append(("ce_time", ce_time(outcome.occurred_at)))
+    if outcome.rules_version is not None:
+        headers.append(_rules_pair(outcome.rules_version))
     headers.append(_CONTENT_PAIR)
     return tuple(headers)

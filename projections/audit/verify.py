@@ -24,9 +24,11 @@ from projections.audit.chain import (
     restart_of,
     unpack_entry,
 )
+from projections.audit.deploys import catalog_record
 from projections.rocks import prefixed
 from schemas import codec
 from schemas.codec import DecodeError
+from schemas.rules_control import Deploy, Placed
 
 TP = tuple[str, int]
 
@@ -163,7 +165,7 @@ class HistoryEntry:
     """One decision about an object, as audited."""
 
     occurred_at: datetime | None
-    outcome: str          # ACCEPTED, REJECTED or UNDECODABLE
+    outcome: str          # ACCEPTED, REJECTED, UNDECODABLE, ERASED; DEPLOYED or PLACED for a rules deploy
     what: str             # event type, reason code, or the decode error
     version: int | None
     command_id: str | None
@@ -186,6 +188,14 @@ def _history_entry(entry: Entry) -> HistoryEntry:
     if entry.erased is not None:
         return HistoryEntry(None, "ERASED", "ERASED", None, None, None, where,
                             f"value erased (sha256 {entry.erased.digest.hex()[:16]}, {entry.erased.length} bytes)")
+    deploy = catalog_record(entry.value)
+    if isinstance(deploy, Deploy):  # a rules deploy's claim on the catalog: who deployed which version
+        return HistoryEntry(deploy.deployed_at, "DEPLOYED", "RULES", deploy.version, None, deploy.principal, where,
+                            f"digest {deploy.digest}", deploy.issuer)
+    if isinstance(deploy, Placed):  # where its control records landed: from there on each shard decides under it
+        offsets = " ".join(f"{deploy.topic}[{p}]@{o}" for p, o in sorted(deploy.offsets.items()))
+        return HistoryEntry(deploy.placed_at, "PLACED", "RULES", deploy.version, None, deploy.principal, where,
+                            f"digest {deploy.digest} control records {offsets}")
     try:
         out = codec.decode_outcome(entry.value or b"")
     except DecodeError as e:

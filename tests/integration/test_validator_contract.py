@@ -245,6 +245,8 @@ def test_rules_deployed_mid_stream_decide_as_the_sequential_oracle_predicts(spar
     for r in topic_outputs(s):
         o = codec.decode_outcome(r[2])
         seen[(getattr(o, "rule", None), o.rules_version)] += 1
+        ce = from_binary(KafkaMessage(dict(r[4]), r[1], r[2] or b""), JSONFormat())  # the SDK reads the extension
+        assert ce.get_extension("rulesversion") == (None if o.rules_version is None else str(o.rules_version))
     assert seen[("types", None)] == 4  # no rules deployed yet
     assert seen[("order:status-flow", v1)] == 12
     assert seen[("order:finance-approves-large", v1)] == 6  # the six orders over 10,000

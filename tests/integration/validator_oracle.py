@@ -84,6 +84,20 @@ def send_with_deploys(settings: Settings, commands: list[Command]) -> None:
     send_commands(settings, commands[2 * third:])
 
 
+def assert_rules_version_headers(outputs: list[Out]) -> None:
+    """Every output names its value's rules version in a ``ce_rulesversion`` header (decimal, just before
+    ``content-type``) and an output decided under no rules has none: checked apart from ``ce_headers``, which the
+    oracle's prediction shares with the validator."""
+    for _, _, value, _, headers in outputs:
+        version = codec.decode_outcome(value).rules_version
+        names = [name for name, _ in headers]
+        if version is None:
+            assert "ce_rulesversion" not in names, headers
+        else:
+            at = names.index("ce_rulesversion")
+            assert headers[at][1] == str(version).encode() and names[at + 1] == "content-type", headers
+
+
 def rules_versions_seen(settings: Settings) -> Counter[int | None]:
     """Count the outputs on the events and rejections topics by the rules version they name."""
     return Counter(codec.decode_outcome(r[2]).rules_version for r in topic_outputs(settings))
@@ -249,6 +263,7 @@ def assert_topics_equal_the_topic_oracle(settings: Settings) -> None:
     read in offset order (rules switching at the control records), identical duplicates allowed, and per topic and
     key the first copies come out in the oracle's order."""
     got = topic_outputs(settings)
+    assert_rules_version_headers(got)
     expected = [(t, k, v, p, h) for t, k, v, p, h in expected_from_records(read_all(settings, settings.topic_commands),
                                                                            settings)]
     assert len(set(expected)) == len(expected)
