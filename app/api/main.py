@@ -7,6 +7,7 @@ import logging
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI
@@ -110,6 +111,8 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
         app.state.read_model = read_model if read_model is not None else open_read_model(settings)
         app.state.positions = position_watch(settings, app.state.read_model)
         app.state.durable_outcomes = AuditOutcomes(audit_root(settings))
+        # the pre-check of a patch learns the object's type and owner from the audit trail (app.api.rules)
+        app.state.rules.latest = partial(app.state.durable_outcomes.latest_event, events_topic=settings.topic_events)
         app.state.ctx = ApiContext(settings, app.state.producer, app.state.outcomes, metrics, app.state.quotas,
                                    app.state.rules)
         app.state.status.start_sampling()  # the status page's charts: a point a second whether or not anyone looks

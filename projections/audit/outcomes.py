@@ -14,7 +14,7 @@ from rocksdict import Rdict
 
 from commands import Event, Rejection
 from projections.audit import store
-from projections.audit.chain import command_prefix, rejection_prefix, unpack_entry
+from projections.audit.chain import command_prefix, object_prefix, rejection_prefix, unpack_entry
 from projections.rocks import close_secondary
 from schemas import codec
 from schemas.wire import DecodeError
@@ -91,6 +91,35 @@ class AuditOutcomes:
             if outcome.principal == principal and outcome.command_id == command_id:
                 out.append(Decision(outcome, entry.topic, entry.partition, entry.offset))
         return out
+
+    def latest_event(self, object_id: str, events_topic: str) -> Event | None:
+        """Return the newest audited event of ``object_id`` on ``events_topic`` (its highest partition's last, for an
+        object moved by a rescale), or None: one backward seek in the by-object index, no scan.
+
+        What the API's advisory pre-check of a patch learns the object's type and owner from (both immutable).
+        """
+        db = self._db_now()
+        if db is None:
+            return None
+        index = object_prefix(object_id)
+        prefix = index + b"r" + events_topic.encode() + b"\x00"
+        last = next(iter(db.keys(backwards=True, from_key=prefix + b"\xff" * 13)), None)  # past every partition, seq
+        if last is None or not cast(bytes, last).startswith(prefix):
+            return None
+        ek = cast(bytes, last)[len(index):]
+        raw = db.get(ek)
+        if raw is None:
+            return None
+        try:
+            _, entry = unpack_entry(ek, raw)
+            if entry.erased is not None:
+                return None  # erased on purpose (arbiter erase)
+            outcome = codec.decode_outcome(entry.value or b"")
+        except (ValueError, DecodeError) as e:
+            log.warning("audit outcomes: entry %s unreadable: %s", ek.hex(), e)
+            return None
+        # the index is keyed by what the record says: hold it to the asker anyway
+        return outcome if isinstance(outcome, Event) and outcome.object_id == object_id else None
 
     def rejections(self, object_id: str, principal: str, after_version: int = 0, before_version: int | None = None,
                    *, limit: int) -> OwnRejections:

@@ -88,3 +88,43 @@ def test_a_concurrent_double_deploy_gives_distinct_versions_or_a_conflict_never_
             d = decode_control(r.value)
             by_version.setdefault(d.version, set()).add(d.digest)
     assert all(len(digests) == 1 for digests in by_version.values()), by_version  # one document per version
+
+
+def test_a_patch_its_types_patch_schema_refuses_is_answered_422_early_and_never_produced(
+        client: TestClient, module_settings: Settings) -> None:
+    """The API started as ``arbiter api`` starts it learns an object's type and owner from the audit trail, so the
+    owner's patch that its type's patch schema refuses is a 422 naming rule, pointer and version, and nothing is
+    produced; another principal's patch is left to the validator (produced, 202)."""
+    import json
+
+    from app.read_models import audit_root
+    from app.run.scenario import ORDERS
+    from commands import CreateObject, decide
+    from commands.rules import compile_rules
+    from projections.audit import AuditProjection
+    from projections.runner import Item, Record
+    from schemas import codec
+
+    s = module_settings
+    deployer = auth(s, "ops", scopes=(RULES, READ))
+    put = client.put("/rules", content=ORDERS.read_text(), headers={**deployer, "Content-Type": "application/yaml"})
+    assert put.status_code == 201, put.text
+    newest = deployed(s)[-1]
+    version = newest.version
+    assert put.json()["version"] == version
+    rules = compile_rules(newest.document, version=version)
+    doc = {"title": "chairs", "priority": 3, "customer": "acme", "amount": 500, "status": "draft"}
+    created = decide(None, CreateObject("pc", "patched-order", "alice", newest.deployed_at,
+                                        document=json.dumps(doc), object_type="order"), rules=rules).outcome
+    audit = AuditProjection(audit_root(s), sync=False)  # as the audit projection appends the validator's event
+    audit.apply([Item(Record(s.topic_events, 0, 0, b"patched-order", codec.encode_outcome(created), 0), created)])
+    audit.close()
+
+    refused = client.patch("/objects/patched-order", json={"priority": 9}, headers=auth(s))
+    body = is_problem(refused, 422, "RULE_VIOLATED")
+    assert (body["rule"], body["rule_pointers"], body["rules_version"]) == ("order:patch_schema", ["/priority"], version)
+    assert refused.headers["arbiter-rules-version"] == str(version)
+    other = client.patch("/objects/patched-order", json={"priority": 9}, headers=auth(s, "bob"))
+    assert other.status_code == 202, other.text  # not the owner the audit trail knows: the validator decides
+    keys = [r.key for r in read_all(s, s.topic_commands) if dict(r.headers).get(CONTROL_HEADER) is None]
+    assert keys == [b"patched-order"], keys  # bob's only: the refused patch was never produced
