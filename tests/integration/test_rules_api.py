@@ -128,3 +128,43 @@ def test_a_patch_its_types_patch_schema_refuses_is_answered_422_early_and_never_
     assert other.status_code == 202, other.text  # not the owner the audit trail knows: the validator decides
     keys = [r.key for r in read_all(s, s.topic_commands) if dict(r.headers).get(CONTROL_HEADER) is None]
     assert keys == [b"patched-order"], keys  # bob's only: the refused patch was never produced
+
+
+def test_the_status_page_and_metrics_show_the_rules_version_per_partition_and_rejections_per_rule(
+        client: TestClient, module_settings: Settings) -> None:
+    """Decisions read from the real events and rejections topics move the status page's rules figures and the
+    ``arbiter_rules_version`` / ``arbiter_api_rule_rejections_total`` series (issue 36, "What every decision says")."""
+    import time
+    from datetime import UTC, datetime
+
+    from app.api.callers.auth import OPERATE
+    from app.run.scenario import ORDERS
+    from app.validator.murmur2 import partition_for
+    from app.validator.topic_io import produce
+    from commands import CreateObject, UpdateObject, decide
+    from commands.rules import canonical_rules, compile_rules
+    from schemas import codec
+
+    s = module_settings
+    rules = compile_rules(canonical_rules(ORDERS.read_text()), version=7)
+    at = datetime(2026, 11, 2, tzinfo=UTC)
+    doc = '{"title":"t","priority":1,"customer":"c","amount":1,"status":"draft"}'
+    made = decide(None, CreateObject("sc", "status-order", "alice", at, document=doc, object_type="order"), rules=rules)
+    refused = decide(made.state, UpdateObject("su", "status-order", "alice", at, patch='{"status":"approved"}'),
+                     rules=rules).outcome
+    assert refused.rule == "order:status-flow"  # type: ignore[union-attr]
+    produce(s, [(b"status-order", codec.encode_outcome(made.outcome))], s.topic_events)
+    produce(s, [(b"status-order", codec.encode_outcome(refused))], s.topic_rejections)
+    partition = partition_for(b"status-order", s.partitions)
+    operator = auth(s, "operator", (OPERATE,))
+    deadline = time.monotonic() + 30
+    while True:
+        page = client.get("/status.json", headers=operator).json()
+        metrics = client.get("/metrics", headers=operator).text
+        shown = (page["rules_version_by_partition"].get(str(partition)), page["rejections_by_rule"])
+        if shown[0] == 7 and shown[1].get("order:status-flow (v7)") == 1:
+            break
+        assert time.monotonic() < deadline, (shown, page)
+        time.sleep(0.5)
+    assert f'arbiter_rules_version{{partition="{partition}"}} 7.0' in metrics, metrics
+    assert 'arbiter_api_rule_rejections_total{rule="order:status-flow",rules_version="7"} 1.0' in metrics, metrics
