@@ -9,6 +9,7 @@ past the control record).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -90,15 +91,19 @@ async def precheck(view: RulesView | None, command: Command) -> Rejection | None
 
 async def _precheck_patch(view: RulesView, latest: LatestEvent, command: UpdateObject) -> Rejection | None:
     rules = await view.ruleset()
-    if rules is None or not any(t.patch_schema is not None for t in rules.types.values()):
-        return None  # nothing to check: spare the lookup
+    if rules is None:
+        return None
+    payload = json.loads(command.patch)
+    # The types whose patch schema refuses this patch (the same compiled schemas decide checks): when none does, as
+    # for most patches, there is nothing to say early and the lookup is spared.
+    refusing = {t.name for t in rules.types.values() if t.patch_schema is not None and not t.patch_schema.is_valid(
+        payload)}
+    if not refusing:
+        return None
     event = await asyncio.to_thread(latest, command.object_id)
-    if event is None or event.object_type is None or event.type is EventType.DELETED:
+    if event is None or event.object_type not in refusing or event.type is EventType.DELETED:
         return None
     rule = f"{event.object_type}:patch_schema"
-    typed = rules.types.get(event.object_type)
-    if typed is None or typed.patch_schema is None:
-        return None
     # The live object as far as the audit trail knows, with no grants: decide's own access checks let only its owner
     # through (anyone else gets NOT_FOUND or FORBIDDEN, left to the validator: an outsider learns nothing), and a
     # stale version or an If-Match that no longer holds is some other refusal, left to the validator too. Past those

@@ -144,3 +144,18 @@ def test_the_audit_trail_answers_with_the_objects_newest_event_in_one_seek(tmp_p
     assert outcomes.latest_event("o1", s.topic_rejections) is None  # a rejection is no event
     outcomes.close()
     assert AuditOutcomes(tmp_path / "none").latest_event("o1", s.topic_events) is None  # no audit store yet
+
+
+def test_a_patch_no_types_patch_schema_refuses_costs_no_lookup() -> None:
+    _, made = created()
+    asked: list[str] = []
+
+    def latest(object_id: str) -> Event | None:
+        asked.append(object_id)
+        return made
+
+    v = RulesView(Settings(), latest=latest)
+    v.seen(Deploy(RULES.version, RULES.digest, RULES.document, "ops", T0))
+    assert asyncio.run(precheck(v, patch({"priority": 2, "status": "approved"}))) is None
+    assert asked == []  # most patches: no thread hop, no read of the audit trail
+    assert asyncio.run(precheck(v, patch({"priority": 9}))) is not None and asked == ["o1"]
