@@ -51,8 +51,8 @@ def too_large(outcome: Event | Rejection, size: int, sizes: SizeLimits, settings
 
     ``key``/``value``/``topic``/``partition``/``offset`` are the source record's: the rejection keeps its
     coordinates and ``FALLBACK_KEEP_BYTES`` of its key and value (with their lengths and SHA-256), and the
-    outcome's ids clipped to ``max_id_bytes``. Built only from its inputs, so a replay writes the same bytes; it
-    carries the command's ``trace`` context like any output.
+    outcome's ids clipped to ``max_id_bytes``, and its rules version. Built only from its inputs, so a replay writes
+    the same bytes; it carries the command's ``trace`` context like any output.
     """
     what = f"event {outcome.type.value}" if isinstance(outcome, Event) else f"rejection {outcome.reason.value}"
     version = outcome.version - 1 if isinstance(outcome, Event) else outcome.current_version
@@ -70,5 +70,6 @@ def too_large(outcome: Event | Rejection, size: int, sizes: SizeLimits, settings
         occurred_at=outcome.occurred_at,
         current_version=version,
         original=keep_original(topic, partition, offset, key, value, keep=FALLBACK_KEEP_BYTES),
+        rules_version=outcome.rules_version,  # decided under the same rules as the outcome it replaces
     )
     return outcome_record(rejection, settings, partition, trace)

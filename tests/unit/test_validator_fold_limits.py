@@ -143,3 +143,17 @@ def test_the_rocksdb_shard_rejects_and_does_not_store_an_event_that_does_not_fit
         assert STATE + b"new" in shard.db
     finally:
         shard.close()
+
+
+def test_the_too_large_rejection_of_a_command_decided_under_rules_names_their_version() -> None:
+    from app.validator.rules import ShardRules
+    from commands.rules import canonical_rules
+
+    doc = canonical_rules('{"rules": 1, "types": {}}')
+    update = rec(UpdateObject("u1", "obj", "bob", AT, patch=big_patch()), 7)._replace(rules=2)
+    out, _, changed = fold(lambda: LEGACY, [update], S, rules=ShardRules({2: doc}, 2))
+    (refused,) = _decoded(out)
+    assert isinstance(refused, Rejection) and refused.reason is ReasonCode.TOO_LARGE and not changed
+    assert refused.rules_version == 2 and dict(out[0][4])["ce_rulesversion"] == b"2"
+    plain, _, _ = fold(lambda: LEGACY, [rec(UpdateObject("u1", "obj", "bob", AT, patch=big_patch()), 7)], S)
+    assert codec.decode_rejection(plain[0][2]).rules_version is None  # no rules: as before
