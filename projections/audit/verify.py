@@ -6,7 +6,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -165,7 +165,7 @@ class HistoryEntry:
     """One decision about an object, as audited."""
 
     occurred_at: datetime | None
-    outcome: str          # ACCEPTED, REJECTED, UNDECODABLE, ERASED; DEPLOYED or PLACED for a rules deploy
+    outcome: str          # ACCEPTED, REJECTED, UNDECODABLE, ERASED; DEPLOYED, CLAIM-LOST or PLACED for rules deploys
     what: str             # event type, reason code, or the decode error
     version: int | None
     command_id: str | None
@@ -207,6 +207,24 @@ def _history_entry(entry: Entry) -> HistoryEntry:
                         out.principal, where, out.message, out.issuer, out.jti)
 
 
+def _claims_that_won(entries: list[HistoryEntry]) -> list[HistoryEntry]:
+    """Mark the rules claims (in catalog order) that did not win as ``CLAIM-LOST``: as ``app.rules.catalog.winners``,
+    the first claim of ``previous + 1`` wins, and any other (a racing deploy refused ``RULES_CONFLICT``, a stray
+    number) never became a version. The audit keeps no record headers, so it cannot tell a forged claim: the
+    catalog's own reading (``arbiter rules show --all``) checks signatures."""
+    last = 0
+    out: list[HistoryEntry] = []
+    for h in entries:
+        if h.outcome == "DEPLOYED":
+            if h.version == last + 1:
+                last += 1
+            else:
+                h = replace(h, outcome="CLAIM-LOST", detail=f"{h.detail}; not version {last + 1}, the next one: it "
+                            "never became a version")
+        out.append(h)
+    return out
+
+
 def history(path: Path, object_id: str) -> list[HistoryEntry]:
     """Return every audited decision about ``object_id``, oldest command first."""
     prefix = b"x" + object_id.encode() + b"\x00"
@@ -219,6 +237,7 @@ def history(path: Path, object_id: str) -> list[HistoryEntry]:
                 out.append(HistoryEntry(None, "UNREADABLE", "TAMPERED", None, None, None, ek.hex(), str(e)))
                 continue
             out.append(_history_entry(entry))
+    out = _claims_that_won(out)
     # Each command's issued_at orders accepted and rejected commands alike (a client retry carries its first
     # attempt's issued_at, so it sorts there); ties keep index order: events topic first, then chain order.
     return sorted(out, key=lambda h: (h.occurred_at is None, h.occurred_at.timestamp() if h.occurred_at else 0.0))

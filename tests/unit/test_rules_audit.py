@@ -5,7 +5,7 @@ version, its digest and the control record's offset on each partition."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -90,3 +90,20 @@ def test_audit_show_names_who_deployed_which_version_its_digest_and_each_partiti
     assert (where.outcome, where.version, where.principal) == ("PLACED", 1, "ops:alice")
     assert "commands[0]@17 commands[1]@4 commands[2]@0 commands[3]@9" in where.detail and CLAIM.digest in where.detail
     assert "DEPLOYED" in str(deployed) and "by=ops:alice" in str(deployed) and "v1" in str(deployed)
+
+
+def test_audit_show_marks_the_claims_that_never_became_a_version(tmp_path: Path) -> None:
+    path = tmp_path / "audit"
+    claims = [replace(CLAIM, version=v, principal=who, deployed_at=T0 + timedelta(minutes=n))
+              for n, (v, who) in enumerate([(1, "alice"), (2, "bob"), (2, "carol"), (4, "mallory"), (3, "dave")])]
+    proj = AuditProjection(path, sync=False)
+    proj.apply([Item(RunnerRecord(S.rules_topic, 0, i, CONTROL_KEY, encode_control(c), 0), None)
+                for i, c in enumerate(claims)])
+    proj.close()
+    shown = [(h.principal, h.outcome) for h in history(path, RULES_OBJECT)]
+    assert shown == [("alice", "DEPLOYED"), ("bob", "DEPLOYED"), ("carol", "CLAIM-LOST"), ("mallory", "CLAIM-LOST"),
+                     ("dave", "DEPLOYED")]  # what app.rules.catalog.winners reads from the same records
+    signer = signer_for(S)
+    won = winners([Record(S.rules_topic, 0, i, CONTROL_KEY, encode_control(c), tuple(control_headers(
+        signer, encode_control(c)))) for i, c in enumerate(claims)], S)
+    assert [d.principal for d in won] == [who for who, outcome in shown if outcome == "DEPLOYED"]
