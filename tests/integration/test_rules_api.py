@@ -88,4 +88,3 @@ def test_a_concurrent_double_deploy_gives_distinct_versions_or_a_conflict_never_
             d = decode_control(r.value)
             by_version.setdefault(d.version, set()).add(d.digest)
     assert all(len(digests) == 1 for digests in by_version.values()), by_version  # one document per version
-
