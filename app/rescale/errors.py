@@ -39,3 +39,9 @@ class BadRequest(RescaleError):
     """The rescale asked for cannot be done with these settings (backend, partition count)."""
 
     code = "RESCALE_REFUSED"
+
+
+class WritesPaused(RescaleError):
+    """A rescale is cutting the commands topic over: nothing may be written to it until the switch."""
+
+    code = "WRITES_PAUSED"

@@ -70,7 +70,14 @@ def deploy(settings: Settings, text: str | bytes, *, principal: str, issuer: str
 
 
 def _write_controls(settings: Settings, claim: Deploy) -> dict[int, int]:
-    """Write ``claim``'s control record to every partition of the commands topic; return partition -> offset."""
+    """Write ``claim``'s control record to every partition of the commands topic; return partition -> offset.
+
+    The topic is the current generation's (``app.rescale``); during a rescale's cut-over the deploy is refused
+    (``WRITES_PAUSED``): claimed, it finishes when deployed again after the rescale.
+    """
+    from app.rescale.generation import current_generation_settings
+
+    settings = current_generation_settings(settings)
     value = encode_control(claim)
     headers = control_headers(signer_for(settings), value)
     placed = produce_with_headers(settings, [(CONTROL_KEY, value, headers, p) for p in range(settings.partitions)],
