@@ -112,9 +112,14 @@ def test_rescale_4_6_2_equals_the_oracle_across_generations_refuses_retries_and_
     seeds = [ShardStore(plan.target.checkpoint, p).has_seed() for p in range(2)]
     assert seeds == [True, False], seeds
     assert current(s).paused and current(s).number == 1
+    switched = _cli_rescale(s, 2, tmp_path, kill_at="switch")  # killed after the switch, before "done"
+    assert switched.returncode == -9, switched.stderr.decode()[-2000:]
+    assert b"continuing the rescale to 2 partitions at step 'split'" in switched.stdout
+    assert read_plan(s).step == "switch" and current(s).number == 2
     done = _cli_rescale(s, 2, tmp_path)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
-    assert b"continuing the rescale to 2 partitions at step 'split'" in done.stdout
+    assert b"continuing the rescale to 2 partitions at step 'switch'" in done.stdout
+    assert read_plan(s).step == "done"
     s2 = generation_settings(s)
     assert (s2.partitions, s2.topic_commands) == (2, f"{s.topic_commands}.g2")
 
@@ -146,4 +151,5 @@ def test_rescale_4_6_2_equals_the_oracle_across_generations_refuses_retries_and_
         assert any(isinstance(o, Event) and o.command_id == cmd.command_id for o in seen), cmd
         assert any(isinstance(o, Rejection) and o.command_id == cmd.command_id and o.reason == ReasonCode.DUPLICATE
                    for o in seen), cmd
-    assert [g.number for g in history(s)] == [0, 1, 1, 2]  # paused 0, 1; paused 1, 2: the audit trail
+    # paused 0, 1; paused 1, 2: the history, each switch once although the last one was re-run after a kill
+    assert [(g.number, g.paused) for g in history(s)] == [(0, True), (1, False), (1, True), (2, False)]
