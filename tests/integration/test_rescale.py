@@ -34,6 +34,8 @@ from tests.integration.validator_oracle import (
     expected_from_records,
     send_commands,
     send_with_deploys,
+    start_validator,
+    stop_validator,
     topic_outputs,
     validator_env,
 )
@@ -87,8 +89,15 @@ def test_rescale_4_6_2_equals_the_oracle_across_generations_refuses_retries_and_
     with pytest.raises(WritesPaused):
         deploy(s, RULES_V3, principal="ops:test")
 
-    drain(spark, s, timeout=240)  # the paused generation drains; the rescale goes on from its step
-    g1 = rescale(s, 6, wait_s=0)
+    # A running validator (as `arbiter run` keeps one) drains the paused generation while the rescale waits for
+    # it, and stops by itself once the new generation is switched to; the supervisor would start it again.
+    job = start_validator(s, tmp_path / "validator.log")
+    try:
+        g1 = rescale(s, 6, wait_s=180)
+        assert job.wait(60) == 130, (tmp_path / "validator.log").read_text()[-3000:]
+    finally:
+        stop_validator(job)
+    assert "is current: stopping this validator" in (tmp_path / "validator.log").read_text()
     assert (g1.number, g1.partitions, g1.topic) == (1, 6, f"{s.topic_commands}.g1")
     assert read_plan(s).step == "done" and not current(s).paused
     s1 = generation_settings(s)
