@@ -62,6 +62,9 @@ class Settings(BaseSettings):
                                           "(app.rescale.generation), not by hand: the partitions of the events, "
                                           "rejections and parked topics when the commands topic has another count; "
                                           "unset = partitions.")
+    topic_commands_source: str = Field(default="", description="Set by a rescaled generation (app.rescale.generation), "
+                                       "not by hand: the configured commands topic, which outputs name in ce_source "
+                                       "whatever generation they were decided from; unset = topic_commands.")
     archive_uri: str = Field(default="", description="The Parquet archive (any Hadoop URI: file, s3a://, hdfs://); "
                              "empty = <var_dir>/archive (docs/operations/archive.md).")
     archive_trigger_interval: str = Field(default="1 minute", description="The archive query's micro-batch interval "

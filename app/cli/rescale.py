@@ -29,6 +29,9 @@ def _run(args: argparse.Namespace) -> int:
         if plan is not None:
             print(f"rescale {plan.source.partitions} -> {plan.target.partitions}: step {plan.step}")
         return 0
-    target = rescale(settings, args.partitions, wait_s=args.wait)
+    import getpass
+    import socket
+
+    target = rescale(settings, args.partitions, wait_s=args.wait, by=f"{getpass.getuser()}@{socket.gethostname()}")
     print(f"commands generation {target.number}: {target.topic}, {target.partitions} partitions")
     return 0

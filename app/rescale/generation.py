@@ -126,6 +126,7 @@ def overlay(settings: Settings, generation: Generation) -> Settings:
         # Names derived from topic_commands stay the configured ones: only the commands topic has generations.
         "topic_parked": settings.parked_topic, "topic_rules": settings.rules_topic,
         "topic_parked_log": settings.parked_log_topic, "topic_generations": settings.generations_topic,
+        "topic_commands_source": settings.topic_commands_source or settings.topic_commands,
     })
 
 

@@ -86,7 +86,7 @@ def read_shards(settings: Settings, checkpoint: str, partitions: int, scratch: P
             continue
         shard = open_shard(scratch / f"old-{p:04d}", store, -1, settings)
         try:
-            out[p] = {bytes(k): bytes(v) for k, v in shard.db.items()}
+            out[p] = {bytes(k): bytes(v) for k, v in shard.db.items()}  # type: ignore[arg-type]  # raw mode: bytes
         finally:
             shard.close()
     return out

@@ -70,10 +70,10 @@ def split(shards: Mapping[int, Entries], partitions: int) -> dict[int, dict[byte
     out: dict[int, dict[bytes, bytes]] = {p: {M_SEEDED: b"1"} for p in range(partitions)}
     if rules is not NO_RULES:
         encoded = encode_shard_rules(rules)
-        for entries in out.values():
-            entries[M_RULES] = encoded
-    for entries in shards.values():
-        for key, value in entries.items():
+        for new in out.values():
+            new[M_RULES] = encoded
+    for old in shards.values():
+        for key, value in old.items():
             oid = object_id_of(key)
             if oid is None:
                 continue

@@ -25,6 +25,7 @@ import os
 import shutil
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 from pyarrow import fs as pafs
@@ -100,7 +101,7 @@ def _kill_point(name: str) -> None:
 
 
 def rescale(settings: Settings, partitions: int, *, by: str = "arbiter rescale", wait_s: float = 0.0,
-            report=print) -> Generation:  # noqa: ANN001 - report: print-like
+            report: Callable[[str], None] = print) -> Generation:
     """Take the pipeline of ``settings`` (unrescaled, as configured) to ``partitions``; return the new generation.
 
     Continues a rescale to the same count that was interrupted; refuses one to another count

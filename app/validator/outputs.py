@@ -25,7 +25,8 @@ def outcome_record(outcome: Event | Rejection, settings: Settings, partition: in
     the headers (``app.validator.headers``) are derived from ``outcome`` alone, then the command's ``trace``
     context (``app.traces.trace_headers`` of its headers), so they are the same bytes too.
     """
-    headers = ce_headers(outcome, settings.topic_commands)
+    # ce_source names the configured commands topic in every generation (app.rescale): the contract's constant.
+    headers = ce_headers(outcome, settings.topic_commands_source or settings.topic_commands)
     if trace:
         headers += trace
     if isinstance(outcome, Event):

@@ -21,6 +21,7 @@ from app.rescale.generation import GenerationWatch, current, generation_settings
 from app.rescale.steps import KILL_AT, read_plan, rescale
 from app.rules.deploy import deploy
 from app.settings import Settings
+from app.validator.headers import source
 from app.validator.job import drain
 from app.validator.murmur2 import partition_for
 from app.validator.rocks.checkpoint import ShardStore
@@ -151,9 +152,10 @@ def test_rescale_4_6_2_equals_the_oracle_across_generations_refuses_retries_and_
     # What the oracle shares with the validator (outcome_record) is checked apart too: the output topics kept
     # their 4 partitions and each object's outputs stayed on the partition its key hashes to among 4.
     outputs = topic_outputs(s)
-    for topic, key, _, partition, _ in outputs:
+    for topic, key, _, partition, headers in outputs:
         if key is not None and topic == s.topic_events:
             assert partition == partition_for(key, 4)
+        assert dict(headers)["ce_source"] == source(s.topic_commands)  # the contract's constant in every generation
     # A retry across each cut-over is refused by the dedup window that travelled with its object.
     for cmd in retries + retry2:
         seen = [codec.decode_outcome(v) for _, k, v, _, _ in outputs if k == cmd.object_id.encode()]
