@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import NewTopic
 
 from app.errors import BrokerUnavailable
-from app.rescale.errors import WritesPaused
+from app.rescale.errors import BadRequest, WritesPaused
 from app.settings import Settings, checkpoint_uri
 from app.validator.topic_io import produce, read_all
 
@@ -131,8 +131,16 @@ def overlay(settings: Settings, generation: Generation) -> Settings:
 
 
 def generation_settings(settings: Settings) -> Settings:
-    """Return ``settings`` for the current generation (read from the generations topic)."""
-    return overlay(settings, current(settings))
+    """Return ``settings`` for the current generation (read from the generations topic).
+
+    A rescaled generation's state is in rocksdb shards seeded by the rescale: the spark backend would start it
+    empty, so it is refused (``RESCALE_REFUSED``).
+    """
+    now = current(settings)
+    if now.number > 0 and settings.state_backend != "rocksdb":
+        raise BadRequest(f"the commands topic was rescaled (generation {now.number}, {now.topic}); its state is in "
+                         "rocksdb shards, so ARBITER_STATE_BACKEND must be rocksdb")
+    return overlay(settings, now)
 
 
 def exit_on_switch(settings: Settings, running: Settings) -> threading.Thread:
