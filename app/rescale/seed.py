@@ -19,10 +19,11 @@ from pyarrow import fs as pafs
 
 from app.errors import BrokerUnavailable
 from app.rescale.errors import NotDrained
+from app.rescale.split import M_RULES, merged_rules, route, seed_meta
 from app.settings import Settings
 from app.validator.rocks.checkpoint import ShardStore, filesystem_of
 from app.validator.rocks.memory import shard_options
-from app.validator.rocks.shard import open_shard
+from app.validator.rocks.shard import Shard, open_shard
 
 
 def committed_offsets(checkpoint: str, topic: str) -> dict[int, int]:
@@ -77,46 +78,90 @@ def check_drained(settings: Settings, checkpoint: str, topic: str, partitions: i
                          "(or `arbiter validator --available-now`) and run the rescale again")
 
 
-def read_shards(settings: Settings, checkpoint: str, partitions: int, scratch: Path) -> dict[int, dict[bytes, bytes]]:
-    """Restore every shard of ``checkpoint`` into ``scratch`` and return its entries (shards never written: absent)."""
-    out: dict[int, dict[bytes, bytes]] = {}
-    for p in range(partitions):
-        store = ShardStore(checkpoint, p, fsync=False)
-        if not store.changelogs() and not store.snapshots() and not store.has_seed():
-            continue
-        shard = open_shard(scratch / f"old-{p:04d}", store, -1, settings)
-        try:
-            out[p] = {bytes(k): bytes(v) for k, v in shard.db.items()}  # type: ignore[arg-type]  # raw mode: bytes
-        finally:
+def restore_shards(settings: Settings, checkpoint: str, partitions: int, scratch: Path) -> dict[int, Shard]:
+    """Restore every shard of ``checkpoint`` into ``scratch`` and return them open (shards never written: absent)."""
+    out: dict[int, Shard] = {}
+    try:
+        for p in range(partitions):
+            store = ShardStore(checkpoint, p, fsync=False)
+            if store.changelogs() or store.snapshots() or store.has_seed():
+                out[p] = open_shard(scratch / f"old-{p:04d}", store, -1, settings)
+    except BaseException:
+        for shard in out.values():
             shard.close()
+        raise
     return out
 
 
-def write_seeds(settings: Settings, checkpoint: str, shards: dict[int, dict[bytes, bytes]], scratch: Path,
-                after_each: Callable[[int], None] = lambda _: None) -> int:
-    """Write each new shard as the seed of ``checkpoint``; skip those already complete. Return the seeds written."""
-    written = 0
+def read_shards(settings: Settings, checkpoint: str, partitions: int, scratch: Path) -> dict[int, dict[bytes, bytes]]:
+    """Return every entry of every shard of ``checkpoint``, in memory (for tests and small states)."""
+    shards = restore_shards(settings, checkpoint, partitions, scratch)
+    try:
+        return {p: {bytes(k): bytes(v) for k, v in s.db.items()} for p, s in shards.items()}  # type: ignore[arg-type]
+    finally:
+        for shard in shards.values():
+            shard.close()
+
+
+def split_into_seeds(settings: Settings, source: str, shards: int, target: str, partitions: int, scratch: Path,
+                     after_each: Callable[[int], None] = lambda _: None) -> tuple[int, int]:
+    """Split the shards of checkpoint ``source`` into ``partitions`` seeds of ``target``, streaming; skip done seeds.
+
+    Memory stays bounded whatever the state: each old shard is read in key order and its entries go to the new
+    shards' databases in write batches of ``BATCH`` entries. Returns (objects routed, seeds written now).
+    """
+    old = restore_shards(settings, source, shards, scratch)
     opts = shard_options(settings.rocks_memory_mb, settings.rocks_write_buffer_mb)
-    for p, entries in sorted(shards.items()):
-        store = ShardStore(checkpoint, p, fsync=settings.checkpoint_fsync)
-        if store.has_seed():
-            continue  # written before a kill: a seed is complete once its marker is there
-        path, copy = scratch / f"new-{p:04d}", scratch / f"new-{p:04d}.copy"
-        db = rocksdict.Rdict(str(path), opts)
-        try:
-            wb = rocksdict.WriteBatch(raw_mode=True)
-            for key, value in entries.items():
-                wb.put(key, value)
-            db.write(wb)
+    new: dict[int, rocksdict.Rdict] = {}
+    try:
+        rules = [s.db.get(M_RULES) for s in old.values()]
+        meta = seed_meta(merged_rules({} if r is None else {M_RULES: bytes(r)} for r in rules))
+        todo = [p for p in range(partitions) if not ShardStore(target, p).has_seed()]  # done before a kill: kept
+        new = {p: rocksdict.Rdict(str(scratch / f"new-{p:04d}"), opts) for p in todo}
+        batches = {p: rocksdict.WriteBatch(raw_mode=True) for p in todo}
+        pending, routed = 0, 0
+        for shard, db in old.items():
+            for p, key, value in route(db.db.items(from_key=b"s:"), shard, shards, partitions):  # type: ignore[arg-type]
+                routed += key.startswith(b"s:")
+                if p not in batches:
+                    continue
+                batches[p].put(key, value)
+                pending += 1
+                if pending >= BATCH:
+                    _write(new, batches)
+                    pending = 0
+        _write(new, batches)
+        written = 0
+        for p in todo:
+            db = new.pop(p)
+            for key, value in meta.items():
+                db.put(key, value)
             db.flush()
+            copy = scratch / f"new-{p:04d}.copy"
             rocksdict.Checkpoint(db).create_checkpoint(str(copy))
-        finally:
             db.close()
-        store.put_seed(copy)
-        shutil.rmtree(copy, ignore_errors=True)
-        written += 1
-        after_each(p)
-    return written
+            ShardStore(target, p, fsync=settings.checkpoint_fsync).put_seed(copy)
+            shutil.rmtree(copy, ignore_errors=True)
+            written += 1
+            after_each(p)
+        return routed, written
+    finally:
+        for db in new.values():
+            db.close()
+        for shard in old.values():
+            shard.close()
+
+
+#: Entries routed between writes to the new shards' databases: bounds the memory of a split.
+BATCH = 50_000
+
+
+def _write(dbs: dict[int, rocksdict.Rdict], batches: dict[int, rocksdict.WriteBatch]) -> None:
+    """Write the non-empty batches and replace them with new ones (a written batch is consumed)."""
+    for p, wb in batches.items():
+        if len(wb):
+            dbs[p].write(wb)
+            batches[p] = rocksdict.WriteBatch(raw_mode=True)
 
 
 def scratch_dir(settings: Settings) -> Path:

@@ -13,7 +13,7 @@ Any other key is refused (``RESCALE_UNKNOWN_KEY``): nothing is silently lost.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 
 from app.rescale.errors import RulesDiverged, UnknownShardKey
 from app.validator.murmur2 import partition_for
@@ -58,27 +58,45 @@ def merged_rules(shards: Iterable[Entries]) -> ShardRules:
     return NO_RULES if active is None and not documents else ShardRules(documents, active)
 
 
-def split(shards: Mapping[int, Entries], partitions: int) -> dict[int, dict[bytes, bytes]]:
-    """Return the entries of ``partitions`` new shards made from ``shards`` (old partition -> its entries).
+def seed_meta(rules: ShardRules) -> dict[bytes, bytes]:
+    """Return the bookkeeping every new shard starts with: the seed marker and, if any, the merged rules."""
+    meta = {M_SEEDED: b"1"}
+    if rules is not NO_RULES:
+        meta[M_RULES] = encode_shard_rules(rules)
+    return meta
 
-    Every new shard is present (an empty one holds the rules and the seed marker only), so each restores
-    from its seed rather than starting as if it never had state.
+
+def route(entries: Iterable[tuple[bytes, bytes]], shard: int, shards: int,
+          partitions: int) -> Iterator[tuple[int, bytes, bytes]]:
+    """Yield ``(new partition, key, value)`` for each object entry of old shard ``shard`` of ``shards``.
+
+    An entry whose id the old count does not route to ``shard`` is refused (``RESCALE_UNKNOWN_KEY``): the
+    validator never stores one (it rejects such a command MISROUTED), so the routing is broken, and an id could
+    be in two shards; checking it here keeps every id in exactly one new shard without remembering the ids.
+    """
+    for key, value in entries:
+        oid = object_id_of(key)
+        if oid is None:
+            continue
+        if partition_for(oid, shards) != shard:
+            raise UnknownShardKey(f"shard {shard} of {shards} holds {key[:40]!r}, whose id routes to shard "
+                                  f"{partition_for(oid, shards)}")
+        yield partition_for(oid, partitions), key, value
+
+
+def split(shards: Mapping[int, Entries], partitions: int, old: int | None = None) -> dict[int, dict[bytes, bytes]]:
+    """Return the entries of ``partitions`` new shards made from ``shards`` (old partition -> its entries) in memory.
+
+    ``old`` is the old partition count (default: one more than the highest old partition). Every new shard is
+    present (an empty one holds the bookkeeping only), so each restores from its seed rather than starting as
+    if it never had state. ``app.rescale.seed`` streams the same ``route`` shard by shard instead.
     """
     if partitions < 1:
         raise ValueError("partitions must be >= 1")
-    rules = merged_rules(shards.values())
-    out: dict[int, dict[bytes, bytes]] = {p: {M_SEEDED: b"1"} for p in range(partitions)}
-    if rules is not NO_RULES:
-        encoded = encode_shard_rules(rules)
-        for new in out.values():
-            new[M_RULES] = encoded
-    for old in shards.values():
-        for key, value in old.items():
-            oid = object_id_of(key)
-            if oid is None:
-                continue
-            target = out[partition_for(oid, partitions)]
-            if key in target:  # one object in two old shards: the old routing was broken, refuse to pick one
-                raise UnknownShardKey(f"shard key {key[:40]!r} is in more than one old shard")
-            target[key] = value
+    meta = seed_meta(merged_rules(shards.values()))
+    out: dict[int, dict[bytes, bytes]] = {p: dict(meta) for p in range(partitions)}
+    count = old if old is not None else max(shards, default=-1) + 1
+    for shard, entries in shards.items():
+        for p, key, value in route(entries.items(), shard, count, partitions):
+            out[p][key] = value
     return out

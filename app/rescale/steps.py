@@ -32,8 +32,7 @@ from pyarrow import fs as pafs
 
 from app.rescale.errors import BadRequest, InProgress, NotDrained
 from app.rescale.generation import WATCH_INTERVAL_S, Generation, current, overlay, publish, successor
-from app.rescale.seed import check_drained, read_shards, scratch_dir, write_seeds
-from app.rescale.split import split
+from app.rescale.seed import check_drained, scratch_dir, split_into_seeds
 from app.settings import Settings, checkpoint_uri
 from app.validator.rocks.checkpoint import filesystem_of
 
@@ -172,12 +171,10 @@ def _topic(settings: Settings, plan: Plan, by: str, wait_s: float) -> None:
 def _split(settings: Settings, plan: Plan, by: str, wait_s: float) -> None:
     scratch = scratch_dir(settings)
     try:
-        old = read_shards(overlay(settings, plan.source), plan.source.checkpoint, plan.source.partitions, scratch)
-        new = split(old, plan.target.partitions)
-        written = write_seeds(settings, plan.target.checkpoint, new, scratch,
-                              after_each=lambda p: _kill_point(f"split:{p + 1}"))
-        log.info("split %d shard(s) (%d objects) into %d seeds (%d written now)", len(old),
-                 sum(sum(1 for k in e if k.startswith(b"s:")) for e in old.values()), len(new), written)
+        routed, written = split_into_seeds(
+            overlay(settings, plan.source), plan.source.checkpoint, plan.source.partitions, plan.target.checkpoint,
+            plan.target.partitions, scratch, after_each=lambda p: _kill_point(f"split:{p + 1}"))
+        log.info("split %d object(s) into %d seeds (%d written now)", routed, plan.target.partitions, written)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
