@@ -158,7 +158,7 @@ def exit_on_switch(settings: Settings, running: Settings) -> threading.Thread:
                 now = current(settings)
             except BrokerUnavailable:
                 continue
-            if now.topic != topic and not now.paused:
+            if now.topic != topic:  # switched to, or already being rescaled again: start on it to drain it
                 log.warning("commands generation %d (%s) is current: stopping this validator so that it starts "
                             "again on it", now.number, now.topic)
                 os.kill(os.getpid(), signal.SIGTERM)
