@@ -110,7 +110,9 @@ def rescale(settings: Settings, partitions: int, *, by: str = "arbiter rescale",
     if settings.state_backend != "rocksdb":
         raise BadRequest("rescale splits the rocksdb backend's shards; the spark backend's state lives in Spark's "
                          "state store, which cannot be repartitioned (ARBITER_STATE_BACKEND=rocksdb)")
-    if not 1 <= partitions <= 10_000:
+    if settings.output_partitions is not None:  # names would be derived from a generation's, not the configured
+        raise BadRequest("rescale takes the configured settings, not a generation's (generation_settings)")
+    if not 1 <= partitions <= 10_000:  # Settings.partitions' bounds
         raise BadRequest(f"--partitions must be between 1 and 10000, not {partitions}")
     plan = read_plan(settings)
     if plan is not None and plan.step != "done":
