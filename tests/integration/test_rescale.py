@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,10 +19,20 @@ import pytest
 from app.api.problems import ApiError
 from app.api.writes.producer import CommandProducer
 from app.rescale.errors import InProgress, NotDrained, WritesPaused
-from app.rescale.generation import GenerationWatch, current, generation_settings, history
+from app.rescale.generation import (
+    GenerationWatch,
+    current,
+    first,
+    generation_settings,
+    history,
+    overlay,
+    publish,
+    successor,
+)
 from app.rescale.steps import KILL_AT, read_plan, rescale
 from app.rules.deploy import deploy
 from app.settings import Settings
+from app.topics import ensure_topics
 from app.validator.headers import source
 from app.validator.job import drain
 from app.validator.murmur2 import partition_for
@@ -29,6 +41,7 @@ from app.validator.rules import NO_RULES, ShardRules, encode_shard_rules
 from app.validator.topic_io import read_all
 from commands import Command, CreateObject, DeleteObject, Event, ReasonCode, Rejection, UpdateObject
 from schemas import codec
+from tests.integration.test_api_support import api_client, auth
 from tests.integration.validator_oracle import (
     ROOT,
     assert_topics_equal_the_topic_oracle,
@@ -164,3 +177,36 @@ def test_rescale_4_6_2_equals_the_oracle_across_generations_refuses_retries_and_
                    for o in seen), cmd
     # paused 0, 1; paused 1, 2: the history, each switch once although the last one was re-run after a kill
     assert [(g.number, g.paused) for g in history(s)] == [(0, True), (1, False), (1, True), (2, False)]
+
+
+def _until(check, timeout: float = 15.0) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "the API did not see the generation change in time"
+        time.sleep(0.1)
+
+
+def test_the_api_answers_writes_503_while_paused_and_writes_to_the_new_generation_after_the_switch(
+        settings: Settings) -> None:
+    """Over HTTP, on the real app and broker: the generations topic alone drives the API's writes."""
+    s = settings
+    g1 = successor(s, first(s), 3)
+    ensure_topics(overlay(s, g1), [g1.topic], g1.partitions)
+    with api_client(s) as client:
+        watch = client.app.state.generation  # type: ignore[attr-defined]
+        body = {"id": "before", "document": {"a": 1}}
+        assert client.post("/objects", json=body, headers=auth(s)).status_code == 202
+        publish(s, replace(first(s), paused=True), "test")
+        _until(lambda: watch.generation.paused)
+        paused = client.post("/objects", json={"id": "during", "document": {}}, headers=auth(s))
+        assert paused.status_code == 503 and paused.headers["content-type"] == "application/problem+json"
+        assert paused.json()["code"] == "WRITES_PAUSED" and paused.headers["retry-after"] == str(s.retry_after_s)
+        batch = client.post("/commands:batch", json={"commands": [{"kind": "create", "object_id": "b1",
+                                                                  "document": {}}]}, headers=auth(s))
+        assert [(r["status"], r["code"]) for r in batch.json()["results"]] == [(503, "WRITES_PAUSED")], batch.text
+        publish(s, g1, "test")
+        _until(lambda: watch.generation.number == 1)
+        assert client.post("/objects", json={"id": "after", "document": {}}, headers=auth(s)).status_code == 202
+    assert [r.key for r in read_all(s, s.topic_commands)] == [b"before"]  # nothing reached the old topic after
+    moved = read_all(s, g1.topic)
+    assert [(r.key, r.partition) for r in moved] == [(b"after", partition_for(b"after", 3))]
