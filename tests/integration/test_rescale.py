@@ -127,9 +127,14 @@ def test_rescale_4_6_2_equals_the_oracle_across_generations_refuses_retries_and_
     send_commands(s1, gen1[150:])
     drain(spark, s1, timeout=240)
 
-    # kill -9 in the split after the first new shard's seed; the same command again continues from there.
+    # kill -9 after the topic step (pause, drain and topic done), then in the split after the first new shard's
+    # seed, then after the switch: each time the same command continues from the step it reached.
+    topic = _cli_rescale(s, 2, tmp_path, kill_at="topic")
+    assert topic.returncode == -9, topic.stderr.decode()[-2000:]
+    assert read_plan(s).step == "topic" and current(s).paused
     killed = _cli_rescale(s, 2, tmp_path, kill_at="split:1")
     assert killed.returncode == -9, killed.stderr.decode()[-2000:]
+    assert b"continuing the rescale to 2 partitions at step 'topic'" in killed.stdout
     plan = read_plan(s)
     assert plan is not None and plan.step == "split"
     seeds = [ShardStore(plan.target.checkpoint, p).has_seed() for p in range(2)]
