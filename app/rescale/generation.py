@@ -16,7 +16,7 @@ import logging
 import os
 import signal
 import threading
-import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 
@@ -143,30 +143,20 @@ def generation_settings(settings: Settings) -> Settings:
     return overlay(settings, now)
 
 
-def exit_on_switch(settings: Settings, running: Settings) -> threading.Thread:
-    """Send this process SIGTERM once a generation after the one ``running`` reads is published.
+def exit_on_switch(settings: Settings, running: Settings) -> GenerationWatch:
+    """Send this process SIGTERM once the current generation is not the one ``running`` reads.
 
     The validator's planned stop for a rescale: it has drained its topic by then (the rescale checked), stops
     cleanly handing its lease over, and the supervisor behind ``arbiter run`` starts it again, which reads
     the new generation.
     """
-    def watch() -> None:
-        topic = running.topic_commands
-        while True:
-            time.sleep(WATCH_INTERVAL_S * 2)
-            try:
-                now = current(settings)
-            except BrokerUnavailable:
-                continue
-            if now.topic != topic:  # switched to, or already being rescaled again: start on it to drain it
-                log.warning("commands generation %d (%s) is current: stopping this validator so that it starts "
-                            "again on it", now.number, now.topic)
-                os.kill(os.getpid(), signal.SIGTERM)
-                return
+    def changed(now: Generation) -> None:
+        if now.topic != running.topic_commands:  # switched to, or being rescaled again: start on it to drain it
+            log.warning("commands generation %d (%s) is current: stopping this validator so that it starts "
+                        "again on it", now.number, now.topic)
+            os.kill(os.getpid(), signal.SIGTERM)
 
-    thread = threading.Thread(target=watch, name="arbiter-generation-exit", daemon=True)
-    thread.start()
-    return thread
+    return GenerationWatch(settings, WATCH_INTERVAL_S * 2, on_change=changed).start()
 
 
 def current_generation_settings(settings: Settings) -> Settings:
@@ -185,9 +175,11 @@ class GenerationWatch:
     the records again when it moved.
     """
 
-    def __init__(self, settings: Settings, interval_s: float = WATCH_INTERVAL_S) -> None:
+    def __init__(self, settings: Settings, interval_s: float = WATCH_INTERVAL_S,
+                 on_change: Callable[[Generation], None] | None = None) -> None:
         self.settings = settings
         self.interval_s = interval_s
+        self.on_change = on_change
         self.generation = current(settings)
         self._end = -1
         self._stop = threading.Event()
@@ -214,6 +206,8 @@ class GenerationWatch:
                             log.warning("commands generation %d -> %d (%s, %d partitions%s)", self.generation.number,
                                         now.number, now.topic, now.partitions, ", writes paused" if now.paused else "")
                             self.generation = now
+                            if self.on_change is not None:
+                                self.on_change(now)
                 except (KafkaException, BrokerUnavailable) as e:  # not created yet, or the broker is away: keep it
                     log.debug("generation not read: %s", e)
         finally:

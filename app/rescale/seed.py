@@ -120,8 +120,9 @@ def split_into_seeds(settings: Settings, source: str, shards: int, target: str, 
         new = {p: rocksdict.Rdict(str(scratch / f"new-{p:04d}"), opts) for p in todo}
         batches = {p: rocksdict.WriteBatch(raw_mode=True) for p in todo}
         pending, routed = 0, 0
-        for shard, db in old.items():
-            for p, key, value in route(db.db.items(from_key=b"s:"), shard, shards, partitions):  # type: ignore[arg-type]
+        for number, source_shard in old.items():
+            entries = source_shard.db.items(from_key=b"s:")  # states and tombstones; the m: bookkeeping sorts first
+            for p, key, value in route(entries, number, shards, partitions):  # type: ignore[arg-type]
                 routed += key.startswith(b"s:")
                 if p not in batches:
                     continue
@@ -133,23 +134,23 @@ def split_into_seeds(settings: Settings, source: str, shards: int, target: str, 
         _write(new, batches)
         written = 0
         for p in todo:
-            db = new.pop(p)
+            seed = new.pop(p)
             for key, value in meta.items():
-                db.put(key, value)
-            db.flush()
+                seed.put(key, value)
+            seed.flush()
             copy = scratch / f"new-{p:04d}.copy"
-            rocksdict.Checkpoint(db).create_checkpoint(str(copy))
-            db.close()
+            rocksdict.Checkpoint(seed).create_checkpoint(str(copy))
+            seed.close()
             ShardStore(target, p, fsync=settings.checkpoint_fsync).put_seed(copy)
             shutil.rmtree(copy, ignore_errors=True)
             written += 1
             after_each(p)
         return routed, written
     finally:
-        for db in new.values():
-            db.close()
-        for shard in old.values():
-            shard.close()
+        for left in new.values():
+            left.close()
+        for opened in old.values():
+            opened.close()
 
 
 #: Entries routed between writes to the new shards' databases: bounds the memory of a split.
