@@ -56,6 +56,15 @@ class Settings(BaseSettings):
                               "<topic_commands>-parked (docs/operations/parking-lot.md).")
     topic_parked_log: str = Field(default="", description="Redrives and discards of parked records, read by the audit "
                                   "projection; empty = <topic_commands>-parked-log.")
+    topic_generations: str = Field(default="", description="The history of the commands topic's generations "
+                                   "(`arbiter rescale`, docs/operations/rescale.md); empty = <topic_commands>-generations.")
+    output_partitions: int | None = Field(default=None, ge=1, le=10_000, description="Set by a rescaled generation "
+                                          "(app.rescale.generation), not by hand: the partitions of the events, "
+                                          "rejections and parked topics when the commands topic has another count; "
+                                          "unset = partitions.")
+    topic_commands_source: str = Field(default="", description="Set by a rescaled generation (app.rescale.generation), "
+                                       "not by hand: the configured commands topic, which outputs name in ce_source "
+                                       "whatever generation they were decided from; unset = topic_commands.")
     archive_uri: str = Field(default="", description="The Parquet archive (any Hadoop URI: file, s3a://, hdfs://); "
                              "empty = <var_dir>/archive (docs/operations/archive.md).")
     archive_trigger_interval: str = Field(default="1 minute", description="The archive query's micro-batch interval "
@@ -388,6 +397,10 @@ class Settings(BaseSettings):
     @property
     def rules_topic(self) -> str:
         return self.topic_rules or f"{self.topic_commands}-rules"
+
+    @property
+    def generations_topic(self) -> str:
+        return self.topic_generations or f"{self.topic_commands}-generations"
 
     @property
     def parked_log_topic(self) -> str:

@@ -47,6 +47,11 @@ def ensure_topics(settings: Settings, names: list[str] | None = None, partitions
     Existing topics get ``max.message.bytes`` = ``settings.max_message_bytes`` (see ``align_max_message_bytes``),
     and what would lose records is aligned or refused (``check_durability``).
     """
+    if names is None and settings.output_partitions not in (None, settings.partitions):
+        # A rescaled generation (app.rescale.generation): its commands topic has its own partition count, the
+        # output topics keep theirs.
+        outputs = ensure_topics(settings, default_topics(settings)[1:], settings.output_partitions)
+        return ensure_topics(settings, [settings.topic_commands], settings.partitions) + outputs
     names = names or default_topics(settings)
     partitions = partitions or settings.partitions
     client = admin(settings.kafka_bootstrap)

@@ -39,6 +39,7 @@ from app.api.writes.producer import CommandProducer
 from app.api.writes.quota import Quotas
 from app.limits import for_settings
 from app.read_models import audit_root
+from app.rescale.generation import GenerationWatch
 from app.settings import Settings
 from app.status.collector import StatusCollector
 from app.validator.murmur2 import partition_for
@@ -102,7 +103,9 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
         # The providers' keys are fetched before the first request, so it need not wait for them. Every fetch runs
         # on a worker thread (app.api.callers.jwks): a later one (expiry, an unknown kid) never holds the event loop.
         await asyncio.to_thread(app.state.verifier.warm)
-        app.state.producer = CommandProducer(settings, traced=tracers is not None)
+        # The commands topic's generation (app.rescale): writes pause during a rescale and follow it after.
+        app.state.generation = await asyncio.to_thread(lambda: GenerationWatch(settings).start())
+        app.state.producer = CommandProducer(settings, traced=tracers is not None, generation=app.state.generation)
         app.state.broker_probe = Memo(app.state.producer.broker_reachable, interval=1.0)
         app.state.outcome_consumer = OutcomeConsumer(
             settings.kafka_bootstrap, [settings.topic_events, settings.topic_rejections], settings.partitions,
@@ -121,6 +124,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
             yield
         finally:
             gauges.cancel()
+            app.state.generation.stop()
             mark_dead(os.getpid())  # its live gauges leave the merged /metrics of `arbiter api --workers N`
             app.state.outcome_consumer.close()
             app.state.status.close()

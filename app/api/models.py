@@ -159,7 +159,8 @@ class BatchResult(_Strict):
                         "take it (retry it).")
     partition: int | None = None
     offset: int | None = None
-    code: str | None = Field(default=None, description="Why it was not stored: TOO_LARGE or BROKER_UNAVAILABLE.")
+    code: str | None = Field(default=None, description="Why it was not stored: TOO_LARGE, BROKER_UNAVAILABLE or "
+                             "WRITES_PAUSED (a rescale is cutting the commands topic over).")
     error: str | None = None
 
 

@@ -26,6 +26,7 @@ SUBCOMMANDS = [
     "app.cli.erase",
     "app.cli.rules",
     "app.cli.verify",
+    "app.cli.rescale",
 ]
 
 

@@ -118,6 +118,9 @@ def _finish(args: argparse.Namespace, tally: Tally, expected: int, sent: int, st
 
 
 def _drive_topic(s: Settings, args: argparse.Namespace, work: Workload, tally: Tally) -> None:
+    from app.rescale.generation import current_generation_settings
+
+    s = current_generation_settings(s)  # the current generation's commands topic (app.rescale)
     watcher = OutcomeWatcher(s, tally)
     watcher.start()
     producer = Producer({"bootstrap.servers": s.kafka_bootstrap, "partitioner": "murmur2_random", "acks": "all",

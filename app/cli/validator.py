@@ -24,12 +24,14 @@ def _run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     from app.contract.registry import RegistryRegistration
     from app.metrics.server import serve_metrics
+    from app.rescale.generation import exit_on_switch, generation_settings
     from app.spark_session import spark_session
     from app.topics import ensure_topics
     from app.validator.job import drain, run
     from app.validator.metrics import ValidatorCollector
 
-    settings = get_settings()
+    # The current generation of the commands topic (app.rescale): its topic, partition count and checkpoint.
+    settings = generation_settings(get_settings())
     ensure_topics(settings)
     RegistryRegistration(settings).start()  # ids that disagree refuse the start; an outage is retried meanwhile
     spark = spark_session(settings, app_name="arbiter-validator")
@@ -39,6 +41,8 @@ def _run(args: argparse.Namespace) -> int:
         if args.available_now:
             drain(spark, settings, timeout=args.timeout)
         else:
+            # A rescale's switch stops this run like SIGTERM; `arbiter run` starts it again on the new generation.
+            exit_on_switch(get_settings(), settings)
             run(spark, settings)
     finally:
         if metrics is not None:

@@ -220,7 +220,10 @@ def redrive(settings: Settings, where: str, value: bytes | None = None, *, opera
     record = _log(settings, entry, "redrive", operator, note,
                   {"command_id": command_id, "object_id": key.decode("utf-8"), "fixed": value is not None,
                    "signature": signature_state(entry.record, checker)})
-    _send(settings, settings.topic_commands, key, data, None, checker.headers(key, data))
+    from app.rescale.generation import current_generation_settings
+
+    topic = current_generation_settings(settings).topic_commands  # the current generation's (app.rescale)
+    _send(settings, topic, key, data, None, checker.headers(key, data))
     return record
 
 

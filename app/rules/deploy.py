@@ -46,7 +46,10 @@ def check(text: str | bytes) -> RuleSet:
 def deploy(settings: Settings, text: str | bytes, *, principal: str, issuer: str | None = None,
            now: datetime | None = None) -> Deployed:
     """Check ``text``, claim the next version, and write its control record to every partition of ``commands``."""
+    from app.rescale.generation import current_generation_settings
+
     canonical = check(text).document  # refuse before anything is written
+    current_generation_settings(settings)  # and during a rescale's cut-over (WRITES_PAUSED), before the claim
     digest = rules_digest(canonical)
     ensure_rules_topic(settings)
     newest = current(settings)
@@ -72,7 +75,14 @@ def deploy(settings: Settings, text: str | bytes, *, principal: str, issuer: str
 
 def _write_controls(settings: Settings, claim: Deploy, principal: str, at: datetime) -> dict[int, int]:
     """Write ``claim``'s control record to every partition of the commands topic, then the placement record (by
-    ``principal``, at ``at``) to the catalog; return partition -> offset."""
+    ``principal``, at ``at``) to the catalog; return partition -> offset.
+
+    The topic is the current generation's (``app.rescale``); a cut-over begun since the claim refuses it
+    (``WRITES_PAUSED``): claimed, it finishes when deployed again after the rescale.
+    """
+    from app.rescale.generation import current_generation_settings
+
+    settings = current_generation_settings(settings)
     value = encode_control(claim)
     signer = signer_for(settings)
     headers = control_headers(signer, value)

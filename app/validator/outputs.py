@@ -9,6 +9,7 @@ from __future__ import annotations
 from app.limits import FALLBACK_KEEP_BYTES, MESSAGE_CHARS, SizeLimits, clip_utf8
 from app.settings import Settings
 from app.validator.headers import Headers, ce_headers
+from app.validator.murmur2 import partition_for
 from commands import Event, ReasonCode, Rejection, keep_original
 from commands.ids import record_rejection_id
 from commands.rejection import clip
@@ -24,16 +25,34 @@ def outcome_record(outcome: Event | Rejection, settings: Settings, partition: in
     the headers (``app.validator.headers``) are derived from ``outcome`` alone, then the command's ``trace``
     context (``app.traces.trace_headers`` of its headers), so they are the same bytes too.
     """
-    headers = ce_headers(outcome, settings.topic_commands)
+    # ce_source names the configured commands topic in every generation (app.rescale): the contract's constant.
+    headers = ce_headers(outcome, settings.topic_commands_source or settings.topic_commands)
     if trace:
         headers += trace
     if isinstance(outcome, Event):
-        return settings.topic_events, outcome.object_id.encode("utf-8"), codec.encode_event(outcome), partition, headers
+        key = outcome.object_id.encode("utf-8")
+        return settings.topic_events, key, codec.encode_event(outcome), output_partition(settings, key, partition), \
+            headers
     if outcome.object_id is not None:
         key: bytes | None = outcome.object_id.encode("utf-8")
     else:
         key = outcome.original.key if outcome.original is not None else None
-    return settings.topic_rejections, key, codec.encode_rejection(outcome), partition, headers
+    return settings.topic_rejections, key, codec.encode_rejection(outcome), output_partition(settings, key, partition), \
+        headers
+
+
+def output_partition(settings: Settings, key: bytes | None, partition: int) -> int:
+    """Return the output partition of a record decided from ``partition``: the same one, unless rescaled.
+
+    After ``arbiter rescale`` (``app.rescale``) the commands topic may have another partition count than the
+    output topics, which keep theirs (``settings.output_partitions``) so their consumers see no change: a keyed
+    record then goes where the Java client would put its key there, so one object's outputs stay on one
+    partition across generations; an unkeyed one to the source partition modulo the count.
+    """
+    out = settings.output_partitions
+    if out is None or out == settings.partitions:
+        return partition
+    return partition % out if key is None else partition_for(key, out)
 
 
 def record_size(record: OutputRecord) -> int:

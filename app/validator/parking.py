@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from app.limits import FRAME_BYTES, MESSAGE_CHARS, PARKED_MARGIN_BYTES
 from app.settings import Settings
-from app.validator.outputs import OutputRecord
+from app.validator.outputs import OutputRecord, output_partition
 from commands import ReasonCode, Rejection
 from commands.rejection import clip
 from schemas import parked
@@ -44,7 +44,8 @@ def park(rejection: Rejection, key: bytes | None, value: bytes | None, topic: st
         return _pointing(rejection, f" [not parked: {size} bytes do not fit {into}]"), None
     envelope = parked.encode(parked.Parked(topic, partition, offset, rejection.reason.value, rejection.rejection_id,
                                            key, signature, value, signature_state))
-    return _pointing(rejection, f" [full bytes parked in {into}[{partition}]]"), (into, where, envelope, partition, ())
+    at = output_partition(settings, None, partition)  # the source's partition, unless rescaled (app.rescale)
+    return _pointing(rejection, f" [full bytes parked in {into}[{at}]]"), (into, where, envelope, at, ())
 
 
 def _pointing(rejection: Rejection, suffix: str) -> Rejection:

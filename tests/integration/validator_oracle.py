@@ -198,7 +198,9 @@ def assert_restart_decided_the_rest(settings: Settings, commands: list[Command])
     assert first == want
 
 
-def expected_from_records(records: list[Record], settings: Settings, parked: list[Out] | None = None) -> list[Out]:
+def expected_from_records(records: list[Record], settings: Settings, parked: list[Out] | None = None, *,
+                          states: dict[str, ObjectState | None] | None = None,
+                          rules: dict[int, ShardRules] | None = None, start: ShardRules = NO_RULES) -> list[Out]:
     """What the validator must write for the raw ``records`` of the commands topic, garbage and misrouted included.
 
     Its own loop, not ``app.validator.fold``: every record in (partition, offset) order is decoded
@@ -208,15 +210,19 @@ def expected_from_records(records: list[Record], settings: Settings, parked: lis
     replaced by a ``TOO_LARGE`` rejection when it does not fit a record; only accepted commands advance the state.
     A record that does not decode is parked (``app.validator.parking``: its rejection points to the parked copy,
     appended to ``parked`` if given).
+
+    ``states`` and ``rules`` (per partition: the versions seen, the one in force), when given, carry on across
+    calls, and a partition not in ``rules`` starts from ``start``: a rescaled generation (``app.rescale``) goes
+    on from the objects' states of the one before, each new partition with the rules all old ones were on.
     """
     sizes, limits = size_limits(settings.max_message_bytes), limits_for(settings)
-    states: dict[str, ObjectState | None] = {}
-    rules: dict[int, ShardRules] = {}  # per partition: the versions seen, the one in force
+    states = {} if states is None else states
+    rules = {} if rules is None else rules
     checker = checker_for(settings)
     out: list[Out] = []
     for r in sorted(records, key=lambda r: (r.partition, r.offset)):
         headers = dict(r.headers)
-        shard = rules.get(r.partition, NO_RULES)
+        shard = rules.get(r.partition, start)
         if is_control(headers.get(CONTROL_HEADER)):  # switches this partition's rules at this offset, or is refused
             step = control_step(shard, r.key, r.value, headers.get(SIGNATURE_HEADER), r.topic, r.partition,
                                 r.offset, checker, sizes.keep_bytes)
@@ -258,14 +264,15 @@ def stop_validator(job: subprocess.Popen[bytes]) -> None:
             job.wait(30)
 
 
-def assert_topics_equal_the_topic_oracle(settings: Settings) -> None:
+def assert_topics_equal_the_topic_oracle(settings: Settings, expected: list[Out] | None = None) -> None:
     """The events and rejections topics hold exactly what ``expected_from_records`` predicts from the commands topic
     read in offset order (rules switching at the control records), identical duplicates allowed, and per topic and
-    key the first copies come out in the oracle's order."""
+    key the first copies come out in the oracle's order. ``expected``: that prediction, made by the caller."""
     got = topic_outputs(settings)
     assert_rules_version_headers(got)
-    expected = [(t, k, v, p, h) for t, k, v, p, h in expected_from_records(read_all(settings, settings.topic_commands),
-                                                                           settings)]
+    if expected is None:
+        expected = expected_from_records(read_all(settings, settings.topic_commands), settings)
+    expected = [(t, k, v, p, h) for t, k, v, p, h in expected]
     assert len(set(expected)) == len(expected)
     divergent, missing = set(got) - set(expected), set(expected) - set(got)
     assert not divergent and not missing, (f"{len(divergent)} divergent, {len(missing)} missing; e.g. "

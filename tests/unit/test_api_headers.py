@@ -53,5 +53,6 @@ def test_status_mapping() -> None:
     assert {c for c, s in STATUS.items() if s >= 500} <= {"BROKER_UNAVAILABLE", "READ_MODEL_UNAVAILABLE",
                                                           "TOO_MANY_WAITERS", "UNSERVABLE_DOCUMENT",
                                                           "VIEW_STALE", "DOCUMENT_QUARANTINED", "POSITION_NOT_REACHED",
-                                                          "IDENTITY_PROVIDER_UNAVAILABLE", "TOO_MANY_SUBSCRIBERS"}
+                                                          "IDENTITY_PROVIDER_UNAVAILABLE", "TOO_MANY_SUBSCRIBERS",
+                                                              "WRITES_PAUSED"}
     assert {s for s in STATUS.values() if s >= 500} == {503}

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
@@ -23,6 +23,9 @@ from app.errors import BrokerUnavailable
 from app.settings import Settings
 from app.signing import signer_for
 from app.traces import current_headers
+
+if TYPE_CHECKING:
+    from app.rescale.generation import Generation
 
 log = logging.getLogger(__name__)
 
@@ -115,12 +118,22 @@ def _with_trace(sign: Callable[[bytes | None, bytes], list[tuple[str, bytes]]]) 
     return headers
 
 
+class GenerationView(Protocol):
+    """What the producer reads of the commands topic's generation (``app.rescale.generation.GenerationWatch``)."""
+
+    @property
+    def generation(self) -> Generation: ...
+
+
 class CommandProducer:
     """One confluent-kafka producer per API process; its delivery reports are served on the event loop."""
 
-    def __init__(self, settings: Settings, *, traced: bool = False) -> None:
+    def __init__(self, settings: Settings, *, traced: bool = False, generation: GenerationView | None = None) -> None:
         self.settings = settings
         self.topic = settings.topic_commands
+        # The commands topic's current generation (app.rescale.generation.GenerationWatch): writes follow it to a
+        # rescaled topic and are refused while a rescale cuts over. None: always ``topic_commands``.
+        self.generation = generation
         self.traced = traced
         sign = signer_for(settings).headers  # every command record carries its signature (app/signing.py)
         # ... and, when this process traces, the context of the current span (app/traces.py): its write's span
@@ -181,8 +194,20 @@ class CommandProducer:
             except BufferError:  # local queue full: let the poller serve reports, which frees it
                 await asyncio.sleep(0.005)
 
+    def _follow(self) -> None:
+        """Point ``topic`` at the current generation; raise ``WRITES_PAUSED`` (503) while a rescale cuts over."""
+        if self.generation is None:
+            return
+        now = self.generation.generation
+        if now.paused:
+            raise ApiError(f"writes are paused while the commands topic is rescaled (generation {now.number}, "
+                           f"{now.topic}); nothing was produced", code="WRITES_PAUSED",
+                           headers={"Retry-After": str(self.settings.retry_after_s)})
+        self.topic = now.topic
+
     async def send(self, key: str, value: bytes) -> Delivered:
         """Produce one record keyed ``key`` and return where it was stored once the broker acknowledged it."""
+        self._follow()
         batch = _Batch(self, 1)
         try:
             await self._produce(self._live(), key.encode("utf-8"), value, partial(batch.report, 0))
@@ -202,6 +227,10 @@ class CommandProducer:
         others go on; the loop is yielded every ``PRODUCE_CHUNK`` records so a large batch never holds it long.
         """
         n = len(records)
+        try:
+            self._follow()
+        except ApiError as e:  # paused for a rescale: every record answers 503, none was produced
+            return [e] * n
         batch = _Batch(self, n)
         producer = self._live()
         produce, topic, sign = producer.produce, self.topic, self._sign

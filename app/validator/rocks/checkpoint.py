@@ -8,6 +8,8 @@ Layout under ``<checkpoint>/rocks/shard-NNNN/`` (any ``pyarrow.fs`` URI: a local
                                      OPTIONS, CURRENT...) and ``files.json``, which names its SST files
     snapshot/sst/<name>-<uid>.sst    SST files, uploaded once and shared by every snapshot that lists them
     snapshot/<batch>.done            written last: only snapshots with a marker are used
+    snapshot/seed/..., seed.done     a rescale's seed (``app.rescale``): the state before this checkpoint's
+                                     first batch, a full copy; what a chain back to batch -1 starts from
 
 Incremental snapshots: an SST file is immutable, so a snapshot uploads only the SST files no kept snapshot of
 the same local database (its *lineage*) has uploaded yet, and lists the rest; its upload cost follows what
@@ -44,6 +46,7 @@ Entry = tuple[bytes, bytes | None]  # (key, value); None deletes
 
 
 FILES = "files.json"
+SEED = "seed"
 SST_DIR = "sst"
 
 
@@ -251,6 +254,29 @@ class ShardStore:
             pafs.copy_files(f"{self.base}/snapshot/{SST_DIR}/{remote}", str(local_dir / name),
                             source_filesystem=self.fs, destination_filesystem=local)
         return listed
+
+    # --- the seed of a rescaled checkpoint (app.rescale) -------------------------------------------
+    def has_seed(self) -> bool:
+        """Return whether a complete rescale seed is present (its marker is written last)."""
+        return self.fs.get_file_info(f"{self.base}/snapshot/{SEED}.done").type == pafs.FileType.File
+
+    def put_seed(self, local_dir: Path) -> None:
+        """Upload the RocksDB checkpoint ``local_dir`` whole as this shard's seed; the marker goes last."""
+        dest = f"{self.base}/snapshot/{SEED}"
+        self.fs.create_dir(dest, recursive=True)
+        local = pafs.LocalFileSystem()
+        for f in sorted(local_dir.iterdir()):
+            if f.is_file():
+                pafs.copy_files(str(f), f"{dest}/{f.name}", source_filesystem=local, destination_filesystem=self.fs)
+        self._write(f"{dest}.done", b"")
+
+    def fetch_seed(self, local_dir: Path) -> None:
+        """Download the seed into the empty directory ``local_dir``."""
+        local_dir.mkdir(parents=True, exist_ok=True)
+        for info in self._list(f"{self.base}/snapshot/{SEED}"):
+            if info.type == pafs.FileType.File:
+                pafs.copy_files(info.path, str(local_dir / info.base_name), source_filesystem=self.fs,
+                                destination_filesystem=pafs.LocalFileSystem())
 
     def cleanup(self, keep: int) -> None:
         """Keep the newest ``keep`` snapshots and the changelogs after the oldest of them; delete the rest."""

@@ -253,7 +253,7 @@ class ShardServer:
         totals = self._totals.setdefault(key, Counter())
         totals["opens"] += 1
         ms = round((time.monotonic() - t0) * 1000)
-        if shard.restored_from in ("changelogs", "snapshot"):
+        if shard.restored_from in ("changelogs", "snapshot", "seed"):
             totals["restores"] += 1
             totals["restore_ms"] += ms
         self._opens.append({"partition": request.partition, "batch": request.batch_id, "from": shard.restored_from,

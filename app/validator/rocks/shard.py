@@ -52,6 +52,7 @@ M_LOG = b"m:log"      # the last batch's changelog bytes (not itself part of the
 M_LINEAGE = b"m:lineage"  # this local database's id for incremental snapshots (local only, not in changelogs)
 M_SEED = b"m:seed"        # the SST list of the snapshot it was restored from (local only)
 M_RULES = b"m:rules"      # the rules versions this shard has seen and the one in force (app.validator.rules)
+M_SEEDED = b"m:seeded"    # in a database restored from a rescale's seed (app.rescale.split): do not fetch it again
 
 _Q = struct.Struct(">q")
 _QQ = struct.Struct(">qq")
@@ -76,7 +77,7 @@ class ShardResult:
 
     outputs: list[OutputRecord]
     replayed: bool
-    restored_from: str  # "local", "changelogs", "snapshot" or "empty"
+    restored_from: str  # "local", "changelogs", "snapshot", "seed" (app.rescale) or "empty"
 
 
 def shard_dir(settings: Settings, checkpoint: str, partition: int) -> Path:
@@ -450,7 +451,9 @@ def open_shard(path: Path, store: ShardStore, batch_id: int, settings: Settings)
     snaps = store.snapshots()
     durable = max([*logs, *snaps], default=-1)
     local = shard.last_batch()
-    if local >= durable:
+    # A rescaled checkpoint starts from a seed, not empty (app.rescale): a fresh local copy fetches it first.
+    unseeded = local == -1 and shard.db.get(M_SEEDED) is None and store.has_seed()
+    if local >= durable and not unseeded:
         if local > durable and local != batch_id:
             shard.close()
             raise ShardStateError(f"local shard {path} is at batch {local} but the checkpoint's newest is {durable}; "
@@ -475,12 +478,15 @@ def open_shard(path: Path, store: ShardStore, batch_id: int, settings: Settings)
             raise CheckpointCorrupt(f"{store.base}: changelog of batch {cur} missing and no snapshot reaches it")
         chain.append(cur)
         cur = logs[cur]
-    fetched, listed = 0, {}
+    fetched, listed, source = 0, {}, "empty"
     if cur != -1:
-        listed = store.fetch_snapshot(cur, path)
+        listed, source = store.fetch_snapshot(cur, path), "snapshot"
+    elif store.has_seed():  # the chain reaches back to before batch 0 of a rescaled checkpoint: its seed
+        store.fetch_seed(path)
+        source = "seed"
+    if source != "empty":
         fetched = sum(f.stat().st_size for f in path.iterdir() if f.is_file())
-    shard = Shard(rocksdict.Rdict(str(path), opts), store, "snapshot" if cur != -1 else "empty",
-                  settings.shard_state_cache_mb)
+    shard = Shard(rocksdict.Rdict(str(path), opts), store, source, settings.shard_state_cache_mb)
     shard.counters["restore_bytes"] += fetched
     # A restored copy is a new lineage; the files it came from are already uploaded and may be listed again.
     shard.db.put(M_LINEAGE, uuid.uuid4().hex.encode())

@@ -205,7 +205,7 @@ CODES: dict[str, type[ArbiterError]] = {
     "TOO_MANY_WAITERS": Unavailable, "RATE_LIMITED": RateLimited, "UNSERVABLE_DOCUMENT": Unavailable,
     "VIEW_STALE": Unavailable, "DOCUMENT_QUARANTINED": Unavailable, "POSITION_NOT_REACHED": PositionNotReached,
     "INVALID_CURSOR": BadRequest, "VERSION_NOT_FOUND": VersionNotFound, "TOO_MANY_SUBSCRIBERS": Unavailable,
-    "TOO_MANY_SUBSCRIPTIONS": TooManySubscriptions, "CHANGES_EXPIRED": ChangesExpired,
+    "WRITES_PAUSED": Unavailable, "TOO_MANY_SUBSCRIPTIONS": TooManySubscriptions, "CHANGES_EXPIRED": ChangesExpired,
 }
 CODES.update({"RULE_VIOLATED": RuleViolated, "RULE_ERROR": RuleError, "RULES_VERSION_UNKNOWN": Rejected,
               "RULES_INVALID": BadRequest, "RULES_CONFLICT": RulesConflict, "RULES_NOT_DEPLOYED": NotFound})

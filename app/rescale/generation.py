@@ -1,0 +1,214 @@
+"""Which commands topic, partition count and validator checkpoint are current: the generations topic's last record.
+
+Generation 0 is what the settings name (``topic_commands``, ``partitions``, ``checkpoint_uri``); each
+``arbiter rescale`` adds one: ``<topic_commands>.g<k>`` with its own partition count and its own checkpoint
+under ``<checkpoint>/generations/g<k>`` (Spark fixes a checkpoint's partitions at its first batch). The record
+lives on a one-partition topic that keeps everything (retention -1, no compaction): its history is the audit
+trail of the changes, each with its time and who ran it, and every old generation stays readable. The
+validator and the API read it at start (``generation_settings``); the API also follows it while it runs, to
+pause writes during a cut-over and switch topics after it (``GenerationWatch``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from datetime import UTC, datetime
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import NewTopic
+
+from app.errors import BrokerUnavailable
+from app.rescale.errors import BadRequest, WritesPaused
+from app.settings import Settings, checkpoint_uri
+from app.validator.topic_io import produce, read_all
+
+log = logging.getLogger(__name__)
+
+KEY = b"generation"
+#: How often a running API looks for a new generation; a rescale waits twice this after pausing writes.
+WATCH_INTERVAL_S = 1.0
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One generation of the commands topic; ``paused`` while a rescale cuts over from it to the next."""
+
+    number: int
+    topic: str
+    partitions: int
+    checkpoint: str
+    paused: bool = False
+    at: str = ""
+    by: str = ""
+
+    def dumps(self) -> bytes:
+        return json.dumps(asdict(self), sort_keys=True).encode()
+
+    @classmethod
+    def parse(cls, raw: bytes) -> Generation:
+        body = json.loads(raw)
+        return cls(int(body["number"]), str(body["topic"]), int(body["partitions"]), str(body["checkpoint"]),
+                   bool(body.get("paused", False)), str(body.get("at", "")), str(body.get("by", "")))
+
+
+def first(settings: Settings) -> Generation:
+    """Return generation 0: what the (unrescaled) settings name."""
+    return Generation(0, settings.topic_commands, settings.partitions, checkpoint_uri(settings))
+
+
+def successor(settings: Settings, current: Generation, partitions: int) -> Generation:
+    """Return the generation after ``current`` with ``partitions`` partitions (names derived from the settings)."""
+    k = current.number + 1
+    return Generation(k, f"{settings.topic_commands}.g{k}", partitions,
+                      f"{checkpoint_uri(settings).rstrip('/')}/generations/g{k}")
+
+
+def history(settings: Settings) -> list[Generation]:
+    """Return every generation record, oldest first (empty before the first rescale)."""
+    try:
+        records = read_all(settings, settings.generations_topic)
+    except KeyError:  # the topic does not exist: no rescale yet
+        return []
+    return [Generation.parse(r.value) for r in records if r.key == KEY and r.value]
+
+
+def current(settings: Settings) -> Generation:
+    """Return the current generation: the last record, or generation 0 before any rescale."""
+    records = history(settings)
+    return records[-1] if records else first(settings)
+
+
+def publish(settings: Settings, generation: Generation, by: str) -> Generation:
+    """Append ``generation`` (stamped now, by ``by``) to the generations topic, creating it first; return it."""
+    ensure_generations_topic(settings)
+    stamped = replace(generation, at=datetime.now(UTC).isoformat(), by=by)
+    produce(settings, [(KEY, stamped.dumps())], topic=settings.generations_topic, sign=False)
+    return stamped
+
+
+def ensure_generations_topic(settings: Settings) -> None:
+    """Create the generations topic if missing: one partition, kept forever (it is the history)."""
+    from app.topics import admin, topic_config, wait_for_leaders
+
+    client = admin(settings.kafka_bootstrap)
+    try:
+        if settings.generations_topic in client.list_topics(timeout=10).topics:
+            return
+        config = {**topic_config(settings), "retention.ms": "-1", "retention.bytes": "-1"}
+        topic = NewTopic(settings.generations_topic, num_partitions=1, replication_factor=settings.replication_factor,
+                         config=config)
+        for fut in client.create_topics([topic], operation_timeout=30).values():
+            try:
+                fut.result()
+            except KafkaException as e:
+                if "TOPIC_ALREADY_EXISTS" not in str(e):
+                    raise
+        wait_for_leaders(client, [settings.generations_topic])
+    except KafkaException as e:
+        raise BrokerUnavailable(f"cannot create the generations topic {settings.generations_topic!r}: {e}") from e
+
+
+def overlay(settings: Settings, generation: Generation) -> Settings:
+    """Return ``settings`` for ``generation``: its commands topic, partitions and checkpoint; every other topic kept."""
+    if generation.number == 0:
+        return settings
+    return settings.model_copy(update={
+        "topic_commands": generation.topic, "partitions": generation.partitions,
+        "checkpoint_location": generation.checkpoint, "output_partitions": settings.output_partitions or settings.partitions,
+        # The new topic is read whole: every command on it came after the cut-over, none is before its seed.
+        "starting_offsets": "earliest",
+        # Names derived from topic_commands stay the configured ones: only the commands topic has generations.
+        "topic_parked": settings.parked_topic, "topic_rules": settings.rules_topic,
+        "topic_parked_log": settings.parked_log_topic, "topic_generations": settings.generations_topic,
+        "topic_commands_source": settings.topic_commands_source or settings.topic_commands,
+    })
+
+
+def generation_settings(settings: Settings) -> Settings:
+    """Return ``settings`` for the current generation (read from the generations topic).
+
+    A rescaled generation's state is in rocksdb shards seeded by the rescale: the spark backend would start it
+    empty, so it is refused (``RESCALE_REFUSED``).
+    """
+    now = current(settings)
+    if now.number > 0 and settings.state_backend != "rocksdb":
+        raise BadRequest(f"the commands topic was rescaled (generation {now.number}, {now.topic}); its state is in "
+                         "rocksdb shards, so ARBITER_STATE_BACKEND must be rocksdb")
+    return overlay(settings, now)
+
+
+def exit_on_switch(settings: Settings, running: Settings) -> GenerationWatch:
+    """Send this process SIGTERM once the current generation is not the one ``running`` reads.
+
+    The validator's planned stop for a rescale: it has drained its topic by then (the rescale checked), stops
+    cleanly handing its lease over, and the supervisor behind ``arbiter run`` starts it again, which reads
+    the new generation.
+    """
+    def changed(now: Generation) -> None:
+        if now.topic != running.topic_commands:  # switched to, or being rescaled again: start on it to drain it
+            log.warning("commands generation %d (%s) is current: stopping this validator so that it starts "
+                        "again on it", now.number, now.topic)
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return GenerationWatch(settings, WATCH_INTERVAL_S * 2, on_change=changed).start()
+
+
+def current_generation_settings(settings: Settings) -> Settings:
+    """Return ``generation_settings`` for a writer to the commands topic; raise ``WritesPaused`` during a cut-over."""
+    now = current(settings)
+    if now.paused:
+        raise WritesPaused(f"a rescale is cutting {now.topic} over to a new generation; retry after it "
+                           "(`arbiter rescale --status`)")
+    return overlay(settings, now)
+
+
+class GenerationWatch:
+    """Follow the current generation from a thread: the API pauses writes and switches topics by it.
+
+    Each tick asks only the generations topic's end offset (one request on a consumer kept open), and reads
+    the records again when it moved.
+    """
+
+    def __init__(self, settings: Settings, interval_s: float = WATCH_INTERVAL_S,
+                 on_change: Callable[[Generation], None] | None = None) -> None:
+        self.settings = settings
+        self.interval_s = interval_s
+        self.on_change = on_change
+        self.generation = current(settings)
+        self._end = -1
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="arbiter-generation", daemon=True)
+
+    def start(self) -> GenerationWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        consumer = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap, "group.id": "arbiter-generation",
+                             "log_level": 0, **self.settings.kafka_config})
+        try:
+            while not self._stop.wait(self.interval_s):
+                try:
+                    end = consumer.get_watermark_offsets(TopicPartition(self.settings.generations_topic, 0),
+                                                         timeout=5)[1]
+                    if end != self._end:
+                        self._end, now = end, current(self.settings)
+                        if now != self.generation:
+                            log.warning("commands generation %d -> %d (%s, %d partitions%s)", self.generation.number,
+                                        now.number, now.topic, now.partitions, ", writes paused" if now.paused else "")
+                            self.generation = now
+                            if self.on_change is not None:
+                                self.on_change(now)
+                except (KafkaException, BrokerUnavailable) as e:  # not created yet, or the broker is away: keep it
+                    log.debug("generation not read: %s", e)
+        finally:
+            consumer.close()

@@ -1,0 +1,54 @@
+"""A rescaled generation's settings: only the commands topic, its partitions and checkpoint change; outputs keep theirs."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.rescale.generation import Generation, first, overlay, successor
+from app.settings import Settings, checkpoint_uri
+from app.validator.murmur2 import partition_for
+from app.validator.outputs import output_partition
+
+pytestmark = pytest.mark.unit
+
+
+def _base() -> Settings:
+    return Settings(topic_commands="cmds", partitions=4, var_dir="/tmp/x-var")  # type: ignore[arg-type]
+
+
+def test_generation_0_is_the_settings_and_changes_nothing() -> None:
+    s = _base()
+    g0 = first(s)
+    assert (g0.number, g0.topic, g0.partitions, g0.checkpoint) == (0, "cmds", 4, checkpoint_uri(s))
+    assert overlay(s, g0) is s
+
+
+def test_a_later_generation_moves_only_the_commands_topic_and_keeps_every_derived_name() -> None:
+    s = _base()
+    g2 = successor(s, successor(s, first(s), 6), 2)
+    o = overlay(s, g2)
+    assert (o.topic_commands, o.partitions, o.output_partitions) == ("cmds.g2", 2, 4)
+    assert checkpoint_uri(o) == f"{checkpoint_uri(s)}/generations/g2"
+    assert (o.parked_topic, o.rules_topic, o.parked_log_topic, o.generations_topic) == \
+        (s.parked_topic, s.rules_topic, s.parked_log_topic, s.generations_topic) == \
+        ("cmds-parked", "cmds-rules", "cmds-parked-log", "cmds-generations")
+    assert o.topic_commands_source == "cmds" and o.starting_offsets == "earliest"
+    assert overlay(o, g2) == o  # applying it to settings already overlaid changes nothing
+
+
+def test_a_generation_record_round_trips() -> None:
+    g = Generation(3, "cmds.g3", 12, "/c/generations/g3", True, "2026-01-01T00:00:00+00:00", "ops@host")
+    assert Generation.parse(g.dumps()) == g
+
+
+@given(st.binary(min_size=1, max_size=20), st.integers(1, 20), st.integers(1, 20))
+def test_outputs_of_a_rescaled_generation_go_where_their_key_hashes_among_the_output_partitions(
+        key: bytes, commands: int, outputs: int) -> None:
+    s = _base().model_copy(update={"partitions": commands, "output_partitions": outputs})
+    source = partition_for(key, commands)
+    want = source if commands == outputs else partition_for(key, outputs)
+    assert output_partition(s, key, source) == want
+    assert output_partition(s, None, source) == (source if commands == outputs else source % outputs)
+    assert output_partition(_base(), key, 3) == 3  # unrescaled: the source partition, as before
