@@ -62,7 +62,7 @@ from commands.command import (
 from commands.errors import ReasonCode
 from commands.rules.bounds import MAX_MESSAGE_BYTES, MAX_POINTER_BYTES, MAX_POINTERS
 from commands.rules.document import pointer
-from commands.rules.ruleset import RuleSet, Transition, TypeRules
+from commands.rules.ruleset import Guard, RuleSet, Transition, TypeRules
 from commands.rules.tracked import decode_tracked, encode_tracked, patched_value, value_at
 from commands.state import ObjectState
 
@@ -157,33 +157,62 @@ def _guards_verdict(rules: TypeRules, state: ObjectState | None, command: Comman
     runs = rules.by_kind.get(kind)
     if not runs:
         return None
-    data = _variables(rules, state, command, kind, old, new, payload)
-    from cel_expr_python import cel
-
-    for guards, chain in runs:
+    in_python = rules.in_python.get(kind)
+    if in_python is not None:  # the guards in Python (commands.rules.python_guards): cel-cpp's outcome, or Defer
         try:
-            if chain is not None:  # one evaluation for the run: the index of its first false guard, or -1
-                result = chain.eval(data=data)
-                if result.type() == cel.Type.INT:
-                    index = result.value()
-                    if index < 0:
-                        continue
-                    return _violated(guards[index].rule, guards[index].message, guards[index].pointers)
-                # an error somewhere: evaluate one by one, in order, to name the guard (as if there were no chain)
-            for g in guards:
-                result = g.program.eval(data=data)
-                kind_of = result.type()
-                if kind_of == cel.Type.BOOL:
-                    if result.value() is True:
-                        continue
-                    return _violated(g.rule, g.message, g.pointers)
-                if kind_of == cel.Type.ERROR:
-                    return _violated(g.rule, f"evaluation failed: {result.value()}", g.pointers, ReasonCode.RULE_ERROR)
-                return _violated(g.rule, f"evaluation gave a {kind_of.name()}, not a bool", g.pointers,
-                                 ReasonCode.RULE_ERROR)
-        except Exception as e:  # noqa: BLE001 - a value CEL cannot hold (an integer over 64 bits): the first guard's error
-            return _violated(guards[0].rule, f"evaluation failed: {e}", guards[0].pointers, ReasonCode.RULE_ERROR)
+            index = in_python(old, new, state if state is not None and state.exists else None, command, kind, payload)
+        except Exception:  # noqa: BLE001, S110 - Defer, or anything unforeseen: cel-cpp decides, as below
+            pass
+        else:
+            if index < 0:
+                return None
+            guard = [g for guards, _ in runs for g in guards][index]
+            return _violated(guard.rule, guard.message, guard.pointers)
+    data = _variables(rules, state, command, kind, old, new, payload)
+    for guards, chain in runs:
+        verdict = _cel_verdict(guards, chain, data)
+        if verdict is not None:
+            return verdict
     return None
+
+
+def _cel_verdict(guards: tuple[Guard, ...], chain: Any, data: dict[str, Any]) -> Verdict | None:  # noqa: ANN401
+    """Return the verdict of a run of guards evaluated by cel-cpp (``chain``, then one by one on an error)."""
+    cel = _cel()
+    try:
+        if chain is not None:  # one evaluation for the run: the index of its first false guard, or -1
+            result = chain.eval(data=data)
+            if result.type() == cel.Type.INT:
+                index = result.value()
+                if index < 0:
+                    return None
+                return _violated(guards[index].rule, guards[index].message, guards[index].pointers)
+            # an error somewhere: evaluate one by one, in order, to name the guard (as if there were no chain)
+        for g in guards:
+            result = g.program.eval(data=data)
+            kind_of = result.type()
+            if kind_of == cel.Type.BOOL:
+                if result.value() is True:
+                    continue
+                return _violated(g.rule, g.message, g.pointers)
+            if kind_of == cel.Type.ERROR:
+                return _violated(g.rule, f"evaluation failed: {result.value()}", g.pointers, ReasonCode.RULE_ERROR)
+            return _violated(g.rule, f"evaluation gave a {kind_of.name()}, not a bool", g.pointers,
+                             ReasonCode.RULE_ERROR)
+    except Exception as e:  # noqa: BLE001 - a value CEL cannot hold (an integer over 64 bits): the first guard's error
+        return _violated(guards[0].rule, f"evaluation failed: {e}", guards[0].pointers, ReasonCode.RULE_ERROR)
+    return None
+
+
+_CEL: list[Any] = []
+
+
+def _cel() -> Any:  # noqa: ANN401 - the cel_expr_python.cel module, imported once (not at import: see the package)
+    if not _CEL:
+        from cel_expr_python import cel
+
+        _CEL.append(cel)
+    return _CEL[0]
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
