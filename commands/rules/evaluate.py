@@ -63,7 +63,7 @@ from commands.errors import ReasonCode
 from commands.rules.bounds import MAX_MESSAGE_BYTES, MAX_POINTER_BYTES, MAX_POINTERS
 from commands.rules.document import pointer
 from commands.rules.ruleset import Guard, RuleSet, Transition, TypeRules
-from commands.rules.tracked import decode_tracked, encode_tracked, patched_value, value_at
+from commands.rules.tracked import decode_tracked, encode_tracked, loads, patched_value, value_at
 from commands.state import ObjectState
 
 _KIND = {CreateObject: "create", UpdateObject: "update", DeleteObject: "delete", GrantEditor: "grant_editor",
@@ -101,11 +101,12 @@ def _as_json(value: Any) -> str:  # noqa: ANN401
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _schema_verdict(validator: Any, value: Any, rule: str, what: str) -> Verdict | None:  # noqa: ANN401
+def _schema_verdict(validator: Any, value: Any, rules: TypeRules, what: str) -> Verdict | None:  # noqa: ANN401
     if validator is None or validator.is_valid(value):
         return None
     error = next(iter(validator.iter_errors(value)))  # jsonschema-rs reports in a fixed order for one input
     where = pointer(*error.instance_path)
+    rule = f"{rules.name}:{'create_schema' if what == 'document' else 'patch_schema'}"
     return _violated(rule, f"{what} does not match the schema at {where or '/'}: {error.message}", [where or "/"])
 
 
@@ -297,17 +298,19 @@ def _apply_rules(ruleset: RuleSet | None, state: ObjectState | None, command: Co
     old = decode_tracked(kept)
     payload: Any = None
     if isinstance(command, CreateObject):
-        payload = json.loads(command.document)
-        verdict = _schema_verdict(rules.create_schema, payload, f"{rules.name}:create_schema", "document")
+        payload = loads(command.document)
+        verdict = _schema_verdict(rules.create_schema, payload, rules, "document")
         if verdict is not None:
             return verdict, None
         new = {ptr: value_at(payload, tokens) for _, ptr, tokens in rules.tracked}
     elif isinstance(command, UpdateObject):
-        payload = json.loads(command.patch)
-        verdict = _schema_verdict(rules.patch_schema, payload, f"{rules.name}:patch_schema", "patch")
+        payload = loads(command.patch)
+        verdict = _schema_verdict(rules.patch_schema, payload, rules, "patch")
         if verdict is not None:
             return verdict, None
-        new = {ptr: patched_value(old.get(ptr), tokens, payload) for _, ptr, tokens in rules.tracked}
+        # A field whose first token the patch does not name keeps its value (patched_value's first step, inline).
+        new = {ptr: patched_value(old.get(ptr), tokens, payload) if tokens[0] in payload else old.get(ptr)
+               for _, ptr, tokens in rules.tracked}
     else:
         new = old
     text = kept

@@ -178,7 +178,10 @@ def cel_ready(value: JSON) -> bool:
     if t is bool or t is float or value is None:
         return True
     if t is list:
-        return all(cel_ready(v) for v in value)
+        for v in value:
+            if not (type(v) is str and v.isascii() or cel_ready(v)):
+                return False
+        return True
     if t is dict:
         return all(type(k) is str and cel_ready(k) and cel_ready(v) for k, v in value.items())
     return False

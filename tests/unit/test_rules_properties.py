@@ -166,3 +166,22 @@ def test_a_tracked_value_is_what_the_pointer_gives_in_the_merge_patched_document
         document = merge_patch(document, patch)
         tracked = patched_value(tracked, path, patch)
         assert tracked == value_at(document, path), (document, patch, path)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(("/a", "/b", "/é")), json_values | st.floats(allow_nan=False, allow_infinity=False)
+                       | st.integers() | st.text(max_size=4), max_size=3))
+def test_tracked_text_is_json_dumps_canonical_and_reads_back_as_json_loads(values: dict[str, Any]) -> None:
+    """The tracked codec's fast paths (one C encoder, the scanner without regexes) are json's own bytes and values."""
+    from commands.rules.tracked import decode_tracked, encode_tracked, loads
+
+    kept = {p: v for p, v in values.items() if v is not None}
+    text = encode_tracked(values)
+    assert text == (json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+                    if kept else None)
+    assert decode_tracked(text) == json.loads(text or "{}")
+    spaced = json.dumps(kept)  # a patch as a client writes it: spaces, ASCII escapes
+    assert loads(spaced) == json.loads(spaced)
+    assert loads(" " + spaced) == json.loads(spaced)
+    with pytest.raises(ValueError, match="Extra data"):  # what json.loads says, not the first object
+        loads(spaced + " {}")
