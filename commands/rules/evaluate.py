@@ -308,6 +308,15 @@ def _apply_rules(ruleset: RuleSet | None, state: ObjectState | None, command: Co
         verdict = _schema_verdict(rules.patch_schema, payload, rules, "patch")
         if verdict is not None:
             return verdict, None
+        if (not any(tokens[0] in payload for _, _, tokens in rules.tracked) and old.keys() <= rules.pointers
+                and None not in old.values()):
+            # The patch names no tracked field and the state tracks nothing else: every value stays, and so does
+            # the canonical text (the bound is checked again: a later rules version may have lowered it).
+            new = {ptr: old.get(ptr) for _, ptr, _ in rules.tracked}
+            if kept is not None and utf8_size(kept) > rules.max_tracked_bytes:
+                return _bounded(rules, new)[0], None
+            verdict = _guards_verdict(rules, state, command, kind, old, new, payload)
+            return verdict, None if verdict is not None else kept
         # A field whose first token the patch does not name keeps its value (patched_value's first step, inline).
         new = {ptr: patched_value(old.get(ptr), tokens, payload) if tokens[0] in payload else old.get(ptr)
                for _, ptr, tokens in rules.tracked}
