@@ -61,10 +61,11 @@ def patched_value(old: JSON, tokens: tuple[str, ...], patch: JSON) -> JSON:
 # decision); the C encoder is built once here (json.encoder's own call, less the check for cycles, which parsed
 # JSON cannot have), the Python encoder being the fallback where there is no C one.
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-_C_ENCODER = None if json.encoder.c_make_encoder is None else json.encoder.c_make_encoder(
+_MAKE_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)  # not in typeshed: CPython's _json
+_C_ENCODER: Any = None if _MAKE_ENCODER is None else _MAKE_ENCODER(
     None, _CANONICAL.default, json.encoder.encode_basestring, None, ":", ",", True, False, False)
 # json.loads is this scanner behind two whitespace regexes; canonical text has no whitespace around its value.
-_SCAN = json.scanner.make_scanner(json.JSONDecoder())
+_SCAN: Any = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # typeshed: a class, not a factory
 
 
 def encode_tracked(values: dict[str, JSON]) -> str | None:
