@@ -8,7 +8,7 @@ literals, which plain Python does in well under a microsecond.
 How it stays exact. The translation reads the AST cel-cpp compiled (``Expression.serialize()``, a
 ``cel.expr.CheckedExpr``: the parse is CEL's, macros and precedence included) and turns each run of guards into one
 Python function. Every operation answers only where its operands' types make CEL's answer certain and otherwise
-raises ``Defer``; a guard using anything else (arithmetic, ``matches``, timestamps, comprehensions, map literals,
+raises ``Defer``; a guard using anything else (arithmetic, ``matches``, timestamps, ``exists_one``, map literals,
 unsigned or bytes literals, ...) is not translated at all. A run whose function raises, or whose variables hold a
 value CEL could not take as it is (an integer beyond 64 bits, a string that is not Unicode), is evaluated by cel-cpp
 exactly as before, so the outcome (and its bytes) is cel-cpp's in every case; ``tests/unit/test_rules_python_guards.py``
@@ -164,6 +164,27 @@ def _text(method: str) -> Callable[[JSON, JSON], bool]:
     return op
 
 
+def _fold(items: JSON, accu: JSON, condition: Callable[[JSON], bool], step: Callable[[JSON, JSON], JSON],
+          result: Callable[[JSON], JSON]) -> JSON:
+    """CEL's comprehension: over a list's elements or a map's keys, while ``condition(accu)``, ``accu = step(...)``.
+
+    A map's keys come in Python's order, maybe not cel-cpp's: ``all`` and ``exists`` give one answer in every order
+    when no element is an error, and an error here defers.
+    """
+    if type(items) is dict:
+        items = list(items)
+    elif type(items) is not list:
+        raise Defer
+    for item in items:
+        go = condition(accu)
+        if go is False:
+            break
+        if go is not True:
+            raise Defer
+        accu = step(item, accu)
+    return result(accu)
+
+
 def _grantee(command: Any, name: str) -> JSON:  # noqa: ANN401
     return getattr(command, name, None)
 
@@ -196,7 +217,7 @@ def _unicode(text: str) -> bool:
 
 
 _HELPERS: dict[str, Any] = {"_defer": _defer, "_bool": _bool, "_eq": _eq, "_in": _in, "_size": _size,
-                            "_index": _index, "_member": _member, "_has": _has, "_grantee": _grantee,
+                            "_index": _index, "_member": _member, "_has": _has, "_grantee": _grantee, "_fold": _fold,
                             "_SCALAR": _SCALAR, "_ORDERED": _ORDERED, "_starts": _text("startsWith"),
                             "_ends": _text("endsWith"), "_contains": _text("contains")}
 _COMPARE = {"_<_": "<", "_<=_": "<=", "_>_": ">", "_>=_": ">="}
@@ -233,6 +254,7 @@ class _Translator:
         self.constants = constants  # shared by the run's function: name -> value
         self.temps = 0
         self.local = False  # True: a variable's member is the local the run read it into
+        self.bound: dict[str, str] = {}  # a comprehension's variables in scope -> their Python names
 
     def temp(self) -> str:
         self.temps += 1
@@ -251,12 +273,35 @@ class _Translator:
             return self.select(_fields(_one(f, 5)))
         if 6 in f:
             return self.call(_fields(_one(f, 6)))
+        if 4 in f:  # an identifier: only a comprehension's own variables (the four maps are read by select)
+            name = _one(_fields(_one(f, 4)), 1, b"").decode("utf-8")
+            if name not in self.bound:
+                raise _Untranslatable(f"identifier {name}")
+            return self.bound[name], None
+        if 9 in f:
+            return self.comprehension(_fields(_one(f, 9)))
         if 7 in f:
             elements = _fields(_one(f, 7))
             if 2 in elements:  # optional elements
                 raise _Untranslatable("optional list elements")
             return "[" + ", ".join(self.expr(e)[0] for e in elements.get(1, [])) + "]", None
-        raise _Untranslatable("identifier, map, message or comprehension")
+        raise _Untranslatable("a map or message literal")
+
+    def comprehension(self, f: dict[int, list[Any]]) -> Code:
+        """Return ``_fold`` over lambdas: what ``all`` and ``exists`` expand to (``exists_one`` counts with ``+``,
+        which is not translated, and ``map``/``filter`` are refused in guards)."""
+        if 8 in f or self.bound:  # two iteration variables; or a comprehension in another (refused in guards anyway)
+            raise _Untranslatable("nested or two-variable comprehension")
+        item, accu = (_one(f, n, b"").decode("utf-8") for n in (1, 3))
+        iter_range, init = self.expr(_one(f, 2))[0], self.expr(_one(f, 4))[0]
+        self.bound = {accu: "acc"}
+        condition = self.expr(_one(f, 5))[0]
+        result = self.expr(_one(f, 7))[0]
+        self.bound = {accu: "acc", item: "item"}
+        step = self.expr(_one(f, 6))[0]
+        self.bound = {}
+        return (f"_fold({iter_range}, {init}, lambda acc: {condition}, lambda item, acc: {step}, "
+                f"lambda acc: {result})"), None
 
     def const(self, f: dict[int, list[Any]]) -> Code:
         if 1 in f:
@@ -315,6 +360,8 @@ class _Translator:
             raise _Untranslatable(f"method {name}")
         if name in ("_||_", "_&&_") and len(args) >= 2:
             return self.logic(name == "_||_", args)
+        if name == "@not_strictly_false" and len(args) == 1:  # a comprehension's loop condition
+            return (args[0][0] if args[0][1] == "bool" else f"_bool({args[0][0]})"), "bool"
         if name == "!_" and len(args) == 1:
             (a, kind), t = args[0], self.temp()
             return (f"(not {a})" if kind == "bool" else f"(_defer() if type({t} := {a}) is not bool else not {t})"), "bool"
