@@ -21,9 +21,10 @@ new value must be a key of ``allowed`` (null is not: a tracked state is never re
 of ``allowed`` only to its listed values; from null, or a value that is no key (set before the rule existed), only
 to ``initial`` (or to any key when there is no ``initial``). Values compare as JSON (1 and true differ).
 
-A guard runs on the command kinds it lists in ``kinds`` (default: create and update), in document order; guards of
-one kind are evaluated as chained programs (``TypeRules.by_kind``) with exactly the outcome of evaluating them one
-by one. A guard is a CEL expression; true lets the command pass, false is RULE_VIOLATED with the guard's message and
+A guard runs on the command kinds it lists in ``kinds`` (default: create and update), in document order; a kind's
+guards are answered in Python where that is certainly cel-cpp's answer (``commands.rules.python_guards``), and
+otherwise evaluated by cel-cpp as chained programs (``TypeRules.by_kind``), with exactly the outcome of evaluating
+them one by one. A guard is a CEL expression; true lets the command pass, false is RULE_VIOLATED with the guard's message and
 pointers (given, or else the pointers of the tracked fields it mentions); an evaluation error (a missing map key, no
 matching overload such as null > 1, overflow) or a value that is not a bool is RULE_ERROR with the guard's name and
 the error as ``rule_message``. The variables, all maps:
