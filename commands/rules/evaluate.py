@@ -309,8 +309,7 @@ def _apply_rules(ruleset: RuleSet | None, state: ObjectState | None, command: Co
         verdict = _schema_verdict(rules.patch_schema, payload, rules, "patch")
         if verdict is not None:
             return verdict, None
-        if (not any(tokens[0] in payload for _, _, tokens in rules.tracked) and old.keys() <= rules.pointers
-                and None not in old.values()):
+        if payload.keys().isdisjoint(rules.first_tokens) and old.keys() <= rules.pointers and None not in old.values():
             # The patch names no tracked field and the state tracks nothing else: every value stays, and so does
             # the canonical text (the bound is checked again: a later rules version may have lowered it).
             new = {ptr: old.get(ptr) for _, ptr, _ in rules.tracked}

@@ -79,8 +79,9 @@ class TypeRules:
     # Per variable, the members some guard reads: only those are handed to CEL (a guard reads no other; the
     # compile-time check refuses indexed or whole-variable reads).
     reads: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    # The JSON pointers of ``tracked``, as a set.
+    # The JSON pointers of ``tracked``, and their first tokens (the members of a patch that may change them).
     pointers: frozenset[str] = frozenset()
+    first_tokens: frozenset[str] = frozenset()
     # Per command kind: its guards (all runs, in order) translated to Python, or None where one is not
     # (``commands.rules.python_guards``): the index of the first false guard, or -1; cel-cpp decides where it defers.
     in_python: dict[str, Run | None] = field(default_factory=dict)
@@ -226,7 +227,7 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, env: Any,
             in_python[kind] = translate([g.program for g in chosen], reads, name, by_name) if chosen else None
     return TypeRules(name, create, patch, tracked, spec.get("max_tracked_bytes", default_bound), tuple(transitions),
                      tuple(guards), needs_document, needs_patch, needs_times, by_kind, reads,
-                     frozenset(p for _, p, _ in tracked), in_python)
+                     frozenset(p for _, p, _ in tracked), frozenset(t[0] for _, _, t in tracked), in_python)
 
 
 #: The most guards one chained program holds (cel-cpp refuses an expression nested deeper than 32).
