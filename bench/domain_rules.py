@@ -31,6 +31,7 @@ from commands.rules import RuleSet, compile_rules
 from schemas import codec
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
+GOAL = 1.25  # issue 36: a realistic rule set costs at most 25 % more CPU per decision than no rules
 GROUPS = ("sales", "emea", "finance")
 
 REALISTIC = {"rules": 1, "types": {"order": {
@@ -110,7 +111,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--number", type=int, default=3000)
     parser.add_argument("--profile", action="store_true", help="cProfile the realistic case's decide")
+    parser.add_argument("--print-realistic", action="store_true",
+                        help="print the realistic rules document (JSON) and exit: for bench.validator --rules FILE")
     args = parser.parse_args()
+    if args.print_realistic:
+        print(json.dumps(REALISTIC, indent=1))
+        return
     n = args.number
     realistic = compile_rules(json.dumps(REALISTIC), version=1)
     cases = {"no rules": None, "realistic (1 schema, 1 transition map, 5 guards)": realistic,
@@ -118,11 +124,17 @@ def main() -> None:
     print(f"python {platform.python_version()} on {platform.machine()}, {n} calls x best of 5, CPU time; "
           f"domain: {native.status()}")
     base: tuple[float, float] | None = None
+    ratios: dict[str, tuple[float, float]] = {}
     print(f"  {'case':<58} {'decide':>9} {'ratio':>6} {'step':>9} {'ratio':>6}")
     for label, rules in cases.items():
         d, s = measure(rules, n)
         base = base or (d, s)
+        ratios[label] = (d / base[0], s / base[1])
         print(f"  {label:<58} {d:7.2f} us {d / base[0]:5.2f}x {s:7.2f} us {s / base[1]:5.2f}x")
+    decide_ratio, step_ratio = ratios["realistic (1 schema, 1 transition map, 5 guards)"]
+    verdict = "MET" if step_ratio <= GOAL else "NOT MET"
+    print(f"goal (issue 36): the realistic step at most {GOAL:.2f}x no rules: {verdict} ({step_ratio:.2f}x; "
+          f"decide alone {decide_ratio:.2f}x)")
     if args.profile:
         state, cmd = setting(realistic)
         profile = cProfile.Profile()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import statistics
 import tempfile
 import time
@@ -119,6 +120,10 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--max-offsets-per-trigger", type=int, default=10_000)
     ap.add_argument("--bootstrap", default=None, help="an existing broker; default: start one on free ports")
+    ap.add_argument("--rules", metavar="FILE", help="a rules document: each backend then also runs the same workload, "
+                    "its creates typed (--rules-type), on a commands topic whose partitions begin with that document's "
+                    "control record; prints CPU s per 1M decisions without and with the rules")
+    ap.add_argument("--rules-type", default="order", help="the type the workload's creates name with --rules")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
 
@@ -158,12 +163,48 @@ def main() -> None:
                       f"~{r['rows_per_batch']:.0f}, batch latency p50 {r['p50']:.2f} s p99 {r['p99']:.2f} s, "
                       f"ratio to raw pass-through {rate / base_rate:.3f}, to spark pass-through {rate / sp_rate:.3f}; "
                       f"steady (batches after the first) {_rate(r['steady'])}")
+            if args.rules:
+                with_rules(spark, settings, args, Path(args.rules).read_text("utf-8"))
             if "rocksdb" in rates and "spark" in rates:
                 print(f"rocksdb / transformWithState: {rates['rocksdb'] / rates['spark']:.1f}x", end="")
                 a, b = steadies["rocksdb"], steadies["spark"]
                 print(f"; steady {a / b:.1f}x, steady rocksdb / raw {a / base_rate:.3f}" if a and b else "")
         finally:
             spark.stop()
+
+
+def with_rules(spark, settings: Settings, args: argparse.Namespace, document: str) -> None:  # noqa: ANN001
+    """Run each backend over the untyped workload and over the typed one under ``document``; print CPU per decision.
+
+    The typed workload goes to a commands topic of its own whose every partition begins with the rules' control
+    record (``arbiter rules deploy``'s), so every command is decided under them. CPU is the Spark JVM's, the Python
+    workers' and the shard servers' (``bench.peer.cpu``), not wall time: the machine may be shared.
+    """
+    from app.rules.deploy import deploy
+    from bench.archive.__main__ import SPARK_PARTS
+    from bench.peer.cpu import by_component, delta
+
+    tag = uuid.uuid4().hex[:6]
+    typed = settings.model_copy(update={"topic_commands": f"bench-commands-rules-{tag}"})
+    ensure_topics(typed)
+    deployed = deploy(typed, document, principal="bench")
+    produce(typed, records(args.objects, args.commands, object_type=args.rules_type))
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"load average {load}; rules version {deployed.deploy.version} ({deployed.deploy.digest[:12]}) on "
+          f"{typed.topic_commands}; "
+          f"creates typed {args.rules_type!r}")
+    for backend in args.backend.split(","):
+        per_m = {}
+        for label, s in (("no rules", settings), ("rules", typed)):
+            before = by_component()
+            r = run_backend(spark, s, backend, args.commands)
+            cpu = delta(before, by_component())
+            per_m[label] = sum(cpu.get(k, 0.0) for k in SPARK_PARTS) / args.commands * 1e6
+            parts = ", ".join(f"{k} {v:.1f}" for k, v in cpu.items() if v)
+            print(f"{backend}, {label}: {args.commands / r['seconds']:,.0f} commands/s, {per_m[label]:,.1f} CPU s per "
+                  f"1M decisions (Spark JVM + Python workers + shard servers; by component: {parts})")
+        print(f"{backend}: rules / no rules CPU per decision {per_m['rules'] / per_m['no rules']:.2f}x "
+              f"(goal: at most 1.25x)")
 
 
 if __name__ == "__main__":

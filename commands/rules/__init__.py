@@ -9,7 +9,9 @@ every later command on that object is decided under its type's rules too. Exact 
 - ``commands.rules.expression``: what a CEL guard may be (the static cost bounds) and what it sees;
 - ``commands.rules.tracked``: tracked fields under merge-patch semantics;
 - ``commands.rules.evaluate``: the order in which rules run and what each outcome is (RULE_VIOLATED, RULE_ERROR,
-  TOO_LARGE), the variables of a guard.
+  TOO_LARGE), the variables of a guard;
+- ``commands.rules.python_guards``: guards answered in Python from cel-cpp's checked AST where the answer is
+  certainly cel-cpp's, cel-cpp deciding the rest (the cost per decision: ``bench.domain_rules``).
 
 Every event and rejection decided with a rule set names its version (``rules_version``); a rule's rejection names
 the rule (``<type>:<rule name>``, or ``types`` for an unknown type), its message and the JSON pointers it concerns.
@@ -17,7 +19,7 @@ Objects without a type are decided as before rules existed. Rules are data: no I
 but the command's ``issued_at``, no randomness, so ``decide`` stays a pure function of (state, command, rules).
 
 Pure: imports only ``commands`` modules, PyYAML, jsonschema-rs and cel-expr-python. Not compiled by mypyc (see
-``app.native.loader.COMPILED``): its work is in the two native libraries.
+``app.native.loader.COMPILED``, which compiles ``commands/``' own modules, not this package's).
 """
 
 from commands.rules.document import RulesInvalid, canonical_rules, rules_digest

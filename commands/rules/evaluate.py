@@ -21,9 +21,10 @@ new value must be a key of ``allowed`` (null is not: a tracked state is never re
 of ``allowed`` only to its listed values; from null, or a value that is no key (set before the rule existed), only
 to ``initial`` (or to any key when there is no ``initial``). Values compare as JSON (1 and true differ).
 
-A guard runs on the command kinds it lists in ``kinds`` (default: create and update), in document order; guards of
-one kind are evaluated as chained programs (``TypeRules.by_kind``) with exactly the outcome of evaluating them one
-by one. A guard is a CEL expression; true lets the command pass, false is RULE_VIOLATED with the guard's message and
+A guard runs on the command kinds it lists in ``kinds`` (default: create and update), in document order; a kind's
+guards are answered in Python where that is certainly cel-cpp's answer (``commands.rules.python_guards``), and
+otherwise evaluated by cel-cpp as chained programs (``TypeRules.by_kind``), with exactly the outcome of evaluating
+them one by one. A guard is a CEL expression; true lets the command pass, false is RULE_VIOLATED with the guard's message and
 pointers (given, or else the pointers of the tracked fields it mentions); an evaluation error (a missing map key, no
 matching overload such as null > 1, overflow) or a value that is not a bool is RULE_ERROR with the guard's name and
 the error as ``rule_message``. The variables, all maps:
@@ -62,8 +63,8 @@ from commands.command import (
 from commands.errors import ReasonCode
 from commands.rules.bounds import MAX_MESSAGE_BYTES, MAX_POINTER_BYTES, MAX_POINTERS
 from commands.rules.document import pointer
-from commands.rules.ruleset import RuleSet, Transition, TypeRules
-from commands.rules.tracked import decode_tracked, encode_tracked, patched_value, value_at
+from commands.rules.ruleset import Guard, RuleSet, Transition, TypeRules
+from commands.rules.tracked import decode_tracked, encode_tracked, loads, patched_value, value_at
 from commands.state import ObjectState
 
 _KIND = {CreateObject: "create", UpdateObject: "update", DeleteObject: "delete", GrantEditor: "grant_editor",
@@ -101,11 +102,12 @@ def _as_json(value: Any) -> str:  # noqa: ANN401
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def _schema_verdict(validator: Any, value: Any, rule: str, what: str) -> Verdict | None:  # noqa: ANN401
+def _schema_verdict(validator: Any, value: Any, rules: TypeRules, what: str) -> Verdict | None:  # noqa: ANN401
     if validator is None or validator.is_valid(value):
         return None
     error = next(iter(validator.iter_errors(value)))  # jsonschema-rs reports in a fixed order for one input
     where = pointer(*error.instance_path)
+    rule = f"{rules.name}:{'create_schema' if what == 'document' else 'patch_schema'}"
     return _violated(rule, f"{what} does not match the schema at {where or '/'}: {error.message}", [where or "/"])
 
 
@@ -157,33 +159,62 @@ def _guards_verdict(rules: TypeRules, state: ObjectState | None, command: Comman
     runs = rules.by_kind.get(kind)
     if not runs:
         return None
-    data = _variables(rules, state, command, kind, old, new, payload)
-    from cel_expr_python import cel
-
-    for guards, chain in runs:
+    in_python = rules.in_python.get(kind)
+    if in_python is not None:  # the guards in Python (commands.rules.python_guards): cel-cpp's outcome, or Defer
         try:
-            if chain is not None:  # one evaluation for the run: the index of its first false guard, or -1
-                result = chain.eval(data=data)
-                if result.type() == cel.Type.INT:
-                    index = result.value()
-                    if index < 0:
-                        continue
-                    return _violated(guards[index].rule, guards[index].message, guards[index].pointers)
-                # an error somewhere: evaluate one by one, in order, to name the guard (as if there were no chain)
-            for g in guards:
-                result = g.program.eval(data=data)
-                kind_of = result.type()
-                if kind_of == cel.Type.BOOL:
-                    if result.value() is True:
-                        continue
-                    return _violated(g.rule, g.message, g.pointers)
-                if kind_of == cel.Type.ERROR:
-                    return _violated(g.rule, f"evaluation failed: {result.value()}", g.pointers, ReasonCode.RULE_ERROR)
-                return _violated(g.rule, f"evaluation gave a {kind_of.name()}, not a bool", g.pointers,
-                                 ReasonCode.RULE_ERROR)
-        except Exception as e:  # noqa: BLE001 - a value CEL cannot hold (an integer over 64 bits): the first guard's error
-            return _violated(guards[0].rule, f"evaluation failed: {e}", guards[0].pointers, ReasonCode.RULE_ERROR)
+            index = in_python(old, new, state if state is not None and state.exists else None, command, kind, payload)
+        except Exception:  # noqa: BLE001, S110 - Defer, or anything unforeseen: cel-cpp decides, as below
+            pass
+        else:
+            if index < 0:
+                return None
+            guard = [g for guards, _ in runs for g in guards][index]
+            return _violated(guard.rule, guard.message, guard.pointers)
+    data = _variables(rules, state, command, kind, old, new, payload)
+    for guards, chain in runs:
+        verdict = _cel_verdict(guards, chain, data)
+        if verdict is not None:
+            return verdict
     return None
+
+
+def _cel_verdict(guards: tuple[Guard, ...], chain: Any, data: dict[str, Any]) -> Verdict | None:  # noqa: ANN401
+    """Return the verdict of a run of guards evaluated by cel-cpp (``chain``, then one by one on an error)."""
+    cel = _cel()
+    try:
+        if chain is not None:  # one evaluation for the run: the index of its first false guard, or -1
+            result = chain.eval(data=data)
+            if result.type() == cel.Type.INT:
+                index = result.value()
+                if index < 0:
+                    return None
+                return _violated(guards[index].rule, guards[index].message, guards[index].pointers)
+            # an error somewhere: evaluate one by one, in order, to name the guard (as if there were no chain)
+        for g in guards:
+            result = g.program.eval(data=data)
+            kind_of = result.type()
+            if kind_of == cel.Type.BOOL:
+                if result.value() is True:
+                    continue
+                return _violated(g.rule, g.message, g.pointers)
+            if kind_of == cel.Type.ERROR:
+                return _violated(g.rule, f"evaluation failed: {result.value()}", g.pointers, ReasonCode.RULE_ERROR)
+            return _violated(g.rule, f"evaluation gave a {kind_of.name()}, not a bool", g.pointers,
+                             ReasonCode.RULE_ERROR)
+    except Exception as e:  # noqa: BLE001 - a value CEL cannot hold (an integer over 64 bits): the first guard's error
+        return _violated(guards[0].rule, f"evaluation failed: {e}", guards[0].pointers, ReasonCode.RULE_ERROR)
+    return None
+
+
+_CEL: list[Any] = []
+
+
+def _cel() -> Any:  # noqa: ANN401 - the cel_expr_python.cel module, imported once (not at import: see the package)
+    if not _CEL:
+        from cel_expr_python import cel
+
+        _CEL.append(cel)
+    return _CEL[0]
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -268,17 +299,27 @@ def _apply_rules(ruleset: RuleSet | None, state: ObjectState | None, command: Co
     old = decode_tracked(kept)
     payload: Any = None
     if isinstance(command, CreateObject):
-        payload = json.loads(command.document)
-        verdict = _schema_verdict(rules.create_schema, payload, f"{rules.name}:create_schema", "document")
+        payload = loads(command.document)
+        verdict = _schema_verdict(rules.create_schema, payload, rules, "document")
         if verdict is not None:
             return verdict, None
         new = {ptr: value_at(payload, tokens) for _, ptr, tokens in rules.tracked}
     elif isinstance(command, UpdateObject):
-        payload = json.loads(command.patch)
-        verdict = _schema_verdict(rules.patch_schema, payload, f"{rules.name}:patch_schema", "patch")
+        payload = loads(command.patch)
+        verdict = _schema_verdict(rules.patch_schema, payload, rules, "patch")
         if verdict is not None:
             return verdict, None
-        new = {ptr: patched_value(old.get(ptr), tokens, payload) for _, ptr, tokens in rules.tracked}
+        if payload.keys().isdisjoint(rules.first_tokens) and old.keys() <= rules.pointers and None not in old.values():
+            # The patch names no tracked field and the state tracks nothing else: every value stays, and so does
+            # the canonical text (the bound is checked again: a later rules version may have lowered it).
+            new = {ptr: old.get(ptr) for _, ptr, _ in rules.tracked}
+            if kept is not None and utf8_size(kept) > rules.max_tracked_bytes:
+                return _bounded(rules, new)[0], None
+            verdict = _guards_verdict(rules, state, command, kind, old, new, payload)
+            return verdict, None if verdict is not None else kept
+        # A field whose first token the patch does not name keeps its value (patched_value's first step, inline).
+        new = {ptr: patched_value(old.get(ptr), tokens, payload) if tokens[0] in payload else old.get(ptr)
+               for _, ptr, tokens in rules.tracked}
     else:
         new = old
     text = kept

@@ -27,6 +27,7 @@ from commands.rules.expression import (
     uses,
 )
 from commands.rules.meta_schema import COMMAND_KINDS
+from commands.rules.python_guards import Run, translate
 from commands.rules.tracked import parse_pointer
 
 #: The names of the built-in rules (a document's rules may not take them): unknown type, the two schemas, the bound.
@@ -78,6 +79,12 @@ class TypeRules:
     # Per variable, the members some guard reads: only those are handed to CEL (a guard reads no other; the
     # compile-time check refuses indexed or whole-variable reads).
     reads: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # The JSON pointers of ``tracked``, and their first tokens (the members of a patch that may change them).
+    pointers: frozenset[str] = frozenset()
+    first_tokens: frozenset[str] = frozenset()
+    # Per command kind: its guards (all runs, in order) translated to Python, or None where one is not
+    # (``commands.rules.python_guards``): the index of the first false guard, or -1; cel-cpp decides where it defers.
+    in_python: dict[str, Run | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,16 +214,20 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, env: Any,
             p for n, p, _ in tracked if uses(expr, "next", n) or uses(expr, "state", n))
         guards.append(Guard(rule, program, g["message"], frozenset(g.get("kinds", DEFAULT_KINDS)), pointers))
     by_kind: dict[str, tuple[tuple[tuple[Guard, ...], Any], ...]] = {}
+    in_python: dict[str, Run | None] = {}
     exprs = {g.rule: e["expr"] for g, e in zip(guards, spec.get("guards", []), strict=True)}
+    read = set().union(*(references(g["expr"]) for g in spec.get("guards", [])))
+    reads = {var: tuple(sorted(m for v, m in read if v == var)) for var in VARIABLES}
     if not problems:
+        by_name = {n: p for n, p, _ in tracked}
         for kind in COMMAND_KINDS:
             chosen = [g for g in guards if kind in g.kinds]
             runs = [tuple(chosen[i:i + CHAIN]) for i in range(0, len(chosen), CHAIN)]
             by_kind[kind] = tuple((run, _chain(env, [exprs[g.rule] for g in run])) for run in runs)
-    read = set().union(*(references(g["expr"]) for g in spec.get("guards", [])))
-    reads = {var: tuple(sorted(m for v, m in read if v == var)) for var in VARIABLES}
+            in_python[kind] = translate([g.program for g in chosen], reads, name, by_name) if chosen else None
     return TypeRules(name, create, patch, tracked, spec.get("max_tracked_bytes", default_bound), tuple(transitions),
-                     tuple(guards), needs_document, needs_patch, needs_times, by_kind, reads)
+                     tuple(guards), needs_document, needs_patch, needs_times, by_kind, reads,
+                     frozenset(p for _, p, _ in tracked), frozenset(t[0] for _, _, t in tracked), in_python)
 
 
 #: The most guards one chained program holds (cel-cpp refuses an expression nested deeper than 32).

@@ -166,3 +166,112 @@ def test_a_tracked_value_is_what_the_pointer_gives_in_the_merge_patched_document
         document = merge_patch(document, patch)
         tracked = patched_value(tracked, path, patch)
         assert tracked == value_at(document, path), (document, patch, path)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(("/a", "/b", "/é")), json_values | st.floats(allow_nan=False, allow_infinity=False)
+                       | st.integers() | st.text(max_size=4), max_size=3))
+def test_tracked_text_is_json_dumps_canonical_and_reads_back_as_json_loads(values: dict[str, Any]) -> None:
+    """The tracked codec's fast paths (one C encoder, the scanner without regexes) are json's own bytes and values."""
+    from commands.rules.tracked import decode_tracked, encode_tracked, loads
+
+    kept = {p: v for p, v in values.items() if v is not None}
+    text = encode_tracked(values)
+    assert text == (json.dumps(kept, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+                    if kept else None)
+    assert decode_tracked(text) == json.loads(text or "{}")
+    spaced = json.dumps(kept)  # a patch as a client writes it: spaces, ASCII escapes
+    assert loads(spaced) == json.loads(spaced)
+    assert loads(" " + spaced) == json.loads(spaced)
+    with pytest.raises(ValueError, match="Extra data"):  # what json.loads says, not the first object
+        loads(spaced + " {}")
+
+
+BEFORE_FAST = "515c718"  # main before the rules were made cheaper (guards in Python, fewer JSON passes)
+
+
+def _apply_rules_before_fast() -> Any:  # noqa: ANN401
+    """Return apply_rules as it was at BEFORE_FAST (its evaluate and tracked modules, over today's RuleSet)."""
+    tracked = _module_before("commands/rules/tracked.py", BEFORE_FAST)
+    sys.modules["before_fast_tracked"] = tracked
+    source = subprocess.run(["git", "show", f"{BEFORE_FAST}:commands/rules/evaluate.py"], cwd=ROOT, capture_output=True,
+                            text=True, check=True, timeout=30).stdout
+    source = source.replace("from commands.rules.tracked import", "from before_fast_tracked import")
+    module = types.ModuleType("before_fast_evaluate")
+    sys.modules[module.__name__] = module
+    exec(compile(source, f"{BEFORE_FAST}:commands/rules/evaluate.py", "exec"), module.__dict__)  # noqa: S102
+    return module.apply_rules
+
+
+def _module_before(path: str, commit: str) -> types.ModuleType:
+    try:
+        text = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=ROOT, capture_output=True, text=True,
+                              check=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        pytest.skip(f"commit {commit} is not in this clone: {e}")
+    module = types.ModuleType(f"before_{commit}_{path.replace('/', '_')[:-3]}")
+    sys.modules[module.__name__] = module
+    exec(compile(text, f"{commit}:{path}", "exec"), module.__dict__)  # noqa: S102
+    return module
+
+
+def _plain(result: tuple[Any, str | None]) -> tuple[Any, ...]:  # noqa: ANN401
+    """Return (verdict's fields or None, tracked text): the two modules' Verdict classes differ, their fields not."""
+    verdict, text = result
+    return (None if verdict is None else (verdict.reason, verdict.rule, verdict.message, verdict.pointers)), text
+
+
+@pytest.fixture(scope="module")
+def apply_before_fast() -> Any:  # noqa: ANN401
+    return _apply_rules_before_fast()
+
+
+
+@PROPERTY
+@given(commands(typed=True), st.booleans())
+def test_the_rules_decide_as_before_they_were_made_cheaper(apply_before_fast: Any, workload: list[Command],  # noqa: ANN401
+                                                           fewer_fields: bool) -> None:
+    """Every command of a workload gets the verdict and tracked text the rules gave at BEFORE_FAST, also after a
+    rules version that tracks fewer fields (a state holding a pointer no longer tracked) or lowers the bound."""
+    from commands.rules.evaluate import apply_rules
+    from tests.unit.rules_support import with_rules
+
+    later = RULES
+    if fewer_fields:
+        document = json.loads(RULES.document)
+        order = document["types"]["order"]
+        del order["tracked"]["customer"]
+        order["guards"] = [g for g in order["guards"] if "customer" not in g["expr"]]
+        order["max_tracked_bytes"] = 40
+        later = with_rules(document, version=2)
+    states: dict[str, ObjectState | None] = {}
+    for i, cmd in enumerate(workload):
+        rules = RULES if i < len(workload) // 2 else later
+        before = states.get(cmd.object_id)
+        object_type = cmd.object_type if isinstance(cmd, CreateObject) else before.object_type if before else None
+        if object_type is not None:
+            assert _plain(apply_rules(rules, before, cmd, object_type)) == \
+                _plain(apply_before_fast(rules, before, cmd, object_type))
+        states[cmd.object_id] = decide(before, cmd, rules=rules).state
+
+
+@pytest.mark.parametrize("change", ["fewer fields", "lower bound", "a null in the state", "none"])
+def test_a_patch_naming_no_tracked_field_decides_as_before(apply_before_fast: Any, change: str) -> None:  # noqa: ANN401
+    """The shortcut for a patch that names no tracked field (the text is kept) gives what the full path gave."""
+    from commands.rules.evaluate import apply_rules
+    from tests.unit.rules_support import create_order, with_rules
+
+    state = create_order(RULES).state
+    assert state is not None
+    document = json.loads(RULES.document)
+    order = document["types"]["order"]
+    if change == "fewer fields":
+        del order["tracked"]["customer"]
+        order["guards"] = [g for g in order["guards"] if "customer" not in g["expr"]]
+    elif change == "lower bound":
+        order["max_tracked_bytes"] = 40
+    elif change == "a null in the state":
+        state = replace(state, tracked='{"/amount":null,"/customer":"acme","/status":"draft"}')
+    later = with_rules(document, version=2)
+    cmd = UpdateObject("u1", "o1", "alice", T0 + timedelta(seconds=1), patch='{"title": "t"}')
+    assert _plain(apply_rules(later, state, cmd, "order")) == _plain(apply_before_fast(later, state, cmd, "order"))
