@@ -20,6 +20,7 @@ from app.archive.query import locations
 from app.rules.control import CONTROL_HEADER, RULES_CONTROL
 from app.settings import Settings
 from app.signing import SIGNATURE_HEADER
+from app.verify.erased import Erasures, erasures
 from app.verify.refold import Finding, Row, compare, refold
 from app.verify.timeline import RulesTimeline, build_timeline
 
@@ -30,7 +31,8 @@ _COLUMNS = ("topic", "partition", "offset", "timestamp_ms", "key", "value", "hea
 
 @dataclass(frozen=True, slots=True)
 class ReplayReport:
-    """What a replay found: counts and the first divergences (stored coordinates, or the command's)."""
+    """What a replay found: counts and the first divergences (stored coordinates, or the command's); erased objects
+    (``arbiter erase``) apart: their commands are gone, so they are counted, not re-decided (``app.verify.erased``)."""
 
     objects: int = 0
     commands: int = 0
@@ -39,6 +41,10 @@ class ReplayReport:
     divergences: int = 0
     first: Sequence[Finding] = field(default_factory=tuple)
     rules_versions: Sequence[int] = field(default_factory=tuple)
+    erased: int = 0  # objects
+    erased_commands: int = 0
+    erased_stored: int = 0
+    erased_objects: Sequence[str] = field(default_factory=tuple)  # the first ones, by id
 
     @property
     def clean(self) -> bool:
@@ -47,7 +53,9 @@ class ReplayReport:
     def as_dict(self) -> dict[str, Any]:
         return {"objects": self.objects, "commands": self.commands, "expected": self.expected, "stored": self.stored,
                 "divergences": self.divergences, "rules_versions": list(self.rules_versions),
-                "first": [f._asdict() for f in self.first]}
+                "first": [f._asdict() for f in self.first],
+                "erased": {"objects": self.erased, "commands": self.erased_commands, "stored": self.erased_stored,
+                           "first": list(self.erased_objects)}}
 
 
 def session(settings: Settings) -> Any:  # noqa: ANN401 - untyped pyspark
@@ -127,16 +135,34 @@ _RESULT_SCHEMA = pa.schema([("what", pa.string()), ("topic", pa.string()), ("par
 
 
 class VerifyGroup:
-    """One key's commands and stored outputs in, its findings and one summary row out."""
+    """One key's commands and stored outputs in, its findings and one summary row out (for an erased object, its
+    ``erased`` row instead of the summary: its commands are gone, nothing is re-decided)."""
 
-    def __init__(self, settings: Settings, timeline: RulesTimeline, since_ms: int | None) -> None:
+    def __init__(self, settings: Settings, timeline: RulesTimeline, since_ms: int | None,
+                 erased: Erasures | None = None) -> None:
         self.settings, self.timeline, self.since_ms = settings.for_tasks(), timeline, since_ms
+        self.erased = dict(erased or {})
 
     def __call__(self, rows: list[Row]) -> list[dict[str, Any]]:
         commands = [r for r in rows if r.topic == self.settings.topic_commands]
         stored = [r for r in rows if r.topic != self.settings.topic_commands]
+        out: list[dict[str, Any]] = []
+        erased: str | None = None
+        for r in rows:
+            if r.value is not None:
+                continue
+            who = self.erased.get((r.topic, r.partition, r.offset))
+            if who is None:  # a value that no erasure nulled: damaged or forged
+                out.append(Finding("divergent", r.topic, r.partition, r.offset, None, None,
+                                   "the record's value is null and no erasure names it")._asdict())
+            else:
+                erased = erased or who
+        if erased is not None:
+            out.append({"what": "erased", "topic": self.settings.topic_commands, "detail": erased,
+                        "commands": len(commands), "stored": len(stored)})
+            return out
         expected = refold(commands, self.timeline, self.settings)
-        out: list[dict[str, Any]] = [f._asdict() for f in compare(expected, stored, self.since_ms)]
+        out += [f._asdict() for f in compare(expected, stored, self.since_ms)]
         out.append({"what": "summary", "commands": len(expected.decisions), "expected": len(expected.outputs),
                     "stored": len(stored)})
         return out
@@ -191,12 +217,17 @@ def replay(spark: Any, settings: Settings, *, since_ms: int | None = None,  # no
         recent = rows.where((F.col("topic") == settings.topic_commands) & (F.col("timestamp_ms") >= since_ms)) \
             .select("key").distinct()
         rows = rows.join(recent, on="key", how="left_semi")
-    result = by_key(rows, VerifyGroup(settings, timeline, since_ms), _RESULT_SCHEMA, RESULT_DDL).cache()
+    group = VerifyGroup(settings, timeline, since_ms, erasures(settings))
+    result = by_key(rows, group, _RESULT_SCHEMA, RESULT_DDL).cache()
     try:
         totals = result.where(F.col("what") == "summary").agg(
             F.count("*").alias("objects"), F.sum("commands").alias("commands"), F.sum("expected").alias("expected"),
             F.sum("stored").alias("stored")).collect()[0]
-        bad = result.where(F.col("what") != "summary")
+        gone = result.where(F.col("what") == "erased")
+        erased = gone.agg(F.count("*").alias("objects"), F.sum("commands").alias("commands"),
+                          F.sum("stored").alias("stored")).collect()[0]
+        erased_ids = tuple(r["detail"] for r in gone.orderBy("detail").limit(first).collect())
+        bad = result.where(~F.col("what").isin("summary", "erased"))
         count = bad.count()
         found = [Finding(r["what"], r["topic"], r["partition"], r["offset"], r["source_partition"],
                          r["source_offset"], r["detail"])
@@ -205,4 +236,5 @@ def replay(spark: Any, settings: Settings, *, since_ms: int | None = None,  # no
     finally:
         result.unpersist()
     return ReplayReport(totals["objects"] or 0, totals["commands"] or 0, totals["expected"] or 0,
-                        totals["stored"] or 0, count, tuple(found), tuple(sorted(timeline.documents)))
+                        totals["stored"] or 0, count, tuple(found), tuple(sorted(timeline.documents)),
+                        erased["objects"] or 0, erased["commands"] or 0, erased["stored"] or 0, erased_ids)
