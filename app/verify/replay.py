@@ -27,6 +27,8 @@ from app.verify.timeline import RulesTimeline, build_timeline
 RESULT_DDL = ("what STRING, topic STRING, partition INT, offset BIGINT, source_partition INT, source_offset BIGINT, "
               "detail STRING, commands BIGINT, expected BIGINT, stored BIGINT")
 _COLUMNS = ("topic", "partition", "offset", "timestamp_ms", "key", "value", "headers")
+GROUP_KEY = "object_key"  # what ``by_key`` groups by: the object's key (a parked copy's is its source's)
+_WHERE = r"^(.*)\[(\d+)\]@(\d+)$"  # a parked copy's key: ``topic[partition]@offset`` of its source
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +112,36 @@ def to_row(d: dict[str, Any]) -> Row:
     return Row(d["topic"], d["partition"], d["offset"], d["timestamp_ms"], d["key"], d["value"], _headers(d["headers"]))
 
 
+def rows_of(batch: pa.RecordBatch) -> list[Row]:
+    """Return a batch's records as ``Row``s, column by column (``to_pylist`` of the batch builds a dict per row and
+    iterates each, ~40 % of a task's Python time in bench/verify_replay.py)."""
+    h = batch.column("headers")
+    bounds = h.offsets.to_pylist()
+    # the headers the offsets point to (``h.values`` is the whole child of a sliced array; ``flatten`` would drop a
+    # null list's entries and shift the offsets)
+    flat = h.values.slice(bounds[0], bounds[-1] - bounds[0])
+    if pa.types.is_struct(flat.type) and len(flat):
+        k, v = flat.flatten()  # each field as sliced, unlike ``field``
+        names = _strings(k)
+        values = [x if x is not None else b"" for x in v.to_pylist()]
+    else:  # no header at all (pyarrow infers a list of nulls; Spark's type is always the struct)
+        names, values = [], []
+    base = bounds[0]
+    headers = [tuple(zip(names[a - base:b - base], values[a - base:b - base], strict=True)) if b > a else ()
+               for a, b in zip(bounds, bounds[1:], strict=False)]
+    cols = [batch.column(n).to_pylist() for n in _COLUMNS[:-1]]
+    return list(map(Row._make, zip(*cols, headers, strict=True)))
+
+
+def _strings(array: pa.Array) -> list[str | None]:
+    """Return a string column as Python strings, one object per distinct value (header names repeat per record)."""
+    import pyarrow.compute as pc  # type: ignore[import-untyped]
+
+    encoded = pc.dictionary_encode(array)
+    words = encoded.dictionary.to_pylist()
+    return [None if i is None else words[i] for i in encoded.indices.to_pylist()]
+
+
 def timeline_of(frame: Any, settings: Settings) -> RulesTimeline:  # noqa: ANN401
     """Collect the control records of the commands topic (few: one per partition per deploy) into a timeline."""
     controls = frame.where((frame.topic == settings.topic_commands) & is_control_row()).collect()
@@ -169,11 +201,12 @@ class VerifyGroup:
 
 
 class SortedGroups:
-    """``mapInArrow`` function over rows sorted by key within each Spark partition: hands each run of one key to
+    """``mapInArrow`` function over rows sorted by group key within each Spark partition: hands each run of one key to
     ``group`` (a key's run may span batches) and yields its output rows as batches of ``schema``.
 
     One Python call per batch instead of one per key (``applyInArrow`` builds an Arrow table per group: with a few
-    commands per object that cost several times the decisions, bench/verify_replay.py).
+    commands per object that cost several times the decisions, bench/verify_replay.py). The group key is the column
+    ``GROUP_KEY`` where the batch has it (``by_key``), else the record key.
     """
 
     def __init__(self, group: Callable[[list[Row]], list[dict[str, Any]]], schema: pa.Schema) -> None:
@@ -181,14 +214,16 @@ class SortedGroups:
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         run: list[Row] = []
+        last: bytes | None = None
         for batch in batches:
             out: list[dict[str, Any]] = []
-            for d in batch.to_pylist():
-                row = to_row(d)
-                if run and row.key != run[0].key:
+            keys = batch.column(GROUP_KEY if GROUP_KEY in batch.schema.names else "key").to_pylist()
+            for key, row in zip(keys, rows_of(batch), strict=True):
+                if run and key != last:
                     out += self.group(run)
                     run = []
                 run.append(row)
+                last = key
             if out:
                 yield pa.RecordBatch.from_pylist(out, schema=self.schema)
         if run:
@@ -197,9 +232,41 @@ class SortedGroups:
 
 def by_key(rows: Any, group: Callable[[list[Row]], list[dict[str, Any]]], schema: pa.Schema,  # noqa: ANN401
            ddl: str) -> Any:  # noqa: ANN401
-    """Shuffle ``rows`` by key, sort each partition by (key, topic, partition, offset), run ``group`` per key."""
-    return rows.repartition("key").sortWithinPartitions("key", "topic", "partition", "offset") \
+    """Shuffle ``rows`` by group key (``GROUP_KEY``, else the record key), sort each partition by (that key, topic,
+    partition, offset), run ``group`` per key."""
+    if GROUP_KEY not in rows.columns:
+        rows = rows.withColumn(GROUP_KEY, rows.key)
+    return rows.repartition(GROUP_KEY).sortWithinPartitions(GROUP_KEY, "topic", "partition", "offset") \
         .mapInArrow(SortedGroups(group, schema), ddl)
+
+
+def with_group_key(rows: Any, settings: Settings) -> Any:  # noqa: ANN401
+    """Return ``rows`` with ``GROUP_KEY``: the record key, but for a parked copy its source command's key.
+
+    A parked copy is keyed by its source's coordinates (``commands[p]@o``, ``app.validator.parking``), so grouped
+    by its own key it would meet no command: the source keys are looked up by a join of the (few) parked copies'
+    coordinates with the commands. A copy whose source is not there keeps its own key and is reported divergent.
+    """
+    from pyspark.sql import functions as F
+
+    parked = rows.where(F.col("topic") == settings.parked_topic)
+    others = rows.where(F.col("topic") != settings.parked_topic).withColumn(GROUP_KEY, F.col("key"))
+    if not parked.limit(1).count():
+        return others
+    text = F.col("key").cast("string")
+    parked = parked.withColumn("_src_topic", F.regexp_extract(text, _WHERE, 1)) \
+        .withColumn("_src_partition", F.regexp_extract(text, _WHERE, 2).cast("int")) \
+        .withColumn("_src_offset", F.regexp_extract(text, _WHERE, 3).cast("long"))
+    wanted = parked.select("_src_topic", "_src_partition", "_src_offset").distinct()
+    sources = rows.select(F.col("topic").alias("_src_topic"), F.col("partition").alias("_src_partition"),
+                          F.col("offset").alias("_src_offset"), F.col("key").alias("_src_key"),
+                          F.lit(True).alias("_found")) \
+        .where(F.col("_src_topic") == settings.topic_commands) \
+        .join(F.broadcast(wanted), on=["_src_topic", "_src_partition", "_src_offset"], how="left_semi").distinct()
+    keyed = parked.join(F.broadcast(sources), on=["_src_topic", "_src_partition", "_src_offset"], how="left") \
+        .withColumn(GROUP_KEY, F.when(F.col("_found"), F.col("_src_key")).otherwise(F.col("key"))) \
+        .drop("_src_topic", "_src_partition", "_src_offset", "_src_key", "_found")  # a source's key may be null
+    return others.unionByName(keyed)
 
 
 def replay(spark: Any, settings: Settings, *, since_ms: int | None = None,  # noqa: ANN401
@@ -210,13 +277,13 @@ def replay(spark: Any, settings: Settings, *, since_ms: int | None = None,  # no
 
     frame = archive_rows(spark, settings, tail=tail)
     timeline = timeline_of(frame, settings)
-    rows = frame
+    rows = with_group_key(frame, settings)
     if objects:
-        rows = rows.where(F.col("key").cast("string").isin(*objects))
+        rows = rows.where(F.col(GROUP_KEY).cast("string").isin(*objects))
     if since_ms is not None:  # only objects with a command since then; each still folds from its first command
         recent = rows.where((F.col("topic") == settings.topic_commands) & (F.col("timestamp_ms") >= since_ms)) \
-            .select("key").distinct()
-        rows = rows.join(recent, on="key", how="left_semi")
+            .select(GROUP_KEY).distinct()
+        rows = rows.join(recent, on=GROUP_KEY, how="left_semi")
     group = VerifyGroup(settings, timeline, since_ms, erasures(settings))
     result = by_key(rows, group, _RESULT_SCHEMA, RESULT_DDL).cache()
     try:

@@ -186,3 +186,23 @@ def test_an_erased_object_is_reported_apart_and_a_null_value_no_erasure_names_is
                                                     *stored])
     assert ("divergent", commands[1].offset) in [(f["what"], f.get("offset")) for f in plain]
     assert plain[-1]["what"] == "summary"
+
+
+def test_rows_of_a_batch_equal_its_records_read_one_by_one_whatever_the_slicing() -> None:
+    import pyarrow as pa
+
+    from app.verify.replay import rows_of, to_row
+
+    headers = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    lists = [[{"key": "a", "value": b"1"}, {"key": "b", "value": None}], None, [], [{"key": "c", "value": b"3"}], None,
+             [{"key": "a", "value": b"x"}]]
+    table = pa.table({"topic": ["t"] * 6, "partition": pa.array([0] * 6, pa.int32()),
+                      "offset": pa.array(range(6), pa.int64()), "timestamp_ms": pa.array([0] * 6, pa.int64()),
+                      "key": pa.array([b"k", None, b"k", b"j", b"j", b""]),
+                      "value": pa.array([b"v", b"w", None, b"", b"z", b"q"]),
+                      "headers": pa.array(lists, headers)})
+    batches = [b for size in (1, 2, 4, 6) for b in table.to_batches(max_chunksize=size)]
+    batches += [table.slice(start).to_batches()[0] for start in range(6)]
+    for b in batches:
+        assert rows_of(b) == [to_row(d) for d in b.to_pylist()]
+    assert rows_of(table.slice(0, 1).to_batches()[0])[0].headers == (("a", b"1"), ("b", b""))
