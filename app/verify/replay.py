@@ -20,6 +20,7 @@ from app.archive.query import locations
 from app.rules.control import CONTROL_HEADER, RULES_CONTROL
 from app.settings import Settings
 from app.signing import SIGNATURE_HEADER
+from app.validator.fold import limits_for
 from app.verify.erased import Erasures, erasures
 from app.verify.refold import Finding, Row, compare, refold
 from app.verify.timeline import RulesTimeline, build_timeline
@@ -174,6 +175,7 @@ class VerifyGroup:
                  erased: Erasures | None = None) -> None:
         self.settings, self.timeline, self.since_ms = settings.for_tasks(), timeline, since_ms
         self.erased = dict(erased or {})
+        self.limits = limits_for(self.settings)
 
     def __call__(self, rows: list[Row]) -> list[dict[str, Any]]:
         commands = [r for r in rows if r.topic == self.settings.topic_commands]
@@ -193,7 +195,7 @@ class VerifyGroup:
             out.append({"what": "erased", "topic": self.settings.topic_commands, "detail": erased,
                         "commands": len(commands), "stored": len(stored)})
             return out
-        expected = refold(commands, self.timeline, self.settings)
+        expected = refold(commands, self.timeline, self.settings, self.limits)
         out += [f._asdict() for f in compare(expected, stored, self.since_ms)]
         out.append({"what": "summary", "commands": len(expected.decisions), "expected": len(expected.outputs),
                     "stored": len(stored)})

@@ -16,10 +16,11 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 
 from app.settings import Settings
+from app.validator.fold import limits_for
 from app.verify.refold import Row, refold
 from app.verify.replay import archive_rows, by_key, is_control_row, timeline_of
 from app.verify.timeline import RulesTimeline
-from commands import Event
+from commands import Event, Limits
 from schemas import codec
 
 FLIP_DDL = ("object_id STRING, command_id STRING, kind STRING, partition INT, offset BIGINT, timestamp_ms BIGINT, "
@@ -51,10 +52,11 @@ def describe(value: bytes) -> tuple[bool, str, str | None, str]:
     return False, f"REJECTED {o.reason.value}" + (f" [{rule}]" if rule else ""), rule, o.reason.value
 
 
-def flips(commands: Sequence[Row], now: RulesTimeline, candidate: RulesTimeline, settings: Settings) -> list[Flip]:
+def flips(commands: Sequence[Row], now: RulesTimeline, candidate: RulesTimeline, settings: Settings,
+          limits: Limits | None = None) -> list[Flip]:
     """Fold one key's commands under ``now`` and under ``candidate``; return the decisions that flip."""
-    before = refold(commands, now, settings).decisions
-    after = refold(commands, candidate, settings).decisions
+    before = refold(commands, now, settings, limits).decisions
+    after = refold(commands, candidate, settings, limits).decisions
     out: list[Flip] = []
     for (row, old), (_, new) in zip(before, after, strict=True):
         a_ok, a_text, a_rule, a_reason = describe(old[2])
@@ -89,9 +91,11 @@ class WhatIfGroup:
 
     def __init__(self, settings: Settings, now: RulesTimeline, candidate: RulesTimeline) -> None:
         self.settings, self.now, self.candidate = settings.for_tasks(), now, candidate
+        self.limits = limits_for(self.settings)
 
     def __call__(self, rows: list[Row]) -> list[dict[str, Any]]:
-        return [dict(zip(_FLIP_NAMES, f, strict=True)) for f in flips(rows, self.now, self.candidate, self.settings)]
+        return [dict(zip(_FLIP_NAMES, f, strict=True))
+                for f in flips(rows, self.now, self.candidate, self.settings, self.limits)]
 
 
 @dataclass(frozen=True, slots=True)
