@@ -158,7 +158,9 @@ def _header(r: Row, name: str) -> bytes | None:
 def is_control_row() -> Any:  # noqa: ANN401
     from pyspark.sql import functions as F
 
-    return F.exists("headers", lambda h: (h.key == CONTROL_HEADER) & (h.value == F.lit(bytearray(RULES_CONTROL))))
+    # array_contains first: a plain expression, where ``exists`` runs its lambda interpreted on every row
+    return F.array_contains(F.col("headers.key"), CONTROL_HEADER) & \
+        F.exists("headers", lambda h: (h.key == CONTROL_HEADER) & (h.value == F.lit(bytearray(RULES_CONTROL))))
 
 
 _RESULT_SCHEMA = pa.schema([("what", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),

@@ -94,6 +94,8 @@ class WhatIfGroup:
         self.limits = limits_for(self.settings)
 
     def __call__(self, rows: list[Row]) -> list[dict[str, Any]]:
+        if any(r.value is None for r in rows):  # erased (``app.verify.erased``): no commands left to re-decide
+            return []
         return [dict(zip(_FLIP_NAMES, f, strict=True))
                 for f in flips(rows, self.now, self.candidate, self.settings, self.limits)]
 
@@ -146,7 +148,8 @@ def what_if(spark: Any, settings: Settings, candidate: str, *, switch_ms: int = 
     found = by_key(commands.join(recent, on="key", how="left_semi"), WhatIfGroup(settings, now, cand), _FLIP_SCHEMA,
                    FLIP_DDL)
     rows = found.orderBy("timestamp_ms", "partition", "offset").limit(limit).collect()
-    total = commands.where((F.col("timestamp_ms") >= switch_ms) & ~is_control_row()).count()  # decisions, not switches
+    # decisions (not switches), erased commands apart: their objects are skipped
+    total = commands.where((F.col("timestamp_ms") >= switch_ms) & ~is_control_row() & F.col("value").isNotNull()).count()
     return WhatIfReport(total, switch_ms, rules_digest(candidate),
                         tuple(Flip(*[r[n] for n in Flip._fields]) for r in rows))
 
