@@ -115,23 +115,33 @@ def to_row(d: dict[str, Any]) -> Row:
 
 def rows_of(batch: pa.RecordBatch) -> list[Row]:
     """Return a batch's records as ``Row``s, column by column (``to_pylist`` of the batch builds a dict per row and
-    iterates each, ~40 % of a task's Python time in bench/verify_replay.py)."""
-    h = batch.column("headers")
-    bounds = h.offsets.to_pylist()
-    # the headers the offsets point to (``h.values`` is the whole child of a sliced array; ``flatten`` would drop a
-    # null list's entries and shift the offsets)
-    flat = h.values.slice(bounds[0], bounds[-1] - bounds[0])
-    if pa.types.is_struct(flat.type) and len(flat):
-        k, v = flat.flatten()  # each field as sliced, unlike ``field``
-        names = _strings(k)
-        values = [x if x is not None else b"" for x in v.to_pylist()]
-    else:  # no header at all (pyarrow infers a list of nulls; Spark's type is always the struct)
+    iterates each, ~40 % of a task's Python time in bench/verify_replay.py). The headers come as ``headers`` (a list
+    of key/value structs, as archived) or split into ``header_keys`` and ``header_values`` (``by_key``: Spark
+    writes two lists to Arrow faster than one list of structs)."""
+    if "header_keys" in batch.schema.names:
+        keys, bounds = _items(batch.column("header_keys"))
+        names = _strings(keys) if len(keys) else []
+        values = _items(batch.column("header_values"))[0].to_pylist()
+    else:
+        pairs, bounds = _items(batch.column("headers"))
         names, values = [], []
-    base = bounds[0]
-    headers = [tuple(zip(names[a - base:b - base], values[a - base:b - base], strict=True)) if b > a else ()
+        if pa.types.is_struct(pairs.type) and len(pairs):  # (pyarrow infers a list of nulls for no header at all)
+            k, v = pairs.flatten()  # each field as sliced
+            names, values = _strings(k), v.to_pylist()
+    values = [x if x is not None else b"" for x in values]
+    headers = [tuple(zip(names[a:b], values[a:b], strict=True)) if b > a else ()
                for a, b in zip(bounds, bounds[1:], strict=False)]
     cols = [batch.column(n).to_pylist() for n in _COLUMNS[:-1]]
     return list(map(Row._make, zip(*cols, headers, strict=True)))
+
+
+def _items(lists: pa.Array) -> tuple[pa.Array, list[int]]:
+    """Return (the items a list column's offsets span, its offsets counted from 0).
+
+    Not ``lists.values`` (the whole child of a sliced array) nor ``flatten`` (which drops a null list's entries and
+    would shift the offsets)."""
+    bounds = lists.offsets.to_pylist()
+    return lists.values.slice(bounds[0], bounds[-1] - bounds[0]), [b - bounds[0] for b in bounds]
 
 
 def _strings(array: pa.Array) -> list[str | None]:
@@ -241,7 +251,8 @@ def by_key(rows: Any, group: Callable[[list[Row]], list[dict[str, Any]]], schema
     if GROUP_KEY not in rows.columns:
         rows = rows.withColumn(GROUP_KEY, rows.key)
     return rows.repartition(GROUP_KEY).sortWithinPartitions(GROUP_KEY, "topic", "partition", "offset") \
-        .mapInArrow(SortedGroups(group, schema), ddl)
+        .withColumn("header_keys", rows.headers.key).withColumn("header_values", rows.headers.value) \
+        .drop("headers").mapInArrow(SortedGroups(group, schema), ddl)
 
 
 def with_group_key(rows: Any, settings: Settings) -> Any:  # noqa: ANN401

@@ -201,8 +201,16 @@ def test_rows_of_a_batch_equal_its_records_read_one_by_one_whatever_the_slicing(
                       "key": pa.array([b"k", None, b"k", b"j", b"j", b""]),
                       "value": pa.array([b"v", b"w", None, b"", b"z", b"q"]),
                       "headers": pa.array(lists, headers)})
-    batches = [b for size in (1, 2, 4, 6) for b in table.to_batches(max_chunksize=size)]
-    batches += [table.slice(start).to_batches()[0] for start in range(6)]
-    for b in batches:
-        assert rows_of(b) == [to_row(d) for d in b.to_pylist()]
+    # as ``by_key`` hands them over: the headers split into two lists
+    split = table.drop_columns(["headers"]).append_column(
+        "header_keys", pa.array([None if x is None else [h["key"] for h in x] for x in lists], pa.list_(pa.string()))
+    ).append_column(
+        "header_values", pa.array([None if x is None else [h["value"] for h in x] for x in lists],
+                                  pa.list_(pa.binary())))
+    for t in (table, split):
+        batches = [b for size in (1, 2, 4, 6) for b in t.to_batches(max_chunksize=size)]
+        batches += [t.slice(start).to_batches()[0] for start in range(6)]
+        for b in batches:
+            whole = table.slice(b.column("offset")[0].as_py(), b.num_rows).to_pylist()
+            assert rows_of(b) == [to_row(d) for d in whole]
     assert rows_of(table.slice(0, 1).to_batches()[0])[0].headers == (("a", b"1"), ("b", b""))
