@@ -128,7 +128,8 @@ def rows_of(batch: pa.RecordBatch) -> list[Row]:
         if pa.types.is_struct(pairs.type) and len(pairs):  # (pyarrow infers a list of nulls for no header at all)
             k, v = pairs.flatten()  # each field as sliced
             names, values = _strings(k), v.to_pylist()
-    values = [x if x is not None else b"" for x in values]
+    if None in values:
+        values = [x if x is not None else b"" for x in values]
     headers = [tuple(zip(names[a:b], values[a:b], strict=True)) if b > a else ()
                for a, b in zip(bounds, bounds[1:], strict=False)]
     cols = [batch.column(n).to_pylist() for n in _COLUMNS[:-1]]
