@@ -5,7 +5,7 @@ archive (objects of one create and ``--updates`` updates, their outputs computed
 clean) as hive-partitioned Parquet under a temporary directory, then times
 
 - **fold only**: ``app.verify.refold`` + ``compare`` in this process, one core, no Spark (the work of each task);
-- **Spark job**: ``app.verify.replay.replay`` on ``--master`` (read Parquet, shuffle by key, ``applyInArrow``).
+- **Spark job**: ``app.verify.replay.replay`` on ``--master`` (read Parquet, shuffle by key, sort, ``mapInArrow``).
 
 The validator's own rate per core to compare with is in docs/benchmarks.md (the archive section's table, the same
 machine); run both in one sitting for a fair ratio. Unsigned commands (``allow_unsigned_commands``): no HMAC per record.
