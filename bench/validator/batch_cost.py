@@ -13,6 +13,9 @@ A configuration is ``label`` or ``label:NAME=VALUE;NAME=VALUE``: environment var
 of an earlier commit, with ``.cache`` linked to this tree's): the validator starts with that directory as its
 working directory and ``PYTHONPATH``, so its driver, its JVM and the Python workers all import from it
 (``python -m`` puts the working directory first on ``sys.path``, so ``PYTHONPATH`` alone is not enough).
+``MODULE=bench.validator.floor_proc`` runs that module instead of ``app.validator``: Spark's floor, the validator's
+query shape with an identity Python step (``FLOOR_PYTHON=0``: no Python; ``FLOOR_ASYNC=1``: asynchronous progress
+tracking), so the validator's cost at a rate can be read beside what the micro-batch machinery alone costs.
 """
 
 from __future__ import annotations
@@ -133,12 +136,20 @@ class Outcomes:
         while not self.stop.is_set():
             for m in self.consumer.consume(num_messages=1000, timeout=0.05):
                 if m.error() is None and m.value() is not None:
-                    self.seen.setdefault(codec.decode_outcome(m.value()).command_id, time.perf_counter())
+                    self.seen.setdefault(_command_id(m.value()), time.perf_counter())
 
     def close(self) -> None:
         self.stop.set()
         self.thread.join()
         self.consumer.close()
+
+
+def _command_id(value: bytes) -> str:
+    """Return the command id of an outcome record, or of a command record (Spark's floor copies commands)."""
+    try:
+        return codec.decode_outcome(value).command_id
+    except Exception:  # noqa: BLE001 - not an outcome: the floor's copy of the command
+        return codec.decode_command(value).command_id
 
 
 def batches(checkpoint: Path, t0: float, t1: float) -> list[float]:
@@ -170,9 +181,10 @@ def run_config(cfg: Config, base: Settings, work: Path, recs: list[tuple[bytes, 
            "PYSPARK_PYTHON": sys.executable, **cfg.env}
     log = open(work / f"validator-{cfg.label}-{tag}.log", "wb")  # noqa: SIM115 - closed below
     tree = env.pop("TREE", None)
+    module = env.pop("MODULE", "app.validator")
     if tree is not None:
         env["PYTHONPATH"] = tree
-    proc = subprocess.Popen([sys.executable, "-m", "app.validator"], env=env, stdout=log,  # noqa: S603
+    proc = subprocess.Popen([sys.executable, "-m", module], env=env, stdout=log,  # noqa: S603
                             stderr=subprocess.STDOUT, start_new_session=True, cwd=tree)
     outcomes = Outcomes(s)
     prod = producer(s)
