@@ -19,6 +19,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -101,7 +102,7 @@ def _commands_on_topic(settings: Settings) -> int:
                for r in read_all(settings, settings.topic_commands))
 
 
-def _replay(settings: Settings, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:  # type: ignore[type-arg]
+def _replay(settings: Settings, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     done = _cli(settings, "verify", "replay", "--json", *args)
     assert done.stdout.strip(), done.stderr[-4000:]
     return done, json.loads(done.stdout.strip().splitlines()[-1])
