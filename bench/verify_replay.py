@@ -5,7 +5,9 @@ archive (objects of one create and ``--updates`` updates, their outputs computed
 clean) as hive-partitioned Parquet under a temporary directory, then times
 
 - **fold only**: ``app.verify.refold`` + ``compare`` in this process, one core, no Spark (the work of each task);
-- **Spark job**: ``app.verify.replay.replay`` on ``--master`` (read Parquet, shuffle by key, ``applyInArrow``).
+- **Spark job**: ``app.verify.replay.replay`` on ``--master`` (read Parquet, shuffle by key, sort, ``mapInArrow``),
+  wall-clock rate and CPU seconds per 1M commands of this process's tree (JVM, Python workers, driver), as
+  ``bench.archive`` reports the validator's.
 
 The validator's own rate per core to compare with is in docs/benchmarks.md (the archive section's table, the same
 machine); run both in one sitting for a fair ratio. Unsigned commands (``allow_unsigned_commands``): no HMAC per record.
@@ -107,12 +109,18 @@ def main() -> None:
             from app.verify.replay import replay
 
             write_archive(Path(tmp) / "archive", rows)
+            from bench.peer.cpu import by_component, delta
+
             spark = spark_session(settings, app_name="arbiter-verify-bench")
             try:
-                wall = time.perf_counter()
+                before, wall = by_component(), time.perf_counter()
                 report = replay(spark, settings)
-                result |= {"master": args.master, "spark_per_s": round(report.commands / (time.perf_counter() - wall)),
-                           "spark_divergences": report.divergences, "spark_commands": report.commands}
+                seconds, cpu = time.perf_counter() - wall, delta(before, by_component())
+                result |= {"master": args.master, "spark_per_s": round(report.commands / seconds),
+                           "spark_divergences": report.divergences, "spark_commands": report.commands,
+                           # the JVM, its Python workers and this driver: what bench.archive's line counts for a query
+                           "spark_cpu_s_per_1m": round(sum(cpu.values()) / report.commands * 1e6, 1),
+                           "spark_cpu_by_component": {k: round(v, 1) for k, v in cpu.items() if v}}
             finally:
                 spark.stop()
         print(json.dumps(result, sort_keys=True))

@@ -54,6 +54,10 @@ def _replay(args: argparse.Namespace) -> int:
         print(f"{report.objects} objects, {report.commands} commands re-decided under rules versions "
               f"{list(report.rules_versions) or 'none'}: {report.expected} outputs expected, {report.stored} stored, "
               f"{report.divergences} divergences")
+        if report.erased:
+            print(f"{report.erased} erased objects not re-decided (arbiter erase nulled their records): "
+                  f"{report.erased_commands} commands, {report.erased_stored} outputs; first: "
+                  f"{', '.join(report.erased_objects)}")
         for f in report.first:
             source = f" (from {settings.topic_commands}[{f.source_partition}]@{f.source_offset})" \
                 if f.source_partition is not None else ""

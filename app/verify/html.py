@@ -5,6 +5,7 @@ No script, no external asset (no fonts, images or styles from elsewhere): it ope
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from html import escape
 
@@ -18,7 +19,7 @@ def _time(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def chart(flips: list[Flip] | tuple[Flip, ...]) -> str:
+def chart(flips: Sequence[Flip]) -> str:
     """Return an SVG bar chart of flips per time bucket: accepted->rejected up (red), rejected->accepted down."""
     if not flips:
         return f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W}" height="40" role="img">' \

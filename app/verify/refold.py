@@ -17,6 +17,7 @@ from app.signing import SIGNATURE_HEADER
 from app.traces import TRACEPARENT, TRACESTATE
 from app.validator.fold import InputRecord, OutputRecord, fold, limits_for
 from app.verify.timeline import RulesTimeline
+from commands import Limits
 from schemas import parked as parked_codec
 
 
@@ -58,24 +59,27 @@ def header(headers: Sequence[tuple[str, bytes]], name: str) -> bytes | None:
     return next((v for k, v in headers if k == name), None)
 
 
-def refold(commands: Iterable[Row], timeline: RulesTimeline, settings: Settings) -> Refolded:
-    """Re-decide one key's records of the commands topic in (partition, offset) order under ``timeline``'s rules."""
+def refold(commands: Iterable[Row], timeline: RulesTimeline, settings: Settings,
+           limits: Limits | None = None) -> Refolded:
+    """Re-decide one key's records of the commands topic in (partition, offset) order under ``timeline``'s rules
+    (``limits``: ``limits_for(settings)``, which a caller folding many keys computes once)."""
     rows = sorted(commands, key=lambda r: (r.partition, r.offset))
     outputs: list[tuple[OutputRecord, tuple[int, int, int]]] = []
     records: list[InputRecord] = []
     cmd_rows: list[Row] = []
     for r in rows:
-        if is_control(header(r.headers, CONTROL_HEADER)):
+        h = dict(reversed(r.headers)) if r.headers else {}  # the first value of a repeated name, as ``header``
+        if is_control(h.get(CONTROL_HEADER)):
             out = timeline.outputs.get((r.partition, r.offset))
             if out is not None:
                 outputs.append((out, (r.partition, r.offset, r.timestamp_ms)))
             continue
-        records.append(InputRecord(r.key, r.value, r.topic, r.partition, r.offset, header(r.headers, SIGNATURE_HEADER),
-                                   header(r.headers, TRACEPARENT), header(r.headers, TRACESTATE), None,
+        records.append(InputRecord(r.key, r.value, r.topic, r.partition, r.offset, h.get(SIGNATURE_HEADER),
+                                   h.get(TRACEPARENT), h.get(TRACESTATE), None,
                                    timeline.version_at(r.partition, r.offset, r.timestamp_ms)))
         cmd_rows.append(r)
     parked: list[OutputRecord] = []
-    decided, _, _ = fold(lambda: None, records, settings, limits_for(settings), ordered=True, parked=parked,
+    decided, _, _ = fold(lambda: None, records, settings, limits or limits_for(settings), ordered=True, parked=parked,
                          rules=timeline.shard_rules())
     at = {(r.partition, r.offset): r.timestamp_ms for r in cmd_rows}
     outputs += [(o, (r.partition, r.offset, r.timestamp_ms)) for o, r in zip(decided, cmd_rows, strict=True)]

@@ -16,10 +16,11 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 
 from app.settings import Settings
+from app.validator.fold import limits_for
 from app.verify.refold import Row, refold
 from app.verify.replay import archive_rows, by_key, is_control_row, timeline_of
 from app.verify.timeline import RulesTimeline
-from commands import Event
+from commands import Event, Limits
 from schemas import codec
 
 FLIP_DDL = ("object_id STRING, command_id STRING, kind STRING, partition INT, offset BIGINT, timestamp_ms BIGINT, "
@@ -51,10 +52,11 @@ def describe(value: bytes) -> tuple[bool, str, str | None, str]:
     return False, f"REJECTED {o.reason.value}" + (f" [{rule}]" if rule else ""), rule, o.reason.value
 
 
-def flips(commands: Sequence[Row], now: RulesTimeline, candidate: RulesTimeline, settings: Settings) -> list[Flip]:
+def flips(commands: Sequence[Row], now: RulesTimeline, candidate: RulesTimeline, settings: Settings,
+          limits: Limits | None = None) -> list[Flip]:
     """Fold one key's commands under ``now`` and under ``candidate``; return the decisions that flip."""
-    before = refold(commands, now, settings).decisions
-    after = refold(commands, candidate, settings).decisions
+    before = refold(commands, now, settings, limits).decisions
+    after = refold(commands, candidate, settings, limits).decisions
     out: list[Flip] = []
     for (row, old), (_, new) in zip(before, after, strict=True):
         a_ok, a_text, a_rule, a_reason = describe(old[2])
@@ -89,9 +91,13 @@ class WhatIfGroup:
 
     def __init__(self, settings: Settings, now: RulesTimeline, candidate: RulesTimeline) -> None:
         self.settings, self.now, self.candidate = settings.for_tasks(), now, candidate
+        self.limits = limits_for(self.settings)
 
     def __call__(self, rows: list[Row]) -> list[dict[str, Any]]:
-        return [dict(zip(_FLIP_NAMES, f, strict=True)) for f in flips(rows, self.now, self.candidate, self.settings)]
+        if any(r.value is None for r in rows):  # erased (``app.verify.erased``): no commands left to re-decide
+            return []
+        return [dict(zip(_FLIP_NAMES, f, strict=True))
+                for f in flips(rows, self.now, self.candidate, self.settings, self.limits)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +148,8 @@ def what_if(spark: Any, settings: Settings, candidate: str, *, switch_ms: int = 
     found = by_key(commands.join(recent, on="key", how="left_semi"), WhatIfGroup(settings, now, cand), _FLIP_SCHEMA,
                    FLIP_DDL)
     rows = found.orderBy("timestamp_ms", "partition", "offset").limit(limit).collect()
-    total = commands.where((F.col("timestamp_ms") >= switch_ms) & ~is_control_row()).count()  # decisions, not switches
+    # decisions (not switches), erased commands apart: their objects are skipped
+    total = commands.where((F.col("timestamp_ms") >= switch_ms) & ~is_control_row() & F.col("value").isNotNull()).count()
     return WhatIfReport(total, switch_ms, rules_digest(candidate),
                         tuple(Flip(*[r[n] for n in Flip._fields]) for r in rows))
 

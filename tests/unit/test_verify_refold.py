@@ -159,3 +159,58 @@ def test_sorted_groups_hand_each_keys_run_to_the_group_even_across_batches() -> 
                                                                           batch([b"b"])])))
     assert seen == [(None, 1), (b"a", 3), (b"b", 2)]
     assert sum(b.num_rows for b in out) == 3
+
+
+def test_an_erased_object_is_reported_apart_and_a_null_value_no_erasure_names_is_divergent() -> None:
+    from app.verify.replay import VerifyGroup
+
+    commands = _rows()
+    stored = _stored(refold(commands, RulesTimeline(), S).outputs)
+    # what ``arbiter erase`` leaves: every value nulled but the DELETED event's, each nulled row in the erasure record
+    def kept(r: Row) -> bool:
+        return r.topic == S.topic_events and codec.decode_event(r.value or b"").type.value == "DELETED"
+
+    nulled = [r if kept(r) else r._replace(value=None) for r in [*commands, *stored]]
+    record = {(r.topic, r.partition, r.offset): "o1" for r in nulled if r.value is None}
+    assert len(record) == len(nulled) - 1
+    group = VerifyGroup(S, RulesTimeline(), None, record)
+    assert group([*commands, *stored]) == [{"what": "summary", "commands": 5, "expected": 5, "stored": 5}]
+    assert group(nulled) == [{"what": "erased", "topic": S.topic_commands, "detail": "o1", "commands": 5, "stored": 5}]
+    # one nulled value the erasure does not name: a divergence at its coordinates, beside the erased object
+    forged = stored[0]._replace(offset=99, value=None)
+    found = group([*nulled, forged])
+    assert [(f["what"], f["topic"], f.get("offset")) for f in found] == [("divergent", forged.topic, 99),
+                                                                   ("erased", S.topic_commands, None)]
+    # no erasure recorded at all: every nulled record is a divergence, and the fold still runs
+    plain = VerifyGroup(S, RulesTimeline(), None)([*commands[:1], commands[1]._replace(value=None), *commands[2:],
+                                                    *stored])
+    assert ("divergent", commands[1].offset) in [(f["what"], f.get("offset")) for f in plain]
+    assert plain[-1]["what"] == "summary"
+
+
+def test_rows_of_a_batch_equal_its_records_read_one_by_one_whatever_the_slicing() -> None:
+    import pyarrow as pa
+
+    from app.verify.replay import rows_of, to_row
+
+    headers = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    lists = [[{"key": "a", "value": b"1"}, {"key": "b", "value": None}], None, [], [{"key": "c", "value": b"3"}], None,
+             [{"key": "a", "value": b"x"}]]
+    table = pa.table({"topic": ["t"] * 6, "partition": pa.array([0] * 6, pa.int32()),
+                      "offset": pa.array(range(6), pa.int64()), "timestamp_ms": pa.array([0] * 6, pa.int64()),
+                      "key": pa.array([b"k", None, b"k", b"j", b"j", b""]),
+                      "value": pa.array([b"v", b"w", None, b"", b"z", b"q"]),
+                      "headers": pa.array(lists, headers)})
+    # as ``by_key`` hands them over: the headers split into two lists
+    split = table.drop_columns(["headers"]).append_column(
+        "header_keys", pa.array([None if x is None else [h["key"] for h in x] for x in lists], pa.list_(pa.string()))
+    ).append_column(
+        "header_values", pa.array([None if x is None else [h["value"] for h in x] for x in lists],
+                                  pa.list_(pa.binary())))
+    for t in (table, split):
+        batches = [b for size in (1, 2, 4, 6) for b in t.to_batches(max_chunksize=size)]
+        batches += [t.slice(start).to_batches()[0] for start in range(6)]
+        for b in batches:
+            whole = table.slice(b.column("offset")[0].as_py(), b.num_rows).to_pylist()
+            assert rows_of(b) == [to_row(d) for d in whole]
+    assert rows_of(table.slice(0, 1).to_batches()[0])[0].headers == (("a", b"1"), ("b", b""))
