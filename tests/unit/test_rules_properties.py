@@ -4,7 +4,6 @@ and rules=None (or rules with untyped objects) is the decide of before rules exi
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import types
 from dataclasses import replace
@@ -108,12 +107,13 @@ def test_decide_with_rules_is_deterministic_and_a_rejection_keeps_the_state_byte
     assert run(workload, RULES) == first
 
 
+def _source_at(commit: str, path: str) -> str:
+    """Return ``path`` as it was at ``commit``: vendored under tests/unit/before/ (a shallow clone has no history)."""
+    return (ROOT / "tests" / "unit" / "before" / commit / f"{path}.txt").read_text()
+
+
 def _module_before_rules(path: str) -> types.ModuleType:
-    try:
-        text = subprocess.run(["git", "show", f"{BEFORE_RULES}:{path}"], cwd=ROOT, capture_output=True, text=True,
-                              check=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError) as e:
-        pytest.skip(f"commit {BEFORE_RULES} is not in this clone: {e}")
+    text = _source_at(BEFORE_RULES, path)
     module = types.ModuleType(f"before_rules_{path.replace('/', '_')[:-3]}")
     sys.modules[module.__name__] = module  # its dataclasses resolve annotations through sys.modules
     exec(compile(text, f"{BEFORE_RULES}:{path}", "exec"), module.__dict__)
@@ -194,8 +194,7 @@ def _apply_rules_before_fast() -> Any:  # noqa: ANN401
     """Return apply_rules as it was at BEFORE_FAST (its evaluate and tracked modules, over today's RuleSet)."""
     tracked = _module_before("commands/rules/tracked.py", BEFORE_FAST)
     sys.modules["before_fast_tracked"] = tracked
-    source = subprocess.run(["git", "show", f"{BEFORE_FAST}:commands/rules/evaluate.py"], cwd=ROOT, capture_output=True,
-                            text=True, check=True, timeout=30).stdout
+    source = _source_at(BEFORE_FAST, "commands/rules/evaluate.py")
     source = source.replace("from commands.rules.tracked import", "from before_fast_tracked import")
     module = types.ModuleType("before_fast_evaluate")
     sys.modules[module.__name__] = module
@@ -204,11 +203,7 @@ def _apply_rules_before_fast() -> Any:  # noqa: ANN401
 
 
 def _module_before(path: str, commit: str) -> types.ModuleType:
-    try:
-        text = subprocess.run(["git", "show", f"{commit}:{path}"], cwd=ROOT, capture_output=True, text=True,
-                              check=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError) as e:
-        pytest.skip(f"commit {commit} is not in this clone: {e}")
+    text = _source_at(commit, path)
     module = types.ModuleType(f"before_{commit}_{path.replace('/', '_')[:-3]}")
     sys.modules[module.__name__] = module
     exec(compile(text, f"{commit}:{path}", "exec"), module.__dict__)  # noqa: S102
