@@ -26,7 +26,9 @@ from confluent_kafka.admin import NewTopic
 from app.errors import BrokerUnavailable
 from app.rescale.errors import BadRequest, WritesPaused
 from app.settings import Settings, checkpoint_uri
-from app.validator.topic_io import produce, read_all
+from app.signing import SIGNATURE_HEADER, checker_for, signer_for
+from app.validator.topic_io import Record, produce_with_headers, read_all
+from schemas.parked import VALID
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +72,29 @@ def successor(settings: Settings, current: Generation, partitions: int) -> Gener
 
 
 def history(settings: Settings) -> list[Generation]:
-    """Return every generation record, oldest first (empty before the first rescale)."""
+    """Return every genuine generation record, oldest first (empty before the first rescale).
+
+    A record is signed like a command record (``app.signing``): the generation names the topic the API writes to
+    and the validator reads, so one produced by anyone else is ignored (and logged), as a forged control record is.
+    """
     try:
         records = read_all(settings, settings.generations_topic)
     except KeyError:  # the topic does not exist: no rescale yet
         return []
-    return [Generation.parse(r.value) for r in records if r.key == KEY and r.value]
+    return [Generation.parse(r.value) for r in records if r.key == KEY and r.value and _genuine(settings, r)]
+
+
+def _genuine(settings: Settings, record: Record) -> bool:
+    """Whether ``record`` carries a valid signature (or unsigned producers are allowed); log it if not."""
+    checker = checker_for(settings)
+    if checker is None:
+        return True
+    signature = next((bytes(v) for k, v in record.headers if k == SIGNATURE_HEADER and v is not None), None)
+    status, why = checker.verdict(record.key, record.value, signature)
+    if status == VALID:
+        return True
+    log.warning("ignoring generation record %s[%d]@%d: %s", record.topic, record.partition, record.offset, why)
+    return False
 
 
 def current(settings: Settings) -> Generation:
@@ -88,7 +107,9 @@ def publish(settings: Settings, generation: Generation, by: str) -> Generation:
     """Append ``generation`` (stamped now, by ``by``) to the generations topic, creating it first; return it."""
     ensure_generations_topic(settings)
     stamped = replace(generation, at=datetime.now(UTC).isoformat(), by=by)
-    produce(settings, [(KEY, stamped.dumps())], topic=settings.generations_topic, sign=False)
+    value = stamped.dumps()
+    produce_with_headers(settings, [(KEY, value, signer_for(settings).headers(KEY, value), None)],
+                         settings.generations_topic)
     return stamped
 
 

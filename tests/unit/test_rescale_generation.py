@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import SecretStr
 
 from app.rescale.generation import Generation, first, overlay, successor
 from app.settings import Settings, checkpoint_uri
@@ -52,3 +53,23 @@ def test_outputs_of_a_rescaled_generation_go_where_their_key_hashes_among_the_ou
     assert output_partition(s, key, source) == want
     assert output_partition(s, None, source) == (source if commands == outputs else source % outputs)
     assert output_partition(_base(), key, 3) == 3  # unrescaled: the source partition, as before
+
+
+def test_only_a_signed_generation_record_counts() -> None:
+    """A generation names the topic the API writes to: one produced without Arbiter's record key is ignored."""
+    from app.rescale.generation import KEY, _genuine
+    from app.signing import signer_for
+    from app.validator.topic_io import Record
+
+    s = _base().model_copy(update={"auth_secret": SecretStr("a-secret-of-at-least-thirty-two-bytes!!")})
+    value = successor(s, first(s), 6).dumps()
+    at = ("cmds-generations", 0, 3)
+    assert _genuine(s, Record(*at, KEY, value, tuple(signer_for(s).headers(KEY, value))))
+    assert not _genuine(s, Record(*at, KEY, value))  # unsigned
+    other = s.model_copy(update={"auth_secret": SecretStr("another-secret-of-thirty-two-bytes!!")})
+    forged = signer_for(other).headers(KEY, value)
+    assert not _genuine(s, Record(*at, KEY, value, tuple(forged)))  # signed with another key
+    tampered = successor(s, first(s), 7).dumps()
+    assert not _genuine(s, Record(*at, KEY, tampered, tuple(signer_for(s).headers(KEY, value))))  # another value
+    open_ = s.model_copy(update={"allow_unsigned_commands": True})
+    assert _genuine(open_, Record(*at, KEY, value))  # unsigned producers allowed: as for commands
