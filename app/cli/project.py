@@ -97,18 +97,23 @@ def _db(args: argparse.Namespace) -> int:
 
 def _audit(args: argparse.Namespace) -> int:
     from app.read_models import audit_root
+    from app.rescale.generation import ensure_generations_topic
     from app.rules.catalog import ensure_rules_topic
     from projections.audit import AuditProjection
     from projections.audit.deploys import decode_audited
 
     s = get_settings()
     # the parked-log topic: every redrive and discard of a parked record (app.parked.lot) joins the hash chain; so
-    # does every rules deploy (the catalog topic's signed claims: who deployed which version, README "Rules")
+    # does every rules deploy (the catalog topic's signed claims: who deployed which version, README "Rules") and
+    # every rescale step (the generations topic: docs/operations/rescale.md)
     ensure_rules_topic(s)
-    cfg = runner_config(s, "audit", (s.topic_events, s.topic_rejections, s.parked_log_topic, s.rules_topic),
+    ensure_generations_topic(s)
+    cfg = runner_config(s, "audit", (s.topic_events, s.topic_rejections, s.parked_log_topic, s.rules_topic,
+                                     s.generations_topic),
                         assign_all=True,
                         until_caught_up=args.until_caught_up, reset_out_of_range=args.reset_out_of_range)
-    # a deploy's catalog records are chained and indexed under arbiter:rules, not counted undecodable
+    # a deploy's catalog records (arbiter:rules) and the generation records (arbiter:generation) are chained and
+    # indexed, not counted undecodable
     return _run(s, cfg, AuditProjection(audit_root(s), sync=s.projection_sync_writes), decode_audited)
 
 

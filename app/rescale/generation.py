@@ -11,13 +11,12 @@ pause writes during a cut-over and switch topics after it (``GenerationWatch``).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
 import threading
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -28,35 +27,13 @@ from app.rescale.errors import BadRequest, WritesPaused
 from app.settings import Settings, checkpoint_uri
 from app.signing import SIGNATURE_HEADER, checker_for, signer_for
 from app.validator.topic_io import Record, produce_with_headers, read_all
+from schemas.generations import KEY, Generation
 from schemas.parked import VALID
 
 log = logging.getLogger(__name__)
 
-KEY = b"generation"
 #: How often a running API looks for a new generation; a rescale waits twice this after pausing writes.
 WATCH_INTERVAL_S = 1.0
-
-
-@dataclass(frozen=True)
-class Generation:
-    """One generation of the commands topic; ``paused`` while a rescale cuts over from it to the next."""
-
-    number: int
-    topic: str
-    partitions: int
-    checkpoint: str
-    paused: bool = False
-    at: str = ""
-    by: str = ""
-
-    def dumps(self) -> bytes:
-        return json.dumps(asdict(self), sort_keys=True).encode()
-
-    @classmethod
-    def parse(cls, raw: bytes) -> Generation:
-        body = json.loads(raw)
-        return cls(int(body["number"]), str(body["topic"]), int(body["partitions"]), str(body["checkpoint"]),
-                   bool(body.get("paused", False)), str(body.get("at", "")), str(body.get("by", "")))
 
 
 def first(settings: Settings) -> Generation:

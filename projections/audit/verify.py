@@ -28,6 +28,7 @@ from projections.audit.deploys import catalog_record
 from projections.rocks import prefixed
 from schemas import codec
 from schemas.codec import DecodeError
+from schemas.generations import generation_record
 from schemas.rules_control import Deploy, Placed
 
 TP = tuple[str, int]
@@ -165,7 +166,8 @@ class HistoryEntry:
     """One decision about an object, as audited."""
 
     occurred_at: datetime | None
-    outcome: str          # ACCEPTED, REJECTED, UNDECODABLE, ERASED; DEPLOYED, CLAIM-LOST or PLACED for rules deploys
+    outcome: str          # ACCEPTED, REJECTED, UNDECODABLE, ERASED; DEPLOYED, CLAIM-LOST or PLACED for rules deploys;
+    #                       PAUSED or RESCALED for a rescale's generation records
     what: str             # event type, reason code, or the decode error
     version: int | None
     command_id: str | None
@@ -196,6 +198,12 @@ def _history_entry(entry: Entry) -> HistoryEntry:
         offsets = " ".join(f"{deploy.topic}[{p}]@{o}" for p, o in sorted(deploy.offsets.items()))
         return HistoryEntry(deploy.placed_at, "PLACED", "RULES", deploy.version, None, deploy.principal, where,
                             f"digest {deploy.digest} control records {offsets}")
+    generation = generation_record(entry.value)
+    if generation is not None:  # a rescale's step: writes paused on a generation, or a new one current
+        at = _instant(generation.at)
+        return HistoryEntry(at, "PAUSED" if generation.paused else "RESCALED", "GENERATION", generation.number, None,
+                            generation.by or None, where, f"commands topic {generation.topic}, {generation.partitions} "
+                            f"partitions, checkpoint {generation.checkpoint}")
     try:
         out = codec.decode_outcome(entry.value or b"")
     except DecodeError as e:
@@ -205,6 +213,14 @@ def _history_entry(entry: Entry) -> HistoryEntry:
                             where, issuer=out.issuer, jti=out.jti)
     return HistoryEntry(out.occurred_at, "REJECTED", out.reason.value, out.current_version, out.command_id,
                         out.principal, where, out.message, out.issuer, out.jti)
+
+
+def _instant(text: str) -> datetime | None:
+    """Return the ISO 8601 instant ``text`` names, or None (empty or not one: shown as ``-``, never a crash)."""
+    try:
+        return datetime.fromisoformat(text) if text else None
+    except ValueError:
+        return None
 
 
 def _claims_that_won(entries: list[HistoryEntry]) -> list[HistoryEntry]:

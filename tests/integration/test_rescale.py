@@ -7,6 +7,7 @@ merge to fewer than at the start) to keep the test inside its time budget.
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 import time
@@ -182,6 +183,17 @@ def test_rescale_4_6_2_equals_the_oracle_across_generations_refuses_retries_and_
                    for o in seen), cmd
     # paused 0, 1; paused 1, 2: the history, each switch once although the last one was re-run after a kill
     assert [(g.number, g.paused) for g in history(s)] == [(0, True), (1, False), (1, True), (2, False)]
+    # ... and the audit trail chains them: `arbiter audit show arbiter:generation` lists each step, then verifies.
+    env = {**validator_env(s), "ARBITER_PROJECTION_METRICS_PORTS": "{}"}
+    shown = ""
+    for args in (("project", "audit", "--until-caught-up"), ("audit", "show", "arbiter:generation"),
+                 ("audit", "verify")):
+        done = subprocess.run([sys.executable, "-m", "app.cli", *args], env=env, cwd=ROOT, capture_output=True,
+                              text=True, timeout=120, check=False)
+        assert done.returncode == 0, (args, done.stdout[-2000:], done.stderr[-2000:])
+        shown = done.stdout if args[1] == "show" else shown
+    steps = re.findall(r"(PAUSED|RESCALED)\s+GENERATION\s+v(\d+)", shown)
+    assert steps == [("PAUSED", "0"), ("RESCALED", "1"), ("PAUSED", "1"), ("RESCALED", "2")], shown
 
 
 def _until(check, timeout: float = 15.0) -> None:  # noqa: ANN001
