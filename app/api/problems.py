@@ -173,6 +173,11 @@ def arbiter_error(request: Request, exc: Exception) -> JSONResponse:
     if problems:
         extra = {**extra, "problems": list(problems)}
     status = status_of(exc.code)
+    if status == 503 and "Retry-After" not in headers:
+        # Every 503 says when to try again (e.g. WRITES_PAUSED raised by app.rescale below a route, as PUT /rules
+        # meets it): clients retry after it instead of at once (RFC 9110 §10.2.3).
+        settings = getattr(request.app.state, "settings", None)
+        headers = {**headers, "Retry-After": str(getattr(settings, "retry_after_s", 1))}
     if isinstance(exc, Unauthorized | InsufficientScope):  # RFC 6750 §3: the error code in WWW-Authenticate
         headers = {"WWW-Authenticate": exc.www_authenticate}
         if isinstance(exc, InsufficientScope):

@@ -56,3 +56,37 @@ def test_status_mapping() -> None:
                                                           "IDENTITY_PROVIDER_UNAVAILABLE", "TOO_MANY_SUBSCRIBERS",
                                                               "WRITES_PAUSED"}
     assert {s for s in STATUS.values() if s >= 500} == {503}
+
+
+def test_every_503_says_when_to_retry_even_when_raised_below_a_route() -> None:
+    """A coded 503 raised by code that knows nothing of HTTP (``WRITES_PAUSED`` from ``app.rescale``, as ``PUT /rules``
+    meets it) still answers ``Retry-After`` (the settings' ``retry_after_s``); one a route set is kept."""
+    from types import SimpleNamespace
+
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from app.api.problems import install
+    from app.rescale.errors import WritesPaused
+
+    app = FastAPI()
+    install(app)
+    app.state.settings = SimpleNamespace(retry_after_s=7)
+
+    @app.get("/paused")
+    def paused() -> None:
+        raise WritesPaused("a rescale is cutting the commands topic over")
+
+    @app.get("/own")
+    def own() -> None:
+        raise ApiError("busy", code="TOO_MANY_WAITERS", headers={"Retry-After": "2"})
+
+    @app.get("/bad")
+    def bad() -> None:
+        raise ApiError("no", code="INVALID_REQUEST")
+
+    client = TestClient(app)
+    answer = client.get("/paused")
+    assert (answer.status_code, answer.json()["code"], answer.headers.get("Retry-After")) == (503, "WRITES_PAUSED", "7")
+    assert client.get("/own").headers["Retry-After"] == "2"
+    assert "Retry-After" not in client.get("/bad").headers
