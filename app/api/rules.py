@@ -25,32 +25,47 @@ log = logging.getLogger("arbiter.api.rules")
 
 RULES_VERSION_HEADER = "Arbiter-Rules-Version"
 REFRESH_S = 5.0  # how stale the API's view of the newest rules may be (a deploy also refreshes it at once)
+REFRESH_WAIT_S = 1.0  # the longest a request waits for a read of the catalog before using the rules it has
 #: Finds the newest known event of an object (the audit trail's, ``AuditOutcomes.latest_event``), None if unknown.
 LatestEvent = Callable[[str], Event | None]
 
 
 class RulesView:
-    """The newest deployed rules, read from the catalog at most every ``REFRESH_S`` seconds."""
+    """The newest deployed rules, read from the catalog at most every ``REFRESH_S`` seconds.
+
+    A request never waits longer than ``REFRESH_WAIT_S`` for a read of the catalog: the pre-check is advisory, so
+    with the broker slow or down a write goes on with the rules already seen (none, at first) while the read
+    finishes in the background, and the write path answers on its own terms (``503 BROKER_UNAVAILABLE`` within
+    ``produce_timeout_s``).
+    """
 
     def __init__(self, settings: Settings, latest: LatestEvent | None = None) -> None:
         self.settings = settings
         self.latest = latest  # set once the audit trail's reader is open: without it, patches are not pre-checked
         self.deploy: Deploy | None = None
         self.read_at = -REFRESH_S
-        self._lock = asyncio.Lock()
+        self._refresh: asyncio.Future[None] | None = None
 
     async def newest(self) -> Deploy | None:
         """Return the newest deployed rules (re-read from the catalog when the last read is older than REFRESH_S)."""
         if time.monotonic() - self.read_at < REFRESH_S:
             return self.deploy
-        async with self._lock:
-            if time.monotonic() - self.read_at >= REFRESH_S:
-                try:
-                    self.deploy = await asyncio.to_thread(current, self.settings)
-                except Exception as e:  # noqa: BLE001 - advisory: a broker hiccup must not fail a write
-                    log.warning("cannot read the rules catalog %s: %s", self.settings.rules_topic, e)
-                self.read_at = time.monotonic()
+        if self._refresh is None or self._refresh.done() or self._refresh.get_loop() is not asyncio.get_running_loop():
+            self._refresh = asyncio.ensure_future(self._read())
+        try:
+            await asyncio.wait_for(asyncio.shield(self._refresh), REFRESH_WAIT_S)
+        except TimeoutError:
+            pass  # the read goes on in the background; this request uses what was seen before
         return self.deploy
+
+    async def _read(self) -> None:
+        try:
+            found = await asyncio.to_thread(current, self.settings)
+            if found is not None and (self.deploy is None or found.version >= self.deploy.version):
+                self.deploy = found  # never older than a deploy this API made meanwhile (``seen``)
+        except Exception as e:  # noqa: BLE001 - advisory: a broker hiccup must not fail a write
+            log.warning("cannot read the rules catalog %s: %s", self.settings.rules_topic, e)
+        self.read_at = time.monotonic()
 
     def seen(self, deploy: Deploy) -> None:
         """Take a deploy this API made as the newest at once."""
