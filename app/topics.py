@@ -129,6 +129,27 @@ def ensure_lease_topic(settings: Settings) -> None:
     ensure_topics(settings, [settings.topic_validator_leases], partitions=1)
 
 
+def ensure_history_topic(settings: Settings, name: str, what: str) -> None:
+    """Create ``name`` if missing: one partition, never deleted by retention (its records are a history: the rules
+    catalog numbers the versions, the generations topic is every rescale), then wait for its leader.
+    ``what`` names it in the ``BrokerUnavailable`` raised when the broker cannot create it."""
+    client = admin(settings.kafka_bootstrap)
+    try:
+        if name in client.list_topics(timeout=10).topics:
+            return
+        config = {**topic_config(settings), "retention.ms": "-1", "retention.bytes": "-1"}
+        topic = NewTopic(name, num_partitions=1, replication_factor=settings.replication_factor, config=config)
+        for fut in client.create_topics([topic], operation_timeout=30).values():
+            try:
+                fut.result()
+            except KafkaException as e:
+                if "TOPIC_ALREADY_EXISTS" not in str(e):
+                    raise
+        wait_for_leaders(client, [name])
+    except KafkaException as e:
+        raise BrokerUnavailable(f"cannot create the {what} {name!r}: {e}") from e
+
+
 def align_max_message_bytes(client: AdminClient, settings: Settings, names: list[str]) -> None:
     """Set ``max.message.bytes`` of existing topics ``names`` to ``settings.max_message_bytes`` where it differs.
 

@@ -20,7 +20,6 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import NewTopic
 
 from app.errors import BrokerUnavailable
 from app.rescale.errors import BadRequest, WritesPaused
@@ -92,24 +91,9 @@ def publish(settings: Settings, generation: Generation, by: str) -> Generation:
 
 def ensure_generations_topic(settings: Settings) -> None:
     """Create the generations topic if missing: one partition, kept forever (it is the history)."""
-    from app.topics import admin, topic_config, wait_for_leaders
+    from app.topics import ensure_history_topic
 
-    client = admin(settings.kafka_bootstrap)
-    try:
-        if settings.generations_topic in client.list_topics(timeout=10).topics:
-            return
-        config = {**topic_config(settings), "retention.ms": "-1", "retention.bytes": "-1"}
-        topic = NewTopic(settings.generations_topic, num_partitions=1, replication_factor=settings.replication_factor,
-                         config=config)
-        for fut in client.create_topics([topic], operation_timeout=30).values():
-            try:
-                fut.result()
-            except KafkaException as e:
-                if "TOPIC_ALREADY_EXISTS" not in str(e):
-                    raise
-        wait_for_leaders(client, [settings.generations_topic])
-    except KafkaException as e:
-        raise BrokerUnavailable(f"cannot create the generations topic {settings.generations_topic!r}: {e}") from e
+    ensure_history_topic(settings, settings.generations_topic, "generations topic")
 
 
 def overlay(settings: Settings, generation: Generation) -> Settings:

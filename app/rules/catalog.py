@@ -12,10 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import NewTopic
-
-from app.errors import BrokerUnavailable
 from app.rules.control import CONTROL_HEADER, CONTROL_KEY, ControlInvalid, Deploy, decode_control, is_control
 from app.settings import Settings
 from app.signing import SIGNATURE_HEADER, checker_for
@@ -26,23 +22,9 @@ CLAIM_KEY = CONTROL_KEY
 
 def ensure_rules_topic(settings: Settings) -> None:
     """Create the catalog topic if missing: one partition, never deleted by retention (it numbers the versions)."""
-    from app.topics import admin, topic_config
+    from app.topics import ensure_history_topic
 
-    client = admin(settings.kafka_bootstrap)
-    try:
-        if settings.rules_topic in client.list_topics(timeout=10).topics:
-            return
-        config = {**topic_config(settings), "retention.ms": "-1", "retention.bytes": "-1"}
-        topic = NewTopic(settings.rules_topic, num_partitions=1, replication_factor=settings.replication_factor,
-                         config=config)
-        for fut in client.create_topics([topic], operation_timeout=30).values():
-            try:
-                fut.result()
-            except KafkaException as e:
-                if "TOPIC_ALREADY_EXISTS" not in str(e):
-                    raise
-    except KafkaException as e:
-        raise BrokerUnavailable(f"cannot create the rules catalog topic {settings.rules_topic!r}: {e}") from e
+    ensure_history_topic(settings, settings.rules_topic, "rules catalog topic")
 
 
 def winners(records: Iterable[Record], settings: Settings) -> list[Deploy]:
