@@ -1,8 +1,9 @@
 """``python -m bench.rescale_split``: time a rescale's split step (restore the old shards, route, write the seeds).
 
 No Kafka, no Spark. Builds ``--objects`` object states (a real state: created and updated by ``commands.decide``,
-so it carries a dedup window, encoded by the codec behind its write time) spread over ``--from`` shards by
-murmur2, each shard uploaded as a real snapshot to a local checkpoint directory; then runs the split step as
+so it carries a dedup window of its own command ids, encoded by the codec behind its write time) spread over
+``--from`` shards by murmur2, each shard uploaded as a real snapshot to a local checkpoint directory (``build``,
+also what ``bench.rescale`` seeds the whole rescale with); then runs the split step as
 ``arbiter rescale`` does (``app.rescale.seed.split_into_seeds``) to ``--to`` shards, and prints its wall and
 process time and the process's peak RSS. The split step is the part of a rescale's write pause that grows with
 the state (the drain grows with the lag, the other steps are a few Kafka round trips).
@@ -16,6 +17,7 @@ import shutil
 import struct
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -30,37 +32,73 @@ from commands import CreateObject, UpdateObject, decide
 from commands.state import Limits
 from schemas import codec
 
+#: Every bench object id has this length: a state made for this id is every object's, its id replaced byte for byte.
+TEMPLATE_ID = "object-000000000"
 
-def _state_bytes() -> bytes:
-    """Return one stored state value: write time + the codec bytes of an object updated 16 times."""
+
+def object_id(i: int) -> bytes:
+    return f"object-{i:09d}".encode()
+
+
+def _state(oid: str) -> bytes:
+    """Return the codec bytes of object ``oid`` created then updated 16 times (a full dedup window of its own ids)."""
     t0, limits = datetime(2025, 6, 1, tzinfo=UTC), Limits()
-    state = decide(None, CreateObject("c0", "o", "alice", t0, document='{"a": 1, "name": "some object"}'), limits).state
+    state = decide(None, CreateObject(f"c-{oid}", oid, "alice", t0, document='{"a": 1, "name": "some object"}'),
+                   limits).state
     for i in range(16):
-        state = decide(state, UpdateObject(f"u{i}", "o", "alice", t0 + timedelta(seconds=i), patch=f'{{"b": {i}}}'),
-                       limits).state
+        state = decide(state, UpdateObject(f"u{i:02d}-{oid}", oid, "alice", t0 + timedelta(seconds=i),
+                                           patch=f'{{"b": {i}}}'), limits).state
     assert state is not None
-    return struct.pack(">q", int(time.time() * 1000)) + codec.encode_state(state)
+    return codec.encode_state(state)
+
+
+def state_values() -> Callable[[bytes], bytes]:
+    """Return ``value(object id)``: the stored value of that object's state (write time now + codec bytes).
+
+    Every object gets its own bytes (its command ids), as in a real shard, so the compression of the shards is
+    not flattered by millions of identical values; decide runs once, for a template whose id is then replaced.
+    """
+    written = struct.pack(">q", int(time.time() * 1000))
+    template, sample = _state(TEMPLATE_ID), object_id(7)
+    assert TEMPLATE_ID.encode() in template, "the state does not hold its command ids"
+    assert template.replace(TEMPLATE_ID.encode(), sample) == _state(sample.decode())  # the replacement is decide's
+
+    def value(oid: bytes) -> bytes:
+        return written + template.replace(TEMPLATE_ID.encode(), oid)
+
+    return value
 
 
 def build(settings: Settings, checkpoint: str, objects: int, partitions: int, scratch: Path) -> int:
-    """Write ``objects`` states over ``partitions`` shards as snapshots at ``checkpoint``; return the state bytes."""
-    value = _state_bytes()
-    shards: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
-    for i in range(objects):
-        oid = f"object-{i:09d}".encode()
-        shards[partition_for(oid, partitions)].append(oid)
+    """Write ``objects`` states over ``partitions`` shards as snapshots at ``checkpoint``; return the state bytes.
+
+    Streams: every shard's database is open at once and gets bounded write batches, so memory does not grow
+    with ``objects``. Each shard is the key layout the validator writes (``s:<id>`` -> write time + state) and
+    is uploaded by the validator's own ``ShardStore.put_snapshot``, so the split restores it as a validator would.
+    """
+    value = state_values()
     opts = shard_options(settings.rocks_memory_mb, settings.rocks_write_buffer_mb)
-    for p, ids in shards.items():
-        db = rocksdict.Rdict(str(scratch / f"build-{p}"), opts)
-        wb = rocksdict.WriteBatch(raw_mode=True)
-        for oid in ids:
-            wb.put(b"s:" + oid, value)
-        db.write(wb)
+    dbs = {p: rocksdict.Rdict(str(scratch / f"build-{p}"), opts) for p in range(partitions)}
+    batches = {p: rocksdict.WriteBatch(raw_mode=True) for p in range(partitions)}
+    size = 0
+    for i in range(objects):
+        oid = object_id(i)
+        p, v = partition_for(oid, partitions), value(oid)
+        batches[p].put(b"s:" + oid, v)
+        size += len(v)
+        if (i + 1) % 50_000 == 0:
+            for q, wb in batches.items():
+                dbs[q].write(wb)
+                batches[q] = rocksdict.WriteBatch(raw_mode=True)
+    for p, db in dbs.items():
+        db.write(batches[p])
         db.flush()
         rocksdict.Checkpoint(db).create_checkpoint(str(scratch / f"build-{p}.copy"))
         db.close()
         ShardStore(checkpoint, p, fsync=False).put_snapshot(0, scratch / f"build-{p}.copy", f"bench-{p}")
-    return objects * len(value)
+        shutil.rmtree(scratch / f"build-{p}", ignore_errors=True)
+        shutil.rmtree(scratch / f"build-{p}.copy", ignore_errors=True)
+    return size
 
 
 def main() -> None:

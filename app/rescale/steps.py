@@ -39,8 +39,11 @@ from app.validator.rocks.checkpoint import filesystem_of
 log = logging.getLogger("arbiter.rescale")
 
 STEPS = ("pause", "drain", "topic", "split", "switch", "done")
-#: Fault injection for the kill -9 tests: the process SIGKILLs itself at the named point ("<step>" after a
-#: step, "split:1" after the first seed). Read from the environment of the ``arbiter rescale`` process only.
+#: Fault injection for the kill -9 tests: the process SIGKILLs itself at the named point: "<step>" after a step,
+#: or one inside a step: "pause:published" (paused, before the wait for the APIs), "drain:lagging" (the validator
+#: is behind), "split:<n>" (after the n-th new seed) and "switch:late" (a write reached the old topic after the
+#: drain: the plan is back at the drain, the stale seeds not yet deleted). Read from the environment of the
+#: ``arbiter rescale`` process only.
 KILL_AT = "ARBITER_RESCALE_KILL_AT"
 
 
@@ -146,12 +149,16 @@ def _pause(settings: Settings, plan: Plan, by: str, wait_s: float) -> None:
     now = current(settings)
     if now.number == plan.source.number and not now.paused:
         publish(settings, replace(plan.source, paused=True), by)
+    _kill_point("pause:published")
     # Every running API sees the pause within WATCH_INTERVAL_S; a write it produced just before is on the old
     # topic by the drain, or caught by the switch's check of the old topic's end offsets.
     time.sleep(2 * WATCH_INTERVAL_S)
 
 
 def _drain(settings: Settings, plan: Plan, by: str, wait_s: float) -> None:
+    # Seeds present now were split before a write reached the old topic (the switch found it, and was killed
+    # before deleting them): they lack that write, and the split keeps a complete seed, so they go first.
+    _discard_seeds(plan.target.checkpoint)
     src = plan.source
     deadline = time.monotonic() + wait_s
     while True:
@@ -159,6 +166,7 @@ def _drain(settings: Settings, plan: Plan, by: str, wait_s: float) -> None:
             check_drained(settings, src.checkpoint, src.topic, src.partitions)
             return
         except NotDrained:
+            _kill_point("drain:lagging")
             if time.monotonic() >= deadline:
                 raise
             time.sleep(1.0)
@@ -188,8 +196,11 @@ def _switch(settings: Settings, plan: Plan, by: str, wait_s: float) -> None:
     try:  # nothing reached the old topic after the drain (a write in flight at the pause, a direct producer)
         check_drained(settings, src.checkpoint, src.topic, src.partitions)
     except NotDrained as e:
-        _discard_seeds(plan.target.checkpoint)  # the seeds are stale: split again
+        # Back to the drain first: were the seeds deleted first, a kill in between would leave the plan at the
+        # switch, which a re-run would publish without them once the validator drained the late write.
         write_plan(settings, replace(plan, step="drain"))
+        _kill_point("switch:late")
+        _discard_seeds(plan.target.checkpoint)  # the seeds are stale: split again
         raise NotDrained(f"commands reached {src.topic} after the drain; the split is discarded. {e}") from e
     publish(settings, plan.target, by)
 

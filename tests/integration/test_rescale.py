@@ -1,7 +1,6 @@
-"""``arbiter rescale`` end to end on a real broker and real Spark: 4 -> 6 -> 2 partitions with the state intact.
+"""``arbiter rescale`` end to end on a real broker and real Spark: a split then a merge, with the state intact.
 
-The suite's topics have 4 partitions, so the issue's 8 -> 12 -> 4 is run as 4 -> 6 -> 2 (a split, then a
-merge to fewer than at the start) to keep the test inside its time budget.
+``COUNTS`` are the partition counts of the three generations: a split, then a merge to fewer than at the start.
 """
 
 from __future__ import annotations
@@ -58,6 +57,7 @@ from tests.integration.validator_oracle import (
 pytestmark = pytest.mark.integration
 
 T0 = datetime(2025, 6, 1, tzinfo=UTC)
+COUNTS = (4, 6, 2)
 RULES_V3 = '{"rules": 1, "types": {}, "description": "v3"}'
 
 
@@ -75,26 +75,51 @@ def _commands(n: int, objects: int, start: int) -> list[Command]:
     return out
 
 
-def _cli_rescale(s: Settings, partitions: int, tmp: Path, kill_at: str | None = None) -> subprocess.CompletedProcess[
-        bytes]:
+def _cli_rescale(s: Settings, partitions: int, kill_at: str | None = None,
+                 wait_s: float = 0) -> subprocess.CompletedProcess[bytes]:
+    """Run ``arbiter rescale --partitions N`` as a process (SIGKILLing itself at ``kill_at``, if given)."""
     env = validator_env(s) | ({KILL_AT: kill_at} if kill_at else {})
-    return subprocess.run([sys.executable, "-m", "app.cli", "rescale", "--partitions", str(partitions), "--wait", "0"],
-                          env=env, cwd=ROOT, capture_output=True, timeout=180)
+    return subprocess.run([sys.executable, "-m", "app.cli", "rescale", "--partitions", str(partitions),
+                           "--wait", str(wait_s)], env=env, cwd=ROOT, capture_output=True, timeout=180 + wait_s)
 
 
-def test_rescale_4_6_2_equals_the_oracle_across_generations_refuses_retries_and_resumes_after_kill_9(
+def _killed(run: subprocess.CompletedProcess[bytes], continued_at: str | None, partitions: int) -> None:
+    """Assert ``run`` died of its own SIGKILL, having continued the rescale at step ``continued_at`` (None: new)."""
+    assert run.returncode == -9, run.stderr.decode()[-2000:]
+    said = f"continuing the rescale to {partitions} partitions at step '{continued_at}'".encode()
+    assert (said in run.stdout) == (continued_at is not None), run.stdout.decode()
+
+
+def _seeds(s: Settings) -> list[bool]:
+    plan = read_plan(s)
+    assert plan is not None
+    return [ShardStore(plan.target.checkpoint, p).has_seed() for p in range(plan.target.partitions)]
+
+
+def test_rescale_equals_the_oracle_across_generations_refuses_retries_and_resumes_after_kill_9_in_each_step(
         spark, settings: Settings, tmp_path: Path) -> None:  # noqa: ANN001
-    s = settings.model_copy(update={"state_backend": "rocksdb", "snapshot_every": 2})
-    assert s.partitions == 4
+    n0, n1, n2 = COUNTS
+    s = settings.model_copy(update={"state_backend": "rocksdb", "snapshot_every": 2, "partitions": n0})
+    if n0 != settings.partitions:  # the fixture's topics have its count: this test's own, with ``n0``
+        s = s.model_copy(update={t: f"{getattr(s, t)}-p{n0}"
+                                 for t in ("topic_commands", "topic_events", "topic_rejections")})
+        ensure_topics(s)
     gen0 = _commands(600, 60, 0)
     send_with_deploys(s, gen0)  # two rules deploys and a forged control record in generation 0
 
-    # Not drained: the rescale pauses writes, then refuses, naming the lag; the plan stays at the drain.
+    # kill -9 in the pause, once writes are paused and before the wait for the APIs to see it: the plan is at the
+    # pause, which the next run redoes without pausing twice (the history below has one pause per rescale).
+    _killed(_cli_rescale(s, n1, kill_at="pause:published"), None, n1)
+    assert read_plan(s).step == "pause" and current(s).paused and len(history(s)) == 1
+    # Not drained: the rescale refuses, naming the lag; the plan stays at the drain.
     with pytest.raises(NotDrained, match="has not committed"):
-        rescale(s, 6, wait_s=0)
+        rescale(s, n1, wait_s=0)
     assert read_plan(s) is not None and read_plan(s).step == "drain"
     assert current(s).paused
-    with pytest.raises(InProgress, match="--partitions 6"):
+    # kill -9 in the drain, while the validator is behind: the plan stays at the drain.
+    _killed(_cli_rescale(s, n1, kill_at="drain:lagging"), "drain", n1)
+    assert read_plan(s).step == "drain"
+    with pytest.raises(InProgress, match=f"--partitions {n1}"):
         rescale(s, 3)
     watch = GenerationWatch(s)  # what a running API sees: writes answer 503 with Retry-After, nothing produced
     producer = CommandProducer(s, generation=watch)
@@ -105,18 +130,21 @@ def test_rescale_4_6_2_equals_the_oracle_across_generations_refuses_retries_and_
         deploy(s, RULES_V3, principal="ops:test")
 
     # A running validator (as `arbiter run` keeps one) drains the paused generation while the rescale waits for
-    # it, and stops by itself once the new generation is switched to; the supervisor would start it again.
+    # it (killed -9 once drained, then run again), and stops by itself once the new generation is switched to; the
+    # supervisor would start it again.
     job = start_validator(s, tmp_path / "validator.log")
     try:
-        g1 = rescale(s, 6, wait_s=180)
+        _killed(_cli_rescale(s, n1, kill_at="drain", wait_s=180), "drain", n1)
+        assert read_plan(s).step == "drain" and current(s).paused
+        g1 = rescale(s, n1, wait_s=180)
         assert job.wait(60) == 130, (tmp_path / "validator.log").read_text()[-3000:]
     finally:
         stop_validator(job)
     assert "is current: stopping this validator" in (tmp_path / "validator.log").read_text()
-    assert (g1.number, g1.partitions, g1.topic) == (1, 6, f"{s.topic_commands}.g1")
+    assert (g1.number, g1.partitions, g1.topic) == (1, n1, f"{s.topic_commands}.g1")
     assert read_plan(s).step == "done" and not current(s).paused
     s1 = generation_settings(s)
-    assert (s1.topic_commands, s1.partitions, s1.output_partitions) == (g1.topic, 6, 4)
+    assert (s1.topic_commands, s1.partitions, s1.output_partitions) == (g1.topic, n1, n0)
     watch = GenerationWatch(s)
     assert CommandProducer(s, generation=watch)._follow() is None and watch.generation == current(s)
 
@@ -129,28 +157,34 @@ def test_rescale_4_6_2_equals_the_oracle_across_generations_refuses_retries_and_
     drain(spark, s1, timeout=240)
 
     # kill -9 after the topic step (pause, drain and topic done), then in the split after the first new shard's
-    # seed, then after the switch: each time the same command continues from the step it reached.
-    topic = _cli_rescale(s, 2, tmp_path, kill_at="topic")
-    assert topic.returncode == -9, topic.stderr.decode()[-2000:]
+    # seed: each time the same command continues from the step it reached.
+    _killed(_cli_rescale(s, n2, kill_at="topic"), None, n2)
     assert read_plan(s).step == "topic" and current(s).paused
-    killed = _cli_rescale(s, 2, tmp_path, kill_at="split:1")
-    assert killed.returncode == -9, killed.stderr.decode()[-2000:]
-    assert b"continuing the rescale to 2 partitions at step 'topic'" in killed.stdout
-    plan = read_plan(s)
-    assert plan is not None and plan.step == "split"
-    seeds = [ShardStore(plan.target.checkpoint, p).has_seed() for p in range(2)]
-    assert seeds == [True, False], seeds
+    _killed(_cli_rescale(s, n2, kill_at="split:1"), "topic", n2)
+    assert read_plan(s).step == "split"
+    assert _seeds(s) == [True] + [False] * (n2 - 1)
     assert current(s).paused and current(s).number == 1
-    switched = _cli_rescale(s, 2, tmp_path, kill_at="switch")  # killed after the switch, before "done"
-    assert switched.returncode == -9, switched.stderr.decode()[-2000:]
-    assert b"continuing the rescale to 2 partitions at step 'split'" in switched.stdout
+    # A producer writing to the old topic directly (not paused by the rescale): the switch finds its write, puts
+    # the plan back at the drain and is killed -9 before deleting the seeds, which lack the write's effect (it
+    # deletes an object generation 2 goes on updating). The next run's drain deletes them first, then refuses
+    # until the validator has decided the write; the split after it makes seeds with it.
+    late = DeleteObject("late-delete", "k7", "alice", T0 + timedelta(seconds=899))
+    send_commands(s1, [late])
+    _killed(_cli_rescale(s, n2, kill_at="switch:late"), "split", n2)
+    assert read_plan(s).step == "drain" and _seeds(s) == [True] * n2 and current(s).number == 1
+    refused = _cli_rescale(s, n2)
+    assert refused.returncode == 2 and b"RESCALE_NOT_DRAINED" in refused.stderr, refused.stderr.decode()[-2000:]
+    assert read_plan(s).step == "drain" and _seeds(s) == [False] * n2 and current(s).paused
+    drain(spark, s1, timeout=240)
+    # kill -9 after the switch, before "done": the re-run publishes nothing twice.
+    _killed(_cli_rescale(s, n2, kill_at="switch"), "drain", n2)
     assert read_plan(s).step == "switch" and current(s).number == 2
-    done = _cli_rescale(s, 2, tmp_path)
+    done = _cli_rescale(s, n2)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
-    assert b"continuing the rescale to 2 partitions at step 'switch'" in done.stdout
+    assert b"continuing the rescale to %d partitions at step 'switch'" % n2 in done.stdout
     assert read_plan(s).step == "done"
     s2 = generation_settings(s)
-    assert (s2.partitions, s2.topic_commands) == (2, f"{s.topic_commands}.g2")
+    assert (s2.partitions, s2.topic_commands) == (n2, f"{s.topic_commands}.g2")
 
     gen2 = _commands(200, 60, 900)
     retry2 = [gen1[13]]
@@ -169,11 +203,11 @@ def test_rescale_4_6_2_equals_the_oracle_across_generations_refuses_retries_and_
     assert_topics_equal_the_topic_oracle(s, expected)
 
     # What the oracle shares with the validator (outcome_record) is checked apart too: the output topics kept
-    # their 4 partitions and each object's outputs stayed on the partition its key hashes to among 4.
+    # their partitions and each object's outputs stayed on the partition its key hashes to among that count.
     outputs = topic_outputs(s)
     for topic, key, _, partition, headers in outputs:
         if key is not None and topic == s.topic_events:
-            assert partition == partition_for(key, 4)
+            assert partition == partition_for(key, n0)
         assert dict(headers)["ce_source"] == source(s.topic_commands)  # the contract's constant in every generation
     # A retry across each cut-over is refused by the dedup window that travelled with its object.
     for cmd in retries + retry2:
