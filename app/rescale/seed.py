@@ -170,3 +170,10 @@ def scratch_dir(settings: Settings) -> Path:
     base = settings.path(settings.var_dir) / "rescale"
     base.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix="split-", dir=base))
+
+
+def remove_scratch(settings: Settings) -> None:
+    """Remove the scratch directories a killed split left (restored old shards: as large as the state)."""
+    base = settings.path(settings.var_dir) / "rescale"
+    for left in base.glob("split-*") if base.is_dir() else ():
+        shutil.rmtree(left, ignore_errors=True)

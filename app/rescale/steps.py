@@ -32,7 +32,7 @@ from pyarrow import fs as pafs
 
 from app.rescale.errors import BadRequest, InProgress, NotDrained
 from app.rescale.generation import WATCH_INTERVAL_S, Generation, current, overlay, publish, successor
-from app.rescale.seed import check_drained, scratch_dir, split_into_seeds
+from app.rescale.seed import check_drained, remove_scratch, scratch_dir, split_into_seeds
 from app.settings import Settings, checkpoint_uri
 from app.validator.rocks.checkpoint import filesystem_of
 
@@ -179,6 +179,7 @@ def _topic(settings: Settings, plan: Plan, by: str, wait_s: float) -> None:
 
 
 def _split(settings: Settings, plan: Plan, by: str, wait_s: float) -> None:
+    remove_scratch(settings)  # one rescale runs at a time: what is there, a kill -9 left
     scratch = scratch_dir(settings)
     try:
         routed, written = split_into_seeds(

@@ -176,13 +176,17 @@ def test_rescale_equals_the_oracle_across_generations_refuses_retries_and_resume
     assert refused.returncode == 2 and b"RESCALE_NOT_DRAINED" in refused.stderr, refused.stderr.decode()[-2000:]
     assert read_plan(s).step == "drain" and _seeds(s) == [False] * n2 and current(s).paused
     drain(spark, s1, timeout=240)
-    # kill -9 after the switch, before "done": the re-run publishes nothing twice.
-    _killed(_cli_rescale(s, n2, kill_at="switch"), "drain", n2)
+    # kill -9 after the split (every seed made again, with the late write), then after the switch, before "done":
+    # the re-run publishes nothing twice.
+    _killed(_cli_rescale(s, n2, kill_at="split"), "drain", n2)
+    assert read_plan(s).step == "split" and _seeds(s) == [True] * n2 and current(s).paused
+    _killed(_cli_rescale(s, n2, kill_at="switch"), "split", n2)
     assert read_plan(s).step == "switch" and current(s).number == 2
     done = _cli_rescale(s, n2)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert b"continuing the rescale to %d partitions at step 'switch'" % n2 in done.stdout
     assert read_plan(s).step == "done"
+    assert not list((s.path(s.var_dir) / "rescale").iterdir())  # the scratch the kills -9 in the split left is removed
     s2 = generation_settings(s)
     assert (s2.partitions, s2.topic_commands) == (n2, f"{s.topic_commands}.g2")
 
