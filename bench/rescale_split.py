@@ -1,7 +1,7 @@
 """``python -m bench.rescale_split``: time a rescale's split step (restore the old shards, route, write the seeds).
 
 No Kafka, no Spark. Builds ``--objects`` object states (a real state: created and updated by ``commands.decide``,
-so it carries a dedup window of its own command ids, encoded by the codec behind its write time) spread over
+so it carries a dedup window of its own command ids and fingerprints, encoded by the codec behind its write time) spread over
 ``--from`` shards by murmur2, each shard uploaded as a real snapshot to a local checkpoint directory (``build``,
 also what ``bench.rescale`` seeds the whole rescale with); then runs the split step as
 ``arbiter rescale`` does (``app.rescale.seed.split_into_seeds``) to ``--to`` shards, and prints its wall and
@@ -12,12 +12,14 @@ the state (the drain grows with the lag, the other steps are a few Kafka round t
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import shutil
 import struct
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -29,8 +31,9 @@ from app.validator.murmur2 import partition_for
 from app.validator.rocks.checkpoint import ShardStore
 from app.validator.rocks.memory import shard_options
 from commands import CreateObject, UpdateObject, decide
-from commands.state import Limits
+from commands.state import Limits, ObjectState
 from schemas import codec
+from schemas.records import pack_fingerprints
 
 #: Every bench object id has this length: a state made for this id is every object's, its id replaced byte for byte.
 TEMPLATE_ID = "object-000000000"
@@ -40,8 +43,8 @@ def object_id(i: int) -> bytes:
     return f"object-{i:09d}".encode()
 
 
-def _state(oid: str) -> bytes:
-    """Return the codec bytes of object ``oid`` created then updated 16 times (a full dedup window of its own ids)."""
+def _state(oid: str) -> ObjectState:
+    """Return object ``oid`` created then updated 16 times by ``decide`` (a full dedup window of its own ids)."""
     t0, limits = datetime(2025, 6, 1, tzinfo=UTC), Limits()
     state = decide(None, CreateObject(f"c-{oid}", oid, "alice", t0, document='{"a": 1, "name": "some object"}'),
                    limits).state
@@ -49,23 +52,31 @@ def _state(oid: str) -> bytes:
         state = decide(state, UpdateObject(f"u{i:02d}-{oid}", oid, "alice", t0 + timedelta(seconds=i),
                                            patch=f'{{"b": {i}}}'), limits).state
     assert state is not None
-    return codec.encode_state(state)
+    return state
 
 
 def state_values() -> Callable[[bytes], bytes]:
-    """Return ``value(object id)``: the stored value of that object's state (write time now + codec bytes).
+    """Return ``value(object id)``: a stored value (write time now + codec bytes) of its own for each object.
 
-    Every object gets its own bytes (its command ids), as in a real shard, so the compression of the shards is
-    not flattered by millions of identical values; decide runs once, for a template whose id is then replaced.
+    Every object gets its own command ids and random bytes for their fingerprints (the hashes of its commands):
+    as in a real shard, the compression of the shards is not flattered by millions of identical values. decide
+    runs once, for a template whose id is then replaced byte for byte; the split moves the bytes unchanged, and a
+    sample is checked to decode to that object's state.
     """
     written = struct.pack(">q", int(time.time() * 1000))
-    template, sample = _state(TEMPLATE_ID), object_id(7)
-    assert TEMPLATE_ID.encode() in template, "the state does not hold its command ids"
-    assert template.replace(TEMPLATE_ID.encode(), sample) == _state(sample.decode())  # the replacement is decide's
+    state = _state(TEMPLATE_ID)
+    template, prints = codec.encode_state(state), pack_fingerprints(state.recent)
+    assert template.count(prints) == 1 and TEMPLATE_ID.encode() in template, "the state's layout is not as expected"
+    head, tail = template.split(prints)
+    ident = TEMPLATE_ID.encode()
 
     def value(oid: bytes) -> bytes:
-        return written + template.replace(TEMPLATE_ID.encode(), oid)
+        return b"".join((written, head.replace(ident, oid), os.urandom(len(prints)), tail.replace(ident, oid)))
 
+    sample, real = object_id(7), _state(object_id(7).decode())
+    decoded = codec.decode_state(value(sample)[8:])
+    assert [r.command_id for r in decoded.recent] == [r.command_id for r in real.recent]
+    assert replace(decoded, recent=()) == replace(real, recent=())
     return value
 
 
