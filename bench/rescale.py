@@ -100,10 +100,10 @@ def main() -> None:
             sampler = PauseSampler(watch)
             steps: list[str] = []
             rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-            t0 = time.monotonic()
+            t0, cpu = time.monotonic(), time.process_time()
             target = rescale(settings, args.target, by="bench.rescale", report=lambda line: (
                 steps.append(line), print(line, flush=True)))
-            total = time.monotonic() - t0
+            total, cpu = time.monotonic() - t0, time.process_time() - cpu
             deadline = time.monotonic() + 10
             while sampler.resumed_at is None and time.monotonic() < deadline:
                 time.sleep(0.01)
@@ -132,7 +132,8 @@ def main() -> None:
                 shard.close()
             shutil.rmtree(restore_at, ignore_errors=True)
 
-            print(f"\n{args.objects:,} objects, {args.source} -> {args.target} partitions: whole rescale {total:.1f} s; "
+            print(f"\n{args.objects:,} objects, {args.source} -> {args.target} partitions: whole rescale {total:.1f} s "
+                  f"({cpu:.1f} s of this process's CPU); "
                   f"write pause {recorded:.1f} s recorded (pause record -> switch record), "
                   f"{'n/a' if seen is None else f'{seen:.1f} s'} seen by a GenerationWatch as the API runs it; "
                   f"peak RSS {rss / 1024:,.0f} MB (before the rescale: {rss0 / 1024:,.0f} MB); the new generation's "
