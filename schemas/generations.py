@@ -8,10 +8,36 @@ arbiter:generation``). Canonical JSON under the key ``arbiter:generation``, sign
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass
 
 #: The Kafka key of every generation record, and the id the audit trail indexes them under.
 KEY = b"arbiter:generation"
+
+
+def generation_topic(base: str, number: int) -> str:
+    """Return the commands topic of generation ``number`` when generation 0's is ``base``: ``<base>.g<number>``."""
+    return base if number == 0 else f"{base}.g{number}"
+
+
+def generation_of(base: str, topic: str) -> int | None:
+    """Return the generation whose commands topic ``topic`` is (``generation_topic``'s inverse); None for another.
+
+    Readers that must know every generation without asking the generations topic (the archive's query, which
+    discovers topics while it runs) recognise them by name.
+    """
+    if topic == base:
+        return 0
+    match = re.fullmatch(r"\.g([1-9][0-9]{0,8})", topic[len(base):]) if topic.startswith(base) else None
+    return int(match.group(1)) if match else None
+
+
+def generation_pattern(base: str) -> str:
+    """Return a regular expression (Java's and Python's alike) matching every generation's commands topic of ``base``.
+
+    A Kafka topic name is made of ``[a-zA-Z0-9._-]``: of those only ``.`` means something in a pattern.
+    """
+    return base.replace(".", r"\.") + r"(\.g[1-9][0-9]{0,8})?"
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
         await asyncio.to_thread(app.state.verifier.warm)
         # The commands topic's generation (app.rescale): writes pause during a rescale and follow it after.
         app.state.generation = await asyncio.to_thread(lambda: GenerationWatch(settings).start())
+        app.state.status.follow(app.state.generation)  # lag and hot keys per partition of the current generation
         app.state.producer = CommandProducer(settings, traced=tracers is not None, generation=app.state.generation)
         app.state.broker_probe = Memo(app.state.producer.broker_reachable, interval=1.0)
         app.state.outcome_consumer = OutcomeConsumer(
@@ -162,7 +163,8 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
 
     def on_outcome(outcome: Any) -> None:  # noqa: ANN401 - Event | Rejection
         ruled = outcome.rules_version is not None and outcome.object_id is not None
-        metrics.outcome(outcome, partition_for(outcome.object_id.encode(), settings.partitions) if ruled else None)
+        partitions = app.state.status.current_settings().partitions  # the current generation's (app.rescale)
+        metrics.outcome(outcome, partition_for(outcome.object_id.encode(), partitions) if ruled else None)
         app.state.status.observe(outcome)
 
     app.state.outcomes = OutcomeCache(max_bytes=settings.outcome_cache_bytes, max_entries=settings.outcome_cache_size,

@@ -9,6 +9,7 @@ from typing import Any
 from commands import Event, Rejection
 from schemas import codec, parked
 from schemas.codec import DecodeError
+from schemas.generations import generation_of
 
 #: The decoded columns, beside the raw ones (topic, partition, offset, timestamp, key, value, headers).
 DECODED_DDL = ("kind STRING, object_id STRING, type STRING, version BIGINT, principal STRING, time_us BIGINT, "
@@ -62,8 +63,17 @@ def _text(key: bytes | None) -> str | None:
 class Decoder:
     """``mapInArrow`` function: add the decoded columns to batches of (topic, value, ...) rows."""
 
-    def __init__(self, kinds: dict[str, str]) -> None:
-        self.kinds = kinds  # topic name -> kind
+    def __init__(self, kinds: dict[str, str], commands: str | None = None) -> None:
+        self.kinds = dict(kinds)  # topic name -> kind
+        self.commands = commands  # generation 0's commands topic: every generation's holds commands
+
+    def kind(self, topic: str) -> str:
+        """Return what ``topic`` holds: its kind, ``command`` for any generation's commands topic, else unknown."""
+        found = self.kinds.get(topic)
+        if found is None:
+            found = "command" if self.commands and generation_of(self.commands, topic) is not None else "unknown"
+            self.kinds[topic] = found
+        return found
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -71,7 +81,7 @@ class Decoder:
         for batch in batches:
             topics = batch.column("topic").to_pylist()
             values = batch.column("value").to_pylist()
-            rows = [decoded(self.kinds.get(t, "unknown"), v) for t, v in zip(topics, values, strict=True)]
+            rows = [decoded(self.kind(t), v) for t, v in zip(topics, values, strict=True)]
             cols = {name: batch.column(name) for name in batch.schema.names}
             for name in DECODED:
                 cols[name] = pa.array([r[name] for r in rows], type=pa.int64() if name in ("version", "time_us")

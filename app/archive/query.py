@@ -1,5 +1,10 @@
 """The archive query: commands, events, rejections (and parked records) from Kafka into Parquet, exactly once.
 
+The commands of every generation (``arbiter rescale``: ``<commands>.g<k>``, ``schemas.generations``) are archived:
+the query subscribes by a pattern, and Spark's Kafka source lists the topics again at every micro-batch and reads a
+topic it has not seen from its earliest offset, so a generation created while the query runs (or while it was
+stopped) is archived whole, each record under its own topic's name.
+
 Spark's file sink writes each micro-batch's files, then records them in ``stream/_spark_metadata``; the Kafka
 offsets of the batch are in the query's checkpoint. A batch that fails before its log entry is rewritten under new
 names on restart and its first files are never listed, so whoever reads through the log (Spark itself, and
@@ -15,6 +20,7 @@ from app import limits
 from app.archive.columns import DECODED, DECODED_DDL, Decoder
 from app.settings import Settings
 from projections.archived import CHECKPOINT, STREAM
+from schemas.generations import generation_pattern
 
 log = logging.getLogger("arbiter.archive")
 
@@ -29,9 +35,16 @@ COLUMNS = ("partition", "offset", "timestamp", "timestamp_ms", "timestamp_type",
 
 
 def kinds(settings: Settings) -> dict[str, str]:
-    """Return the archived topics and what each holds."""
+    """Return the archived topics and what each holds (the commands topic: generation 0's; ``pattern`` matches them
+    all)."""
     return {settings.topic_commands: "command", settings.topic_events: "event",
             settings.topic_rejections: "rejection", settings.parked_topic: "parked"}
+
+
+def pattern(settings: Settings) -> str:
+    """Return the pattern the query subscribes to: every generation's commands topic and the output topics."""
+    others = (t.replace(".", r"\.") for t in (settings.topic_events, settings.topic_rejections, settings.parked_topic))
+    return f"^({'|'.join((generation_pattern(settings.topic_commands), *others))})$"
 
 
 def locations(settings: Settings) -> tuple[str, str]:
@@ -43,7 +56,7 @@ def locations(settings: Settings) -> tuple[str, str]:
 def source_options(settings: Settings) -> dict[str, str]:
     opts = {
         "kafka.bootstrap.servers": settings.kafka_bootstrap,
-        "subscribe": ",".join(kinds(settings)),
+        "subscribePattern": pattern(settings),
         "startingOffsets": "earliest",
         "failOnDataLoss": "true",  # a record deleted before it was archived stops the query: the archive has no hole
         "includeHeaders": "true",
@@ -63,7 +76,7 @@ def archive_frame(spark: Any, settings: Settings) -> Any:  # noqa: ANN401
     for k, v in source_options(settings).items():
         reader = reader.option(k, v)
     raw = reader.load().selectExpr(*_RAW)
-    decoded = raw.mapInArrow(Decoder(kinds(settings)), f"{_RAW_DDL}, {DECODED_DDL}")
+    decoded = raw.mapInArrow(Decoder(kinds(settings), settings.topic_commands), f"{_RAW_DDL}, {DECODED_DDL}")
     return decoded.selectExpr(
         "topic", "date_format(timestamp_micros(timestamp_us), 'yyyy-MM-dd') AS date", "partition", "offset",
         "timestamp_micros(timestamp_us) AS timestamp", "timestamp_us DIV 1000 AS timestamp_ms", "timestamp_type",
@@ -77,5 +90,5 @@ def start(spark: Any, settings: Settings, *, available_now: bool = False) -> Any
         .option("path", path).option("checkpointLocation", checkpoint).partitionBy("topic", "date")
     writer = writer.trigger(availableNow=True) if available_now else \
         writer.trigger(processingTime=settings.archive_trigger_interval)
-    log.info("archive: %s -> %s (checkpoint %s)", ", ".join(kinds(settings)), path, checkpoint)
+    log.info("archive: %s -> %s (checkpoint %s)", pattern(settings), path, checkpoint)
     return writer.start()

@@ -25,6 +25,7 @@ def _run(args: argparse.Namespace) -> int:
     from app.contract.registry import RegistryRegistration
     from app.metrics.server import serve_metrics
     from app.rescale.generation import exit_on_switch, generation_settings
+    from app.rescale.late import LateRecords
     from app.spark_session import spark_session
     from app.topics import ensure_topics
     from app.validator.job import drain, run
@@ -43,7 +44,12 @@ def _run(args: argparse.Namespace) -> int:
         else:
             # A rescale's switch stops this run like SIGTERM; `arbiter run` starts it again on the new generation.
             exit_on_switch(get_settings(), settings)
-            run(spark, settings)
+            # What a direct producer still writes to a closed generation is rejected and parked, never lost.
+            late = LateRecords(get_settings()).start()
+            try:
+                run(spark, settings)
+            finally:
+                late.stop()
     finally:
         if metrics is not None:
             metrics.close()

@@ -59,7 +59,7 @@ def _replay(args: argparse.Namespace) -> int:
                   f"{report.erased_commands} commands, {report.erased_stored} outputs; first: "
                   f"{', '.join(report.erased_objects)}")
         for f in report.first:
-            source = f" (from {settings.topic_commands}[{f.source_partition}]@{f.source_offset})" \
+            source = f" (from {f.source_topic or settings.topic_commands}[{f.source_partition}]@{f.source_offset})" \
                 if f.source_partition is not None else ""
             where = f"{f.topic}[{f.partition}]@{f.offset}" if f.offset >= 0 else f"{f.topic}[{f.partition}]"
             print(f"  {f.what}: {where}{source}: {f.detail}", file=sys.stdout)

@@ -26,7 +26,7 @@ from app.rescale.errors import BadRequest, WritesPaused
 from app.settings import Settings, checkpoint_uri
 from app.signing import SIGNATURE_HEADER, checker_for, signer_for
 from app.validator.topic_io import Record, produce_with_headers, read_all
-from schemas.generations import KEY, Generation
+from schemas.generations import KEY, Generation, generation_topic
 from schemas.parked import VALID
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def first(settings: Settings) -> Generation:
 def successor(settings: Settings, current: Generation, partitions: int) -> Generation:
     """Return the generation after ``current`` with ``partitions`` partitions (names derived from the settings)."""
     k = current.number + 1
-    return Generation(k, f"{settings.topic_commands}.g{k}", partitions,
+    return Generation(k, generation_topic(settings.topic_commands, k), partitions,
                       f"{checkpoint_uri(settings).rstrip('/')}/generations/g{k}")
 
 
@@ -71,6 +71,18 @@ def _genuine(settings: Settings, record: Record) -> bool:
         return True
     log.warning("ignoring generation record %s[%d]@%d: %s", record.topic, record.partition, record.offset, why)
     return False
+
+
+def every(settings: Settings) -> list[Generation]:
+    """Return every generation that was ever current, generation 0 first, each as its last record names it.
+
+    A generation is current from its switch until the next one; the readers of the whole history (the archive,
+    ``arbiter verify``) read each one's topic in this order: a rescale drains one before the next is published.
+    """
+    latest = {0: first(settings)}
+    for g in history(settings):
+        latest[g.number] = replace(g, paused=False)
+    return [latest[k] for k in sorted(latest)]
 
 
 def current(settings: Settings) -> Generation:

@@ -1,5 +1,9 @@
 """Gather the figures of the status page: topic rates, validator progress, lag, rejections by reason, hot keys,
-the parking lot, and the health of the components ``arbiter run`` supervises."""
+the parking lot, and the health of the components ``arbiter run`` supervises.
+
+Lag and hot keys are per partition of the commands topic the validator reads: after ``arbiter rescale``, the
+current generation's (``follow``), not the configured one.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from app.rescale.generation import GenerationWatch, overlay
 from app.run.restart import components_path, read_components
 from app.settings import Settings
 from app.status.history import MAX_LAG_SERIES, History, percentile
@@ -20,10 +25,12 @@ from app.status.parked import ParkedTail
 from app.validator.backends import BACKENDS
 from app.validator.murmur2 import partition_for
 from commands import Event, Rejection
+from schemas.generations import Generation, generation_of
 
 log = logging.getLogger(__name__)
 LATENCY_MAX_S = 3600.0     # decisions older than this when seen are not latencies (a restart reading old outcomes)
 LATENCY_SAMPLES = 100_000  # most latency samples kept between two computations (one a second)
+ALL_COMMANDS = "(commands, every generation)"  # the watermarks' entry summing every generation's commands topic
 
 
 def validator_progress_path(settings: Settings):  # noqa: ANN201
@@ -52,12 +59,36 @@ class StatusCollector:
         self.parked = ParkedTail(settings)
         self._sampling: threading.Event | None = None
         self._sampler: threading.Thread | None = None
+        self._watch: GenerationWatch | None = None
+        self._generation: tuple[Generation, Settings] | None = None
+
+    def follow(self, watch: GenerationWatch) -> None:
+        """Count lag and hot keys on the commands topic of the generation ``watch`` follows (``arbiter rescale``)."""
+        self._watch = watch
+
+    def current_settings(self) -> Settings:
+        """Return the settings of the commands topic the validator reads now: the current generation's, once
+        ``follow``-ing a watch. A new generation starts the per-partition counters afresh: its partitions are
+        other shards (the same number means another set of objects when the count changed)."""
+        if self._watch is None:
+            return self.settings
+        now = self._watch.generation
+        known = self._generation
+        if known is None or known[0] is not now:
+            fresh = overlay(self.settings, now)
+            if known is not None and known[1].topic_commands != fresh.topic_commands:
+                with self._lock:
+                    self.hot = HotKeys()
+                    self.rules_versions = {}
+            self._generation = known = (now, fresh)
+        return known[1]
 
     def observe(self, outcome: Event | Rejection, partition: int | None = None) -> None:
-        """Count one decision read from the events or rejections topic (partition: the object's, by murmur2)."""
+        """Count one decision read from the events or rejections topic (partition: the object's, by murmur2 among
+        the current generation's partitions)."""
         key = outcome.object_id or "(no object id)"
         if partition is None:
-            partition = partition_for(key.encode(), self.settings.partitions)
+            partition = partition_for(key.encode(), self.current_settings().partitions)
         self.hot.add(partition, key)
         at = outcome.occurred_at  # the command's issued_at (None for a record that never was a command)
         latency = time.time() - at.timestamp() if at is not None else None
@@ -93,16 +124,21 @@ class StatusCollector:
         self._sampler.start()
 
     def _watermarks(self) -> dict[str, dict[int, int]]:
+        """Return the end offsets of the current commands topic and the output topics, by topic and partition, and
+        under ``ALL_COMMANDS`` the sum of every generation's commands topic (the total written)."""
         if self._consumer is None:
             self._consumer = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap,
                                        "group.id": "arbiter-status", "log_level": 0})
-        s = self.settings
+        s = self.current_settings()
         out: dict[str, dict[int, int]] = {}
         md = self._consumer.list_topics(timeout=5)
-        for topic in (s.topic_commands, s.topic_events, s.topic_rejections):
+        older = [t for t in md.topics if t != s.topic_commands
+                 and generation_of(self.settings.topic_commands, t) is not None]
+        for topic in (s.topic_commands, s.topic_events, s.topic_rejections, *older):
             meta = md.topics.get(topic)
             parts = sorted(meta.partitions) if meta is not None and meta.error is None else []
             out[topic] = {p: self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1] for p in parts}
+        out[ALL_COMMANDS] = {0: sum(sum(out.pop(t).values()) for t in older) + sum(out[s.topic_commands].values())}
         return out
 
     def _validator(self) -> dict[str, Any]:
@@ -119,7 +155,7 @@ class StatusCollector:
                 except json.JSONDecodeError:
                     offsets = None
             if isinstance(offsets, dict):
-                for p, off in (offsets.get(self.settings.topic_commands) or {}).items():
+                for p, off in (offsets.get(self.current_settings().topic_commands) or {}).items():
                     end[str(p)] = int(off)
         figures = {
             "batch_id": progress.get("batchId"),
@@ -153,7 +189,7 @@ class StatusCollector:
         with self._lock:
             if self._cached is not None and now - self._cached[0] < self.min_interval:
                 return self._cached[1]
-        s = self.settings
+        s = self.current_settings()
         try:
             marks = self._watermarks()
             broker = "up"
@@ -163,7 +199,8 @@ class StatusCollector:
         if self._last is not None and totals:
             dt = now - self._last[0]
             if dt > 0:
-                self._rates = {t: max(0.0, (totals[t] - self._last[1].get(t, 0)) / dt) for t in totals}
+                # a topic first seen now (a new generation) has no rate yet: its records are not this second's
+                self._rates = {t: max(0.0, (totals[t] - self._last[1][t]) / dt) for t in totals if t in self._last[1]}
         if totals:
             self._last = (now, totals)
         validator = self._validator()
@@ -176,10 +213,10 @@ class StatusCollector:
         with self._lock:
             data = {
                 "broker": broker,
-                "commands_in_per_s": round(self._rates.get(s.topic_commands, 0.0), 1),
+                "commands_in_per_s": round(self._rates.get(ALL_COMMANDS, 0.0), 1),
                 "events_out_per_s": round(self._rates.get(s.topic_events, 0.0), 1),
                 "rejections_out_per_s": round(self._rates.get(s.topic_rejections, 0.0), 1),
-                "totals": {"commands": totals.get(s.topic_commands, 0), "events": totals.get(s.topic_events, 0),
+                "totals": {"commands": totals.get(ALL_COMMANDS, 0), "events": totals.get(s.topic_events, 0),
                            "rejections": totals.get(s.topic_rejections, 0)},
                 "accepted_seen": self.accepted,
                 "rejections_by_reason": dict(sorted(self.reasons.items())),
@@ -204,7 +241,7 @@ class StatusCollector:
         p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
         point: dict[str, Any] = {
             "t": round(time.time(), 3),
-            "commands_in": round(self._rates.get(s.topic_commands, 0.0), 1) if self._rates else None,
+            "commands_in": round(self._rates.get(ALL_COMMANDS, 0.0), 1) if self._rates else None,
             "events_out": round(self._rates.get(s.topic_events, 0.0), 1) if self._rates else None,
             "rejections_out": round(self._rates.get(s.topic_rejections, 0.0), 1) if self._rates else None,
             "latency_p50_ms": round(p50 * 1000, 1) if p50 is not None else None,

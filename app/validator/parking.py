@@ -23,18 +23,19 @@ PARKED_REASONS = frozenset({ReasonCode.MALFORMED, ReasonCode.UNSUPPORTED_SCHEMA}
 
 
 def park(rejection: Rejection, key: bytes | None, value: bytes | None, topic: str, partition: int, offset: int,
-         signature: bytes | None, settings: Settings,
-         signature_state: str = parked.UNCHECKED) -> tuple[Rejection, OutputRecord | None]:
+         signature: bytes | None, settings: Settings, signature_state: str = parked.UNCHECKED,
+         reasons: frozenset[ReasonCode] = PARKED_REASONS) -> tuple[Rejection, OutputRecord | None]:
     """Return (the rejection with a pointer in its message, the parked record), or ``rejection`` and None.
 
     ``signature_state`` is what ``app.validator.decode.decode_record`` found of the record's signature; the
     envelope keeps it, so a redrive knows whether the bytes came from Arbiter (``app.parked.lot``).
 
-    A record is parked when its reason is in ``PARKED_REASONS`` and its envelope fits the parked topic
+    A record is parked when its reason is in ``reasons`` (``PARKED_REASONS``; a record written to a closed generation
+    is parked whatever it holds, ``app.rescale.late``) and its envelope fits the parked topic
     (``app.limits.PARKED_MARGIN_BYTES``: any uncompressed record of the commands topic does); a record that does
     not fit is said so in the message and not parked.
     """
-    if rejection.reason not in PARKED_REASONS:
+    if rejection.reason not in reasons:
         return rejection, None
     into = settings.parked_topic
     where = f"{topic}[{partition}]@{offset}".encode()

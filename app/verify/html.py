@@ -60,7 +60,7 @@ def render(report: WhatIfReport, samples: int = 20) -> str:
         counts = "".join(f"<li>{escape(k)}: {v}</li>" for k, v in sorted(r["by"].items()))
         sample = "".join(
             f"<tr><td>{escape(str(s['object_id']))}</td><td>{escape(str(s['command_id']))}</td>"
-            f"<td>{escape(s['kind'])}</td><td>commands[{s['partition']}]@{s['offset']}</td>"
+            f"<td>{escape(s['kind'])}</td><td>{escape(s['topic'] or 'commands')}[{s['partition']}]@{s['offset']}</td>"
             f"<td>{escape(_time(s['timestamp_ms']))}</td><td>{escape(s['old'])}</td><td>{escape(s['new'])}</td></tr>"
             for s in r["samples"])
         rows.append(f"<section><h2>Rule {escape(rule)}: {r['flips']} flips</h2><ul>{counts}</ul>"

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import groupby
 from typing import NamedTuple
 
+from app.rescale.late import late_outputs
 from app.rules.control import CONTROL_HEADER, is_control
 from app.settings import Settings
 from app.signing import SIGNATURE_HEADER
 from app.traces import TRACEPARENT, TRACESTATE
 from app.validator.fold import InputRecord, OutputRecord, fold, limits_for
+from app.verify.generations import CommandTopics
 from app.verify.timeline import RulesTimeline
-from commands import Limits
+from commands import Limits, ObjectState
 from schemas import parked as parked_codec
 
 
@@ -35,7 +38,8 @@ class Row(NamedTuple):
 
 class Finding(NamedTuple):
     """A divergence: ``what`` is ``divergent`` (a stored record the fold does not produce), ``missing`` (an output
-    the fold produces that is not stored) or ``order``; the coordinates are the stored record's, or the command's."""
+    the fold produces that is not stored) or ``order``; the coordinates are the stored record's, or the command's
+    (``source_topic``: the generation's commands topic it was read from)."""
 
     what: str
     topic: str
@@ -44,14 +48,19 @@ class Finding(NamedTuple):
     source_partition: int | None
     source_offset: int | None
     detail: str
+    source_topic: str | None = None
+
+
+#: Where an output came from: (commands topic, partition, offset, Kafka timestamp) of its command record
+Source = tuple[str, int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
 class Refolded:
-    """An object's re-decided outputs, each with the (partition, offset, timestamp) of the record it came from."""
+    """An object's re-decided outputs, each with the ``Source`` of the record it came from."""
 
-    outputs: list[tuple[OutputRecord, tuple[int, int, int]]]
-    decisions: list[tuple[Row, OutputRecord]]  # one per command record, in offset order (what-if compares these)
+    outputs: list[tuple[OutputRecord, Source]]
+    decisions: list[tuple[Row, OutputRecord]]  # one per command record, in source order (what-if compares these)
 
 
 def header(headers: Sequence[tuple[str, bytes]], name: str) -> bytes | None:
@@ -60,34 +69,65 @@ def header(headers: Sequence[tuple[str, bytes]], name: str) -> bytes | None:
 
 
 def refold(commands: Iterable[Row], timeline: RulesTimeline, settings: Settings,
-           limits: Limits | None = None) -> Refolded:
-    """Re-decide one key's records of the commands topic in (partition, offset) order under ``timeline``'s rules
-    (``limits``: ``limits_for(settings)``, which a caller folding many keys computes once)."""
-    rows = sorted(commands, key=lambda r: (r.partition, r.offset))
-    outputs: list[tuple[OutputRecord, tuple[int, int, int]]] = []
-    records: list[InputRecord] = []
-    cmd_rows: list[Row] = []
-    for r in rows:
-        h = dict(reversed(r.headers)) if r.headers else {}  # the first value of a repeated name, as ``header``
-        if is_control(h.get(CONTROL_HEADER)):
-            out = timeline.outputs.get((r.partition, r.offset))
-            if out is not None:
-                outputs.append((out, (r.partition, r.offset, r.timestamp_ms)))
-            continue
-        records.append(InputRecord(r.key, r.value, r.topic, r.partition, r.offset, h.get(SIGNATURE_HEADER),
-                                   h.get(TRACEPARENT), h.get(TRACESTATE), None,
-                                   timeline.version_at(r.partition, r.offset, r.timestamp_ms)))
-        cmd_rows.append(r)
+           limits: Limits | None = None, topics: CommandTopics | None = None) -> Refolded:
+    """Re-decide one key's records of the commands topics in (generation, partition, offset) order under
+    ``timeline``'s rules (``limits``: ``limits_for(settings)``, which a caller folding many keys computes once).
+
+    Each generation's records are folded with the settings its validator had (``topics``; default: generation 0
+    alone), the object's state carried from one generation into the next as the rescale carried it.
+    """
+    topics = topics or CommandTopics.single(settings)
+    rows = sorted(commands, key=lambda r: topics.position(r.topic, r.partition, r.offset))
+    limits = limits or limits_for(settings)
+    outputs: list[tuple[OutputRecord, Source]] = []
+    decisions: list[tuple[Row, OutputRecord]] = []
     parked: list[OutputRecord] = []
-    decided, _, _ = fold(lambda: None, records, settings, limits or limits_for(settings), ordered=True, parked=parked,
-                         rules=timeline.shard_rules())
-    at = {(r.partition, r.offset): r.timestamp_ms for r in cmd_rows}
-    outputs += [(o, (r.partition, r.offset, r.timestamp_ms)) for o, r in zip(decided, cmd_rows, strict=True)]
+    state: ObjectState | None = None
+    for topic, run in groupby(rows, key=lambda r: r.topic):
+        records: list[InputRecord] = []
+        cmd_rows: list[Row] = []
+        for r in run:
+            h = dict(reversed(r.headers)) if r.headers else {}  # the first value of a repeated name, as ``header``
+            successor = topics.late(r.topic, r.partition, r.offset)
+            if successor is not None:  # written after the rescale closed its topic: rejected and parked, not decided
+                outputs += [(o, (r.topic, r.partition, r.offset, r.timestamp_ms)) for o in late_outputs(
+                    r.key, r.value, h.get(SIGNATURE_HEADER), r.topic, r.partition, r.offset, topics.settings(topic),
+                    successor)]
+                continue
+            if is_control(h.get(CONTROL_HEADER)):
+                out = timeline.outputs.get((r.topic, r.partition, r.offset))
+                if out is not None:
+                    outputs.append((out, (r.topic, r.partition, r.offset, r.timestamp_ms)))
+                continue
+            records.append(InputRecord(r.key, r.value, r.topic, r.partition, r.offset, h.get(SIGNATURE_HEADER),
+                                       h.get(TRACEPARENT), h.get(TRACESTATE), None,
+                                       timeline.version_at(r.topic, r.partition, r.offset, r.timestamp_ms)))
+            cmd_rows.append(r)
+        decided, state = _fold_from(state, records, topics.settings(topic), limits, parked, timeline)
+        outputs += [(o, (r.topic, r.partition, r.offset, r.timestamp_ms)) for o, r in zip(decided, cmd_rows,
+                                                                                           strict=True)]
+        decisions += zip(cmd_rows, decided, strict=True)
+    at = {(r.topic, r.partition, r.offset): r.timestamp_ms for r in rows}
     for copy in parked:  # a parked copy names its source record
         p = parked_codec.decode(copy[2])
-        outputs.append((copy, (p.partition, p.offset, at.get((p.partition, p.offset), 0))))
-    outputs.sort(key=lambda o: o[1][:2])  # in source order: the order check compares the first copies with it
-    return Refolded(outputs, list(zip(cmd_rows, decided, strict=True)))
+        outputs.append((copy, (p.topic, p.partition, p.offset, at.get((p.topic, p.partition, p.offset), 0))))
+    # in source order: the order check compares the first copies with it
+    outputs.sort(key=lambda o: topics.position(*o[1][:3]))
+    return Refolded(outputs, decisions)
+
+
+def _fold_from(state: ObjectState | None, records: list[InputRecord], settings: Settings, limits: Limits,
+               parked: list[OutputRecord], timeline: RulesTimeline) -> tuple[list[OutputRecord], ObjectState | None]:
+    """Fold one generation's records from ``state`` (the object's state where the previous generation left it)."""
+    loaded = False
+
+    def load() -> ObjectState | None:
+        nonlocal loaded
+        loaded = True
+        return state
+
+    decided, after, _ = fold(load, records, settings, limits, ordered=True, parked=parked, rules=timeline.shard_rules())
+    return decided, after if loaded else state  # no record decoded: the state is what it was
 
 
 def _stored(r: Row) -> OutputRecord:
@@ -110,9 +150,10 @@ def compare(expected: Refolded, stored: Iterable[Row], since_ms: int | None = No
         if _stored(r) not in want and (since_ms is None or r.timestamp_ms >= since_ms):
             findings.append(Finding("divergent", r.topic, r.partition, r.offset, None, None,
                                     "stored record is not what the fold decides"))
-    for o, (p, off, ts) in expected.outputs:
+    for o, (src, p, off, ts) in expected.outputs:
         if o not in have and (since_ms is None or ts >= since_ms):
-            findings.append(Finding("missing", o[0], o[3], -1, p, off, "the fold's output for this record is not stored"))
+            findings.append(Finding("missing", o[0], o[3], -1, p, off, "the fold's output for this record is not stored",
+                                    src))
     if findings:
         return findings
     for topic in {o[0] for o, _ in expected.outputs}:

@@ -1,16 +1,17 @@
 """``arbiter verify replay``: a Spark batch job that re-decides the archived commands and compares every output.
 
-The archive's Parquet (``app.archive``) holds the commands topic and the outputs with their coordinates. The job
-reads the rules control records first (on the driver: ``app.verify.timeline``), then shuffles the commands and the
-stored outputs by record key (the validator's grouping), sorts each partition by key and offset, and hands each
-key's run to ``app.verify.refold`` in a ``mapInArrow`` (``by_key``): the validator's own fold decides, and each
-re-decided record is compared with the stored one byte for byte (key, value, partition and headers).
+The archive's Parquet (``app.archive``) holds every generation's commands topic (``app.verify.generations``) and the
+outputs with their coordinates. The job reads the rules control records first (on the driver:
+``app.verify.timeline``), then shuffles the commands and the stored outputs by record key (the validator's
+grouping), sorts each partition by key and offset, and hands each key's run to ``app.verify.refold`` in a
+``mapInArrow`` (``by_key``): the validator's own fold decides, and each re-decided record is compared with the
+stored one byte for byte (key, value, partition and headers).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,11 +23,12 @@ from app.settings import Settings
 from app.signing import SIGNATURE_HEADER
 from app.validator.fold import limits_for
 from app.verify.erased import Erasures, erasures
+from app.verify.generations import CommandTopics
 from app.verify.refold import Finding, Row, compare, refold
 from app.verify.timeline import RulesTimeline, build_timeline
 
 RESULT_DDL = ("what STRING, topic STRING, partition INT, offset BIGINT, source_partition INT, source_offset BIGINT, "
-              "detail STRING, commands BIGINT, expected BIGINT, stored BIGINT")
+              "detail STRING, source_topic STRING, commands BIGINT, expected BIGINT, stored BIGINT")
 _COLUMNS = ("topic", "partition", "offset", "timestamp_ms", "key", "value", "headers")
 GROUP_KEY = "object_key"  # what ``by_key`` groups by: the object's key (a parked copy's is its source's)
 _WHERE = r"^(.*)\[(\d+)\]@(\d+)$"  # a parked copy's key: ``topic[partition]@offset`` of its source
@@ -69,23 +71,26 @@ def session(settings: Settings) -> Any:  # noqa: ANN401 - untyped pyspark
     return spark_session(settings.model_copy(update={"spark_master": master}), app_name="arbiter-verify")
 
 
-def archive_rows(spark: Any, settings: Settings, *, tail: bool = False) -> Any:  # noqa: ANN401
-    """Return the archived records of the commands and output topics, with the columns a replay needs.
+def archive_rows(spark: Any, settings: Settings, topics: CommandTopics, *, tail: bool = False) -> Any:  # noqa: ANN401
+    """Return the archived records of every generation's commands topic (``topics``) and of the output topics, with
+    the columns a replay needs.
 
     With ``tail``, also the records the topics hold after the archive's last offset of each partition (a Kafka
     batch read): the validator must have decided them all by then, or their outputs are reported missing.
     """
-    topics = (settings.topic_commands, settings.topic_events, settings.topic_rejections, settings.parked_topic)
+    outputs = settings.output_partitions or settings.partitions
+    counts = {**{t: topics.settings(t).partitions for t in topics.names},
+              **dict.fromkeys((settings.topic_events, settings.topic_rejections, settings.parked_topic), outputs)}
     df = spark.read.parquet(locations(settings)[0])
-    archived = df.where(df.topic.isin(*topics)).select(*_COLUMNS)
+    archived = df.where(df.topic.isin(*counts)).select(*_COLUMNS)
     if not tail:
         return archived
-    return archived.unionByName(topic_tail(spark, settings, archived, topics))
+    return archived.unionByName(topic_tail(spark, settings, archived, counts))
 
 
-def topic_tail(spark: Any, settings: Settings, archived: Any, topics: Sequence[str]) -> Any:  # noqa: ANN401
-    """Return the records of ``topics`` after the archive's last offset of each partition (all of a partition it
-    has none of), read from Kafka as one batch up to the latest offsets."""
+def topic_tail(spark: Any, settings: Settings, archived: Any, topics: Mapping[str, int]) -> Any:  # noqa: ANN401
+    """Return the records of ``topics`` (name -> partition count) after the archive's last offset of each partition
+    (all of a partition it has none of), read from Kafka as one batch up to the latest offsets."""
     import json
 
     from app.archive.query import source_options
@@ -93,8 +98,7 @@ def topic_tail(spark: Any, settings: Settings, archived: Any, topics: Sequence[s
     last = {(r["topic"], r["partition"]): r["o"] for r in
             archived.groupBy("topic", "partition").agg({"offset": "max"}).withColumnRenamed("max(offset)", "o")
             .collect()}
-    start = {t: {str(p): last[(t, p)] + 1 if (t, p) in last else -2 for p in range(settings.partitions)}
-             for t in topics}
+    start = {t: {str(p): last[(t, p)] + 1 if (t, p) in last else -2 for p in range(n)} for t, n in topics.items()}
     reader = spark.read.format("kafka")
     for k, v in source_options(settings).items():
         if k.startswith("kafka.") or k in ("includeHeaders", "failOnDataLoss"):
@@ -154,12 +158,12 @@ def _strings(array: pa.Array) -> list[str | None]:
     return [None if i is None else words[i] for i in encoded.indices.to_pylist()]
 
 
-def timeline_of(frame: Any, settings: Settings) -> RulesTimeline:  # noqa: ANN401
-    """Collect the control records of the commands topic (few: one per partition per deploy) into a timeline."""
-    controls = frame.where((frame.topic == settings.topic_commands) & is_control_row()).collect()
+def timeline_of(frame: Any, settings: Settings, topics: CommandTopics) -> RulesTimeline:  # noqa: ANN401
+    """Collect the control records of the commands topics (few: one per partition per deploy) into a timeline."""
+    controls = frame.where(frame.topic.isin(*topics.names) & is_control_row()).collect()
     rows = [to_row(r.asDict(recursive=True)) for r in controls]
-    return build_timeline([(r.partition, r.offset, r.key, r.value, _header(r, SIGNATURE_HEADER)) for r in rows],
-                          settings)
+    return build_timeline([(r.topic, r.partition, r.offset, r.key, r.value, _header(r, SIGNATURE_HEADER))
+                           for r in rows], settings, topics)
 
 
 def _header(r: Row, name: str) -> bytes | None:
@@ -174,10 +178,23 @@ def is_control_row() -> Any:  # noqa: ANN401
         F.exists("headers", lambda h: (h.key == CONTROL_HEADER) & (h.value == F.lit(bytearray(RULES_CONTROL))))
 
 
+def is_late_row(topics: CommandTopics) -> Any:  # noqa: ANN401
+    """Return the condition of a record written to a closed generation after it closed (``CommandTopics.late``)."""
+    from pyspark.sql import functions as F
+
+    late = F.lit(False)
+    for topic, ends in topics.closed.items():
+        first = F.lit(0)  # a partition its validator committed nothing of: every record came late
+        for partition, offset in ends.items():
+            first = F.when(F.col("partition") == partition, F.lit(offset)).otherwise(first)
+        late = late | ((F.col("topic") == topic) & (F.col("offset") >= first))
+    return late
+
+
 _RESULT_SCHEMA = pa.schema([("what", pa.string()), ("topic", pa.string()), ("partition", pa.int32()),
                             ("offset", pa.int64()), ("source_partition", pa.int32()), ("source_offset", pa.int64()),
-                            ("detail", pa.string()), ("commands", pa.int64()), ("expected", pa.int64()),
-                            ("stored", pa.int64())])
+                            ("detail", pa.string()), ("source_topic", pa.string()), ("commands", pa.int64()),
+                            ("expected", pa.int64()), ("stored", pa.int64())])
 
 
 class VerifyGroup:
@@ -185,14 +202,15 @@ class VerifyGroup:
     ``erased`` row instead of the summary: its commands are gone, nothing is re-decided)."""
 
     def __init__(self, settings: Settings, timeline: RulesTimeline, since_ms: int | None,
-                 erased: Erasures | None = None) -> None:
+                 erased: Erasures | None = None, topics: CommandTopics | None = None) -> None:
         self.settings, self.timeline, self.since_ms = settings.for_tasks(), timeline, since_ms
         self.erased = dict(erased or {})
         self.limits = limits_for(self.settings)
+        self.topics = (topics or CommandTopics.single(settings)).for_tasks()
 
     def __call__(self, rows: list[Row]) -> list[dict[str, Any]]:
-        commands = [r for r in rows if r.topic == self.settings.topic_commands]
-        stored = [r for r in rows if r.topic != self.settings.topic_commands]
+        commands = [r for r in rows if r.topic in self.topics.numbers]
+        stored = [r for r in rows if r.topic not in self.topics.numbers]
         out: list[dict[str, Any]] = []
         erased: str | None = None
         for r in rows:
@@ -208,7 +226,7 @@ class VerifyGroup:
             out.append({"what": "erased", "topic": self.settings.topic_commands, "detail": erased,
                         "commands": len(commands), "stored": len(stored)})
             return out
-        expected = refold(commands, self.timeline, self.settings, self.limits)
+        expected = refold(commands, self.timeline, self.settings, self.limits, self.topics)
         out += [f._asdict() for f in compare(expected, stored, self.since_ms)]
         out.append({"what": "summary", "commands": len(expected.decisions), "expected": len(expected.outputs),
                     "stored": len(stored)})
@@ -256,7 +274,7 @@ def by_key(rows: Any, group: Callable[[list[Row]], list[dict[str, Any]]], schema
         .drop("headers").mapInArrow(SortedGroups(group, schema), ddl)
 
 
-def with_group_key(rows: Any, settings: Settings) -> Any:  # noqa: ANN401
+def with_group_key(rows: Any, settings: Settings, topics: CommandTopics) -> Any:  # noqa: ANN401
     """Return ``rows`` with ``GROUP_KEY``: the record key, but for a parked copy its source command's key.
 
     A parked copy is keyed by its source's coordinates (``commands[p]@o``, ``app.validator.parking``), so grouped
@@ -277,7 +295,7 @@ def with_group_key(rows: Any, settings: Settings) -> Any:  # noqa: ANN401
     sources = rows.select(F.col("topic").alias("_src_topic"), F.col("partition").alias("_src_partition"),
                           F.col("offset").alias("_src_offset"), F.col("key").alias("_src_key"),
                           F.lit(True).alias("_found")) \
-        .where(F.col("_src_topic") == settings.topic_commands) \
+        .where(F.col("_src_topic").isin(*topics.names)) \
         .join(F.broadcast(wanted), on=["_src_topic", "_src_partition", "_src_offset"], how="left_semi").distinct()
     keyed = parked.join(F.broadcast(sources), on=["_src_topic", "_src_partition", "_src_offset"], how="left") \
         .withColumn(GROUP_KEY, F.when(F.col("_found"), F.col("_src_key")).otherwise(F.col("key"))) \
@@ -291,16 +309,17 @@ def replay(spark: Any, settings: Settings, *, since_ms: int | None = None,  # no
     narrow what is compared (see ``refold``)."""
     from pyspark.sql import functions as F
 
-    frame = archive_rows(spark, settings, tail=tail)
-    timeline = timeline_of(frame, settings)
-    rows = with_group_key(frame, settings)
+    topics = CommandTopics.read(settings)
+    frame = archive_rows(spark, settings, topics, tail=tail)
+    timeline = timeline_of(frame, settings, topics)
+    rows = with_group_key(frame, settings, topics)
     if objects:
         rows = rows.where(F.col(GROUP_KEY).cast("string").isin(*objects))
     if since_ms is not None:  # only objects with a command since then; each still folds from its first command
-        recent = rows.where((F.col("topic") == settings.topic_commands) & (F.col("timestamp_ms") >= since_ms)) \
+        recent = rows.where(F.col("topic").isin(*topics.names) & (F.col("timestamp_ms") >= since_ms)) \
             .select(GROUP_KEY).distinct()
         rows = rows.join(recent, on=GROUP_KEY, how="left_semi")
-    group = VerifyGroup(settings, timeline, since_ms, erasures(settings))
+    group = VerifyGroup(settings, timeline, since_ms, erasures(settings), topics)
     result = by_key(rows, group, _RESULT_SCHEMA, RESULT_DDL).cache()
     try:
         totals = result.where(F.col("what") == "summary").agg(
@@ -313,7 +332,7 @@ def replay(spark: Any, settings: Settings, *, since_ms: int | None = None,  # no
         bad = result.where(~F.col("what").isin("summary", "erased"))
         count = bad.count()
         found = [Finding(r["what"], r["topic"], r["partition"], r["offset"], r["source_partition"],
-                         r["source_offset"], r["detail"])
+                         r["source_offset"], r["detail"], r["source_topic"])
                  for r in bad.orderBy("topic", "partition", "offset", "source_partition", "source_offset")
                  .limit(first).collect()]
     finally:

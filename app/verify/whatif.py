@@ -17,14 +17,15 @@ import pyarrow as pa
 
 from app.settings import Settings
 from app.validator.fold import limits_for
+from app.verify.generations import CommandTopics
 from app.verify.refold import Row, refold
-from app.verify.replay import archive_rows, by_key, is_control_row, timeline_of
+from app.verify.replay import archive_rows, by_key, is_control_row, is_late_row, timeline_of
 from app.verify.timeline import RulesTimeline
 from commands import Event, Limits
 from schemas import codec
 
 FLIP_DDL = ("object_id STRING, command_id STRING, kind STRING, partition INT, offset BIGINT, timestamp_ms BIGINT, "
-            "direction STRING, rule STRING, reason STRING, old STRING, new STRING")
+            "direction STRING, rule STRING, reason STRING, old STRING, new STRING, topic STRING")
 
 
 class Flip(NamedTuple):
@@ -41,6 +42,7 @@ class Flip(NamedTuple):
     reason: str  # the rejection's reason code
     old: str  # the outcome under the rules in force: "ACCEPTED <event type>" or "REJECTED <reason> [<rule>]"
     new: str
+    topic: str = ""  # the commands topic of the command's generation (``partition`` and ``offset`` are on it)
 
 
 def describe(value: bytes) -> tuple[bool, str, str | None, str]:
@@ -53,10 +55,11 @@ def describe(value: bytes) -> tuple[bool, str, str | None, str]:
 
 
 def flips(commands: Sequence[Row], now: RulesTimeline, candidate: RulesTimeline, settings: Settings,
-          limits: Limits | None = None) -> list[Flip]:
-    """Fold one key's commands under ``now`` and under ``candidate``; return the decisions that flip."""
-    before = refold(commands, now, settings, limits).decisions
-    after = refold(commands, candidate, settings, limits).decisions
+          limits: Limits | None = None, topics: CommandTopics | None = None) -> list[Flip]:
+    """Fold one key's commands (of every generation in ``topics``) under ``now`` and under ``candidate``; return the
+    decisions that flip."""
+    before = refold(commands, now, settings, limits, topics).decisions
+    after = refold(commands, candidate, settings, limits, topics).decisions
     out: list[Flip] = []
     for (row, old), (_, new) in zip(before, after, strict=True):
         a_ok, a_text, a_rule, a_reason = describe(old[2])
@@ -67,10 +70,10 @@ def flips(commands: Sequence[Row], now: RulesTimeline, candidate: RulesTimeline,
         kind = _kind(row)
         if a_ok:
             out.append(Flip(o.object_id, o.command_id, kind, row.partition, row.offset, row.timestamp_ms,
-                            "accepted->rejected", b_rule, b_reason, a_text, b_text))
+                            "accepted->rejected", b_rule, b_reason, a_text, b_text, row.topic))
         else:
             out.append(Flip(o.object_id, o.command_id, kind, row.partition, row.offset, row.timestamp_ms,
-                            "rejected->accepted", a_rule, a_reason, a_text, b_text))
+                            "rejected->accepted", a_rule, a_reason, a_text, b_text, row.topic))
     return out
 
 
@@ -89,15 +92,17 @@ _FLIP_SCHEMA = pa.schema([(n, pa.int32() if n == "partition" else pa.int64() if 
 class WhatIfGroup:
     """One key's commands in, its flips out (rows of ``FLIP_DDL``)."""
 
-    def __init__(self, settings: Settings, now: RulesTimeline, candidate: RulesTimeline) -> None:
+    def __init__(self, settings: Settings, now: RulesTimeline, candidate: RulesTimeline,
+                 topics: CommandTopics | None = None) -> None:
         self.settings, self.now, self.candidate = settings.for_tasks(), now, candidate
         self.limits = limits_for(self.settings)
+        self.topics = (topics or CommandTopics.single(settings)).for_tasks()
 
     def __call__(self, rows: list[Row]) -> list[dict[str, Any]]:
         if any(r.value is None for r in rows):  # erased (``app.verify.erased``): no commands left to re-decide
             return []
         return [dict(zip(_FLIP_NAMES, f, strict=True))
-                for f in flips(rows, self.now, self.candidate, self.settings, self.limits)]
+                for f in flips(rows, self.now, self.candidate, self.settings, self.limits, self.topics)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,17 +144,20 @@ def what_if(spark: Any, settings: Settings, candidate: str, *, switch_ms: int = 
 
     from commands.rules import rules_digest
 
-    frame = archive_rows(spark, settings)
-    now = timeline_of(frame, settings)
+    topics = CommandTopics.read(settings)
+    frame = archive_rows(spark, settings, topics)
+    now = timeline_of(frame, settings, topics)
     cand = now.with_candidate(candidate, switch_ms)
-    commands = frame.where(F.col("topic") == settings.topic_commands)
+    commands = frame.where(F.col("topic").isin(*topics.names))
     # only objects with a command since the switch can flip; each folds from its first command
     recent = commands.where(F.col("timestamp_ms") >= switch_ms).select("key").distinct()
-    found = by_key(commands.join(recent, on="key", how="left_semi"), WhatIfGroup(settings, now, cand), _FLIP_SCHEMA,
-                   FLIP_DDL)
-    rows = found.orderBy("timestamp_ms", "partition", "offset").limit(limit).collect()
-    # decisions (not switches), erased commands apart: their objects are skipped
-    total = commands.where((F.col("timestamp_ms") >= switch_ms) & ~is_control_row() & F.col("value").isNotNull()).count()
+    found = by_key(commands.join(recent, on="key", how="left_semi"), WhatIfGroup(settings, now, cand, topics),
+                   _FLIP_SCHEMA, FLIP_DDL)
+    rows = found.orderBy("timestamp_ms", "topic", "partition", "offset").limit(limit).collect()
+    # decisions (not switches, nor records written to a closed generation), erased commands apart: their objects
+    # are skipped
+    total = commands.where((F.col("timestamp_ms") >= switch_ms) & ~is_control_row() & F.col("value").isNotNull()
+                           & ~is_late_row(topics)).count()
     return WhatIfReport(total, switch_ms, rules_digest(candidate),
                         tuple(Flip(*[r[n] for n in Flip._fields]) for r in rows))
 

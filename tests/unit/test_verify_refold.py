@@ -60,7 +60,7 @@ def test_refold_decides_as_a_sequential_decide_and_a_faithful_copy_compares_clea
         state = d.state if d.accepted else state
         want.append(outcome_record(d.outcome, S, part))
     assert [o for o, _ in got.outputs] == want
-    assert [src for _, src in got.outputs] == [(part, 10 + i, 1000 + i) for i in range(5)]
+    assert [src for _, src in got.outputs] == [(S.topic_commands, part, 10 + i, 1000 + i) for i in range(5)]
     assert compare(got, _stored(got.outputs)) == []
     # a replayed micro-batch writes identical copies again: still clean
     assert compare(got, _stored(got.outputs) + _stored(got.outputs[:2], start=100)) == []
@@ -74,7 +74,7 @@ def test_a_tampered_record_is_divergent_at_its_coordinates_and_a_lost_one_missin
     assert [(f.what, f.topic, f.partition, f.offset) for f in found] == [
         ("divergent", bad.topic, bad.partition, bad.offset),
         ("missing", stored[2].topic, PART, -1)]
-    assert (found[1].source_partition, found[1].source_offset) == (PART, 12)
+    assert (found[1].source_topic, found[1].source_partition, found[1].source_offset) == (S.topic_commands, PART, 12)
     lost = compare(got, stored[:1] + stored[2:])
     assert [(f.what, f.source_offset) for f in lost] == [("missing", 11)]
     # --since reports only what reached the topics since then (the fold still starts at the first command)
@@ -91,28 +91,30 @@ def test_outputs_in_another_order_are_reported() -> None:
     assert [(f.what, f.topic, f.offset) for f in found] == [("order", S.topic_events, events[0].offset)]
 
 
-def _control(version: int, partition: int, offset: int, *, signed: bool = True) -> tuple:  # noqa: ANN001
+def _control(version: int, partition: int, offset: int, *, signed: bool = True,
+             topic: str = S.topic_commands) -> tuple:  # noqa: ANN001
     value = encode_control(Deploy(version, rules_digest(DOC), DOC, "ops", T0))
-    return partition, offset, CONTROL_KEY, value, signature(CONTROL_KEY, value) if signed else None
+    return topic, partition, offset, CONTROL_KEY, value, signature(CONTROL_KEY, value) if signed else None
 
 
 def test_the_timeline_switches_each_partition_at_its_genuine_control_records() -> None:
     t = build_timeline([_control(2, 0, 9), _control(1, 0, 5), _control(3, 0, 7, signed=False), _control(1, 1, 2)], S)
-    assert [t.version_at(0, o) for o in (0, 5, 6, 8, 9, 10)] == [None, None, 1, 1, 1, 2]
-    assert t.version_at(1, 3) == 1 and t.version_at(2, 100) is None
+    topic = S.topic_commands
+    assert [t.version_at(topic, 0, o) for o in (0, 5, 6, 8, 9, 10)] == [None, None, 1, 1, 1, 2]
+    assert t.version_at(topic, 1, 3) == 1 and t.version_at(topic, 2, 100) is None
     assert sorted(t.documents) == [1, 2]
-    refused = codec.decode_rejection(t.outputs[(0, 7)][2])  # the forged one switched nothing and is an output
-    assert refused.reason.value == "UNAUTHENTICATED" and set(t.outputs) == {(0, 7)}
+    refused = codec.decode_rejection(t.outputs[(topic, 0, 7)][2])  # the forged one switched nothing and is an output
+    assert refused.reason.value == "UNAUTHENTICATED" and set(t.outputs) == {(topic, 0, 7)}
     c = t.with_candidate(DOC, 1500)
-    assert c.candidate == 3 and c.version_at(0, 10, 1499) == 2 and c.version_at(0, 10, 1500) == 3
+    assert c.candidate == 3 and c.version_at(topic, 0, 10, 1499) == 2 and c.version_at(topic, 0, 10, 1500) == 3
 
 
 def test_a_control_record_in_a_group_expects_its_refusal_and_decides_nothing() -> None:
-    p, o, k, v, _ = _control(1, PART, 7, signed=False)
-    t = build_timeline([(p, o, k, v, None)], S)
-    row = Row(S.topic_commands, p, o, 0, k, v, ((CONTROL_HEADER, RULES_CONTROL),))
+    topic, p, o, k, v, _ = _control(1, PART, 7, signed=False)
+    t = build_timeline([(topic, p, o, k, v, None)], S)
+    row = Row(topic, p, o, 0, k, v, ((CONTROL_HEADER, RULES_CONTROL),))
     got = refold([row], t, S)
-    assert got.decisions == [] and [x for x, _ in got.outputs] == [t.outputs[(p, o)]]
+    assert got.decisions == [] and [x for x, _ in got.outputs] == [t.outputs[(topic, p, o)]]
 
 
 def test_the_html_report_is_self_contained_and_escapes_what_it_shows() -> None:
