@@ -55,6 +55,17 @@ def test_every_entry_lands_exactly_once_where_its_id_routes(old: tuple[int, dict
         assert b"m:batch" not in entries and b"m:lineage" not in entries  # the old checkpoint's bookkeeping
 
 
+def test_routing_across_hash_chunks_keeps_every_entry_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    import app.rescale.split as split_module
+
+    entries = [(b"s:" + f"obj-{i}".encode(), bytes([i])) for i in range(50) if partition_for(f"obj-{i}".encode(), 2) == 0]
+    entries.insert(7, (b"m:batch", b"x"))  # bookkeeping inside a chunk is skipped, not routed
+    monkeypatch.setattr(split_module, "ROUTE_CHUNK", 4)
+    routed = list(split_module.route(entries, 0, 2, 5))
+    assert [(k, v) for _, k, v in routed] == [e for e in entries if e[0] != b"m:batch"]
+    assert all(p == partition_for(k[2:], 5) for p, k, _ in routed)
+
+
 @given(shard_sets(), st.integers(1, 13), st.integers(1, 13))
 def test_split_then_merge_round_trips(old: tuple[int, dict[int, dict[bytes, bytes]]], n: int, m: int) -> None:
     count, shards = old

@@ -5,12 +5,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.settings import Settings
 from app.validator.decode import to_command
 from app.validator.fold import InputRecord, fold, limits_for
 from app.validator.headers import ce_headers
-from app.validator.murmur2 import murmur2, partition_for
+from app.validator.murmur2 import murmur2, partition_for, positive_hashes
 from app.validator.outputs import outcome_record
 from commands import (
     CreateObject,
@@ -44,6 +46,17 @@ S = Settings(partitions=8, topic_events="ev", topic_rejections="rj", topic_comma
 ])
 def test_murmur2_matches_the_java_client(data: bytes, expected: int) -> None:
     assert murmur2(data) == expected
+
+
+def test_the_column_hash_equals_the_java_vectors_and_the_scalar_hash() -> None:
+    vectors = [b"21", b"foobar", b"a-little-bit-long-string", b"a-little-bit-longer-string",
+               b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", b"abc", b""]
+    assert positive_hashes(vectors).tolist() == [murmur2(v) & 0x7FFFFFFF for v in vectors]
+
+
+@given(st.lists(st.binary(max_size=80), max_size=60))
+def test_the_column_hash_equals_the_scalar_hash_for_any_keys_of_any_lengths(keys: list[bytes]) -> None:
+    assert positive_hashes(keys).tolist() == [murmur2(k) & 0x7FFFFFFF for k in keys]
 
 
 def test_partition_is_positive_masked() -> None:
