@@ -55,6 +55,14 @@ def chart_points(driver, chart: str) -> list[int]:  # noqa: ANN001
         "return c ? c.plot.data.map((s) => s.filter((v) => v !== null && v !== undefined).length) : null;", chart)
 
 
+def wait_points(driver, ok, timeout: float = 60) -> dict[str, list[int] | None]:  # noqa: ANN001
+    """Poll ``chart_points`` of every chart until ``ok`` holds of them (or ``timeout``); return the last seen."""
+    deadline = time.monotonic() + timeout
+    while not ok(pts := {c: chart_points(driver, c) for c in CHARTS}) and time.monotonic() < deadline:
+        time.sleep(0.3)
+    return pts
+
+
 def wait_text(driver, element: str, expected: str, timeout: float = 60) -> str:  # noqa: ANN001
     """Wait until element ``element`` of the page reads ``expected``; return what it reads last."""
     from selenium.webdriver.common.by import By
@@ -76,12 +84,18 @@ def test_charts_draw_and_move_with_load(api: str, settings: Settings, tmp_path: 
     try:
         with chromium(tmp_path / "profile") as driver:
             driver.get(f"{api}/#token={token(settings, 'operator', (OPERATE,))}")
-            time.sleep(6)
-            before = {c: chart_points(driver, c) for c in CHARTS}
+            # The page draws a point a second: wait (rather than sleep a fixed time) until every chart has points,
+            # then until each has more and the flow chart looks different; the assertions below say what must hold.
+            before = wait_points(driver, lambda pts: all(pts[c] and pts[c][0] > 0 for c in CHARTS))
+            assert all(before[c] for c in CHARTS), f"charts missing after 60 s: {before}"
             shot1 = driver.find_element(By.ID, "chart_flow").screenshot_as_png
-            time.sleep(8)
-            after = {c: chart_points(driver, c) for c in CHARTS}
-            shot2 = driver.find_element(By.ID, "chart_flow").screenshot_as_png
+            after = wait_points(driver, lambda pts: all(pts[c] and pts[c][0] > before[c][0] for c in CHARTS) and
+                                pts["chart_flow"][1] > 0 and pts["chart_latency"][1] > 0 and
+                                pts["chart_state_rows"][1] > 0)
+            shot2, redrawn = shot1, time.monotonic() + 30
+            while shot2 == shot1 and time.monotonic() < redrawn:
+                time.sleep(0.3)
+                shot2 = driver.find_element(By.ID, "chart_flow").screenshot_as_png
             driver.save_screenshot(str(tmp_path / "status.png"))
             canvases = {c: len(driver.find_elements(By.CSS_SELECTOR, f"#{c} canvas")) for c in CHARTS}
             state_rows = driver.find_element(By.ID, "s_rows").text
