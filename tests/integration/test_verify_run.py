@@ -38,6 +38,7 @@ from app.validator.topic_io import produce_with_headers, read_all
 from commands import Event, ObjectState, Rejection, decide
 from commands.rules import canonical_rules, compile_rules
 from projections import archived
+from tests.integration.test_backup_drill import _caught_up as caught_up
 from tests.integration.test_pipeline_e2e import _env
 
 pytestmark = pytest.mark.integration
@@ -87,7 +88,8 @@ def history(base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -
         load = _cli(settings, "load", "--via", "topic", "--rate", "100", "--duration", "6", "--objects", "20",
                     "--wait", "60", timeout=300)
         assert load.returncode == 0, load.stdout[-2000:] + load.stderr[-2000:]
-        time.sleep(10)  # the projections read the load's last decisions (erase takes liveness from the audit trail)
+        # the projections read the load's last decisions (erase takes liveness from the audit trail)
+        caught_up(settings)
     finally:
         _stop(proc)
     assert proc.returncode is not None
