@@ -60,8 +60,9 @@ class AsyncClient:
     async def _run(self, plan: Plan[T]) -> T:
         return await run_async(plan, self._http)
 
-    async def create(self, document: dict[str, Any], object_id: str | None = None, **kw: Any) -> Accepted | Queued:  # noqa: ANN401
-        return await self._run(self.protocol.create(document, object_id, **kw))
+    async def create(self, document: dict[str, Any], object_id: str | None = None, *, type: str | None = None,  # noqa: A002
+                     **kw: Any) -> Accepted | Queued:  # noqa: ANN401
+        return await self._run(self.protocol.create(document, object_id, type=type, **kw))
 
     async def update(self, object_id: str, patch: dict[str, Any], **kw: Any) -> Accepted | Queued:  # noqa: ANN401
         return await self._run(self.protocol.update(object_id, patch, **kw))

@@ -196,8 +196,14 @@ class Protocol:
         while len(self.versions) > KNOWN_VERSIONS:
             self.versions.popitem(last=False)
 
-    def create(self, document: dict[str, Any], object_id: str | None = None, **kw: Any) -> Plan[Accepted | Queued]:  # noqa: ANN401
-        body: dict[str, Any] = {"document": document} if object_id is None else {"id": object_id, "document": document}
+    def create(self, document: dict[str, Any], object_id: str | None = None, *, type: str | None = None,  # noqa: A002
+               **kw: Any) -> Plan[Accepted | Queued]:  # noqa: ANN401
+        """Create ``document``; ``type`` makes it an object of that type, decided by the team's rules for it."""
+        body: dict[str, Any] = {"document": document}
+        if object_id is not None:
+            body["id"] = object_id
+        if type is not None:
+            body["type"] = type
         return self.write("POST", "/objects", object_id, body=body, **kw)
 
     def update(self, object_id: str, patch: dict[str, Any], **kw: Any) -> Plan[Accepted | Queued]:  # noqa: ANN401

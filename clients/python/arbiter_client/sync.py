@@ -46,9 +46,11 @@ class Client:
         return run_sync(plan, self._http.send)
 
     # --- writes: Accepted, or Queued with follow=False; rejections raise ----------------------------------
-    def create(self, document: dict[str, Any], object_id: str | None = None, **kw: Any) -> Accepted | Queued:  # noqa: ANN401
-        """Create an object (``object_id`` or one the server derives from the idempotency key)."""
-        return self._run(self.protocol.create(document, object_id, **kw))
+    def create(self, document: dict[str, Any], object_id: str | None = None, *, type: str | None = None,  # noqa: A002
+               **kw: Any) -> Accepted | Queued:  # noqa: ANN401
+        """Create an object (``object_id`` or one the server derives from the idempotency key); ``type`` makes it
+        an object of that type, so the team's rules for it decide (a refusal raises ``RuleViolated``/``RuleError``)."""
+        return self._run(self.protocol.create(document, object_id, type=type, **kw))
 
     def update(self, object_id: str, patch: dict[str, Any], **kw: Any) -> Accepted | Queued:  # noqa: ANN401
         """Apply a JSON merge patch; ``if_match=<version>`` makes it conditional."""
