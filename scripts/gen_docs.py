@@ -191,6 +191,12 @@ def values() -> dict[str, str]:
     for key, value in limits.api_producer_config(s).items():
         out[f"limits.api_producer.{key}"] = _n(int(value))
     out["limits.KEEP_BYTES"] = _n(KEEP_BYTES)
+    from app.rescale.generation import WATCH_INTERVAL_S
+    from app.rescale.late import LATE_INTERVAL_S
+    out["rescale.WATCH_INTERVAL_S"] = f"{WATCH_INTERVAL_S:g}"
+    out["rescale.LATE_INTERVAL_S"] = f"{LATE_INTERVAL_S:g}"
+    from app.cli.rescale import DEFAULT_WAIT_S
+    out["rescale.default_wait_s"] = f"{DEFAULT_WAIT_S:g} s"
     domain = limits_for(s)
     for f in dataclasses.fields(domain):
         value = getattr(domain, f.name)

@@ -6,12 +6,15 @@ import argparse
 
 from app.settings import get_settings
 
+#: How long ``arbiter rescale`` waits by default for the validator to drain the old topic.
+DEFAULT_WAIT_S = 300.0
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("rescale", help="move the commands topic to a new generation with N partitions, state intact "
                        "(docs/operations/rescale.md)")
     p.add_argument("--partitions", type=int, help="the new partition count (larger or smaller); required unless --status")
-    p.add_argument("--wait", type=float, default=300.0, help="seconds to wait for the validator to drain the old "
+    p.add_argument("--wait", type=float, default=DEFAULT_WAIT_S, help="seconds to wait for the validator to drain the old "
                    "topic before refusing with RESCALE_NOT_DRAINED (default: %(default)g)")
     p.add_argument("--status", action="store_true", help="print the generations and any rescale under way, change nothing")
     p.set_defaults(handler=_run, parser=p)
