@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from arbiter_client import Accepted, AsyncClient, Client, RuleViolated
+from arbiter_client import Accepted, AsyncClient, Client, RetryPolicy, RuleViolated
 from arbiter_client.errors import Rejected, RuleError
 
 pytestmark = pytest.mark.unit
@@ -90,3 +90,26 @@ def test_every_rules_reason_code_on_a_typed_create_is_its_typed_error(code: str,
         if isinstance(err, RuleViolated):
             assert (err.rule, err.rules_version) == (members["rule"], 3)
             assert err.pointers == members.get("rule_pointers", [])
+
+
+def test_several_replicas_take_requests_in_turn_and_a_transport_failure_goes_to_the_next() -> None:
+    """Two API replicas: requests alternate; a write whose replica is down is sent to the other with its key."""
+    seen: list[tuple[str, str | None]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.host, request.headers.get("idempotency-key")))
+        assert request.headers["host"] == request.url.host + (f":{request.url.port}" if request.url.port else "")
+        if request.url.host == "down.test":
+            raise httpx.ConnectError("connection refused", request=request)
+        return created()
+
+    urls = ["http://up.test/", "http://down.test"]
+    with Client(urls, "tok", transport=httpx.MockTransport(answer), retry=RetryPolicy(base_s=0.001)) as client:
+        client.create({"n": 1}, "o-1")            # up.test
+        client.create({"n": 2}, "o-2", key="K")   # down.test, then up.test with the same key
+        client.create({"n": 3}, "o-3")
+    hosts = [h for h, _ in seen]
+    assert hosts == ["up.test", "down.test", "up.test", "down.test", "up.test"]  # in turn, each failure moved on
+    assert seen[1][1] == seen[2][1] == "K"
+    with pytest.raises(ValueError, match="at least one base URL"):
+        Client([], "tok")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import httpx
@@ -38,7 +38,7 @@ class AsyncClient:
     """``Client``'s twin for asyncio: the same operations, awaited; ``objects``, ``history`` and ``changes`` are
     async iterators."""
 
-    def __init__(self, base_url: str, token: str | Callable[[], str], *, retry: RetryPolicy | None = None,
+    def __init__(self, base_url: str | Sequence[str], token: str | Callable[[], str], *, retry: RetryPolicy | None = None,
                  wait_s: float = 10.0, follow_timeout_s: float = 60.0, read_your_writes: bool = True,
                  timeout: float = 30.0, feed_read_timeout_s: float = 60.0,
                  on_retry: Callable[[ArbiterError, float], None] | None = None,

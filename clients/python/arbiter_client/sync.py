@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -23,7 +23,7 @@ class Client:
     (``arbiter_client.errors``). Reads carry this client's write positions (read-your-writes).
     """
 
-    def __init__(self, base_url: str, token: str | Callable[[], str], *, retry: RetryPolicy | None = None,
+    def __init__(self, base_url: str | Sequence[str], token: str | Callable[[], str], *, retry: RetryPolicy | None = None,
                  wait_s: float = 10.0, follow_timeout_s: float = 60.0, read_your_writes: bool = True,
                  timeout: float = 30.0, feed_read_timeout_s: float = 60.0,
                  on_retry: Callable[[ArbiterError, float], None] | None = None,
