@@ -57,14 +57,13 @@ def test_the_e2e_step_fails_when_its_checks_did_not_run_and_pass() -> None:
     assert _inner("test_inner_settings_are_the_defaults").returncode == 0
 
 
-def test_the_suite_deselects_the_e2e_checks_and_their_step_selects_them() -> None:
-    def collected(*args: str) -> str:
-        return subprocess.run([sys.executable, "-m", "pytest", "tests/integration/test_compose_demo.py", "-q",
-                               "--collect-only", "-p", "no:cacheprovider", *args], cwd=ROOT, text=True,
-                              capture_output=True, timeout=120).stdout
-
-    assert "1 deselected" in collected() and "test_the_compose_demo" not in collected()
-    assert "test_compose_demo.py::test_the_compose_demo_starts_works_and_keeps_its_data" in collected("-m", "e2e")
+def test_the_suite_deselects_the_e2e_checks() -> None:
+    # ./dev test (pytest without -m) never starts the compose demo; its own step (-m e2e, --require-e2e) fails
+    # loudly if it selects nothing, so one collection here is enough
+    run = subprocess.run([sys.executable, "-m", "pytest", "tests/integration/test_compose_demo.py", "-q",
+                          "--collect-only", "-p", "no:cacheprovider"], cwd=ROOT, text=True, capture_output=True,
+                         timeout=120)
+    assert "1 deselected" in run.stdout and "test_the_compose_demo" not in run.stdout, run.stdout + run.stderr
 
 
 def test_integration_tests_use_no_stand_ins() -> None:
