@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -39,21 +40,61 @@ ALLOWED_SKIPS: dict[str, str] = {
 }
 _skipped: list[tuple[str, str]] = []
 
+#: The end-to-end checks (marked ``e2e``: they need root or Docker): CI's own step, ``./dev test --e2e``, runs them
+#: with ``--require-e2e``, under which each must have run and passed: one skipped, deselected, not collected or
+#: no longer marked fails the step (``tests/unit/test_tiers.py`` holds this list equal to the tests marked e2e).
+E2E_CHECKS: tuple[str, ...] = (
+    "tests/integration/test_compose_demo.py::test_the_compose_demo_starts_works_and_keeps_its_data",
+)
+_passed: set[str] = set()
+
+#: What a run may take, wall time on 2 cores with warm caches, per tier (by the ``-m`` it ran with). Reported at the
+#: end of every run, never asserted: a test that pushes the suite past it is the moment to make it share a stack
+#: or wait on its condition (docs/development.md, "Keeping the suite fast").
+SUITE_BUDGET_S = 900
+BUDGETS_S: dict[str, tuple[str, int]] = {
+    "unit": ("fast tier", 120),
+    "not e2e": ("suite", SUITE_BUDGET_S),
+    "e2e": ("end-to-end checks", 600),
+    "unit or integration or e2e": ("suite and end-to-end checks", SUITE_BUDGET_S + 600),
+}
+_started = time.monotonic()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--require-e2e", action="store_true",
+                     help="fail unless every test of tests/conftest.py E2E_CHECKS ran and passed")
+
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.skipped and report.nodeid not in ALLOWED_SKIPS:
         _skipped.append((report.nodeid, str(report.longrepr)[-300:]))
+    if report.when == "call" and report.passed:
+        _passed.add(report.nodeid)
+
+
+def _missing_e2e(config: pytest.Config) -> list[str]:
+    return [n for n in E2E_CHECKS if n not in _passed] if config.getoption("--require-e2e") else []
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if _skipped and exitstatus == 0:
+    if (_skipped or _missing_e2e(session.config)) and exitstatus in (0, pytest.ExitCode.NO_TESTS_COLLECTED):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
     for nodeid, why in _skipped:
         terminalreporter.write_line(f"SKIPPED, counted as a failure (not in tests/conftest.py ALLOWED_SKIPS): {nodeid}: "
                                     f"{why}", red=True)
+    for nodeid in _missing_e2e(config):
+        terminalreporter.write_line(f"END-TO-END CHECK DID NOT RUN AND PASS (--require-e2e): {nodeid}", red=True)
+    wall = time.monotonic() - _started
+    tier, budget = BUDGETS_S.get(config.getoption("markexpr") or "", ("this selection", 0))
+    if config.args_source != pytest.Config.ArgsSource.TESTPATHS or config.getoption("keyword"):
+        tier, budget = "this selection", 0  # a budget is for a whole tier, not for some files of it
+    terminalreporter.write_line(f"{tier} wall {wall:.0f} s" + (f" of budget {budget} s ({100 * wall / budget:.0f} %; "
+                                "2 cores, warm caches)" if budget else ""), red=bool(budget) and wall > budget,
+                                bold=True)
 
 
 #: Fixtures that start a broker, Spark or PostgreSQL: a test marked ``unit`` (``./dev test --fast``) uses none of them.

@@ -5,6 +5,8 @@ Runs its own small broker (module-scoped, free ports) so stopping it does not di
 
 from __future__ import annotations
 
+import random
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -22,10 +24,30 @@ from tests.integration.test_api_support import api_client, auth, consume_all
 pytestmark = pytest.mark.integration
 
 
+def port_to_restart_on() -> int:
+    """A free loopback port below the kernel's ephemeral range, for a broker stopped and started again on it.
+
+    A port from ``free_port`` is an ephemeral one: while the broker is down its clients keep connecting to it,
+    and any outgoing connection on the machine (or a client's connection to itself, TCP's simultaneous open) may
+    be given that very port as its local end, so the broker cannot bind it again ("Address already in use").
+    The kernel never hands out a port below ``ip_local_port_range`` on its own.
+    """
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 12000), low)  # noqa: S311 - not for security
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    return free_port()
+
+
 @pytest.fixture(scope="module")
 def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
-    broker = LocalBroker(Path(tmp_path_factory.mktemp("own-broker")), port=free_port(), controller_port=free_port(),
-                         heap="384m")
+    broker = LocalBroker(Path(tmp_path_factory.mktemp("own-broker")), port=port_to_restart_on(),
+                         controller_port=port_to_restart_on(), heap="384m")
     broker.start(Settings())
     try:
         yield broker

@@ -8,7 +8,6 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,13 +16,12 @@ from app.api.writes.submit import new_object_id
 from app.settings import Settings
 from commands.json_text import DEFAULT_MAX_DEPTH
 from tests.integration.test_api_support import (
+    RunningArbiter,
     TestClient,
     api_client,
     auth,
     consume_all,
     is_problem,
-    live_pipeline,
-    module_settings_for,
     produced_commands,
 )
 
@@ -32,15 +30,14 @@ pytestmark = pytest.mark.integration
 WAIT = {"Prefer": "wait=60"}
 
 
-@pytest.fixture(scope="module")
-def module_settings(base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    return module_settings_for(base_settings, tmp_path_factory, "api-integrity", wait_max_s=60.0)
+@pytest.fixture
+def module_settings(arbiter: RunningArbiter) -> Settings:
+    return arbiter.settings  # the shared running Arbiter's: every object id and key here is the test's own
 
 
-@pytest.fixture(scope="module")
-def client(spark, module_settings: Settings) -> Iterator[TestClient]:  # noqa: ANN001
-    with live_pipeline(spark, module_settings), api_client(module_settings) as c:
-        yield c
+@pytest.fixture
+def client(arbiter: RunningArbiter) -> TestClient:
+    return arbiter.client
 
 
 def h(settings: Settings, who: str, key: str | None = None, **extra: str) -> dict[str, str]:
@@ -93,8 +90,8 @@ def test_outcomes_answer_only_their_principal(client: TestClient, module_setting
 def test_an_outsider_cannot_tell_an_object_exists(client: TestClient, module_settings: Settings) -> None:
     oid = f"private-{uuid.uuid4().hex[:8]}"
     assert client.post("/objects", json={"id": oid, "document": {}}, headers=h(module_settings, "alice")).status_code == 201
-    hidden = client.patch(f"/objects/{oid}", json={"x": 1}, headers=h(module_settings, "mallory", "m1"))
-    unknown = client.patch(f"/objects/{oid}-none", json={"x": 1}, headers=h(module_settings, "mallory", "m2"))
+    hidden = client.patch(f"/objects/{oid}", json={"x": 1}, headers=h(module_settings, "mallory", f"{oid}-m1"))
+    unknown = client.patch(f"/objects/{oid}-none", json={"x": 1}, headers=h(module_settings, "mallory", f"{oid}-m2"))
     a, b = is_problem(hidden, 404, "NOT_FOUND"), is_problem(unknown, 404, "NOT_FOUND")
     assert hidden.headers["etag"] == unknown.headers["etag"] == '"0"'
     assert a["detail"] == b["detail"].replace(f"{oid}-none", oid)

@@ -10,6 +10,7 @@ import uuid
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -32,6 +33,16 @@ from projections.db import DbProjection
 from projections.db.store import current_generation
 from projections.runner import Projection, Runner, RunnerConfig
 from schemas import codec
+
+
+@dataclass(frozen=True)
+class RunningArbiter:
+    """The shared stack as one test sees it: its settings (topics, var dir), the in-process API, and a tag unique
+    to the test."""
+
+    settings: Settings
+    client: Any  # fastapi.testclient.TestClient, lifespan started
+    tag: str
 
 
 def module_settings_for(base: Settings, tmp: pytest.TempPathFactory, name: str, **update: Any) -> Settings:  # noqa: ANN401

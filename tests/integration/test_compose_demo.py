@@ -17,7 +17,7 @@ import pytest
 
 from app.settings import ROOT
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.e2e]
 
 #: A cold run (base images, Compose v2's build, the project's image, the flow with Compose 1.29 and v2) takes
 #: the longest; see README "Docker" for the measured times.

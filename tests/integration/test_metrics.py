@@ -60,6 +60,14 @@ def trickle(settings: Settings, stop: threading.Event) -> None:
         stop.wait(0.5)
 
 
+#: What moves while commands trickle in; the test waits for each to move between two scrapes, then asserts it did.
+VALIDATOR_MOVING = ("arbiter_shard_records_total", "arbiter_shard_batches_total", "arbiter_shard_state_rows",
+                    "arbiter_shard_changelog_bytes_total", "arbiter_validator_committed_offset",
+                    "arbiter_validator_last_batch_id")
+PROJECTION_MOVING = ("arbiter_projection_records_total", "arbiter_projection_batches_total",
+                     "arbiter_projection_applied_total", "arbiter_projection_batch_seconds_total")
+
+
 def wait_for(what: str, ok: Callable[[], bool], timeout: float = 180) -> None:
     deadline = time.monotonic() + timeout
     while not ok():
@@ -86,8 +94,17 @@ def test_validator_and_projection_metrics_move_during_a_run(spark, settings: Set
         wait_for("the progress file", lambda: total(scrape(validator.port), "arbiter_validator_committed_offset") > 0)
         wait_for("events applied", lambda: total(scrape(db.port), "arbiter_projection_applied_total") > 0)
         first = (scrape(validator.port), scrape(db.port))
-        time.sleep(5)
-        scrapes = [first, (scrape(validator.port), scrape(db.port))]
+        scrapes = [first, first]
+
+        def moved() -> bool:  # every counter the assertions below compare has moved past the first scrape
+            scrapes[1] = (scrape(validator.port), scrape(db.port))
+            (v1, p1), (v2, p2) = scrapes
+            return all(total(v2, n) > total(v1, n) for n in VALIDATOR_MOVING) \
+                and all(total(v2, "arbiter_shard_decisions_total", outcome=o) > total(
+                    v1, "arbiter_shard_decisions_total", outcome=o) for o in ("event", "rejection")) \
+                and all(total(p2, n) > total(p1, n) for n in PROJECTION_MOVING)
+
+        wait_for("every counter to move past the first scrape", moved)
     finally:
         stop.set()
         producer.join(30)
@@ -98,8 +115,7 @@ def test_validator_and_projection_metrics_move_during_a_run(spark, settings: Set
         db.close()
 
     (v1, p1), (v2, p2) = scrapes
-    for name in ("arbiter_shard_records_total", "arbiter_shard_batches_total", "arbiter_shard_state_rows",
-                 "arbiter_shard_changelog_bytes_total", "arbiter_validator_committed_offset"):
+    for name in VALIDATOR_MOVING[:-1]:
         assert total(v2, name) > total(v1, name) > 0, (name, total(v1, name), total(v2, name))
     assert total(v2, "arbiter_validator_last_batch_id") > total(v1, "arbiter_validator_last_batch_id") >= 0
     for outcome in ("event", "rejection"):
@@ -113,8 +129,7 @@ def test_validator_and_projection_metrics_move_during_a_run(spark, settings: Set
     assert {dict(ls)["partition"] for (n, ls) in v2 if n == "arbiter_validator_lag"} == {"0", "1", "2", "3"}
     assert total(v2, "arbiter_validator_last_batch_timestamp_seconds") > time.time() - 600
 
-    for name in ("arbiter_projection_records_total", "arbiter_projection_batches_total",
-                 "arbiter_projection_applied_total", "arbiter_projection_batch_seconds_total"):
+    for name in PROJECTION_MOVING:
         assert total(p2, name) > total(p1, name) > 0, (name, total(p1, name), total(p2, name))
     assert total(p2, "arbiter_projection_gaps_total") == 0 and total(p2, "arbiter_projection_undecodable_total") == 0
     lag = {dict(ls)["partition"]: v for (n, ls), v in p2.items() if n == "arbiter_projection_lag"}

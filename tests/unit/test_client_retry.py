@@ -289,3 +289,62 @@ def test_the_async_feed_resumes_too_and_a_503_waits_its_retry_after() -> None:
     assert asyncio.run(read()) == ["o1", "o2"]
     assert [r.headers.get("last-event-id") for r in script.requests] == [None, "c1.1", "c1.1", "c1.2"]
     assert retried == ["TRANSPORT_FAILED", "TOO_MANY_SUBSCRIBERS", "TRANSPORT_FAILED"]
+
+
+class _Sleeps:
+    """The clients' sleep, faked: records what the feed waits instead of waiting it (no wall time in the test)."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.seconds.append(seconds)
+
+
+def _feed_script(stream: type[httpx.SyncByteStream] | type[httpx.AsyncByteStream]) -> Script:
+    change = 'id: c1.{n}\nevent: change\ndata: {{"object_id":"o","type":"{t}","version":{n}}}\n\n'
+    return Script(
+        problem(429, "RATE_LIMITED", {"Retry-After": "5"}),
+        problem(503, "TOO_MANY_SUBSCRIBERS", {"Retry-After": "3"}),
+        lambda r: httpx.Response(200, stream=stream(_frames(change.format(n=1, t="UPDATED")))),  # type: ignore[call-arg]
+        lambda r: httpx.Response(200, stream=stream(_frames(change.format(n=2, t="DELETED")))))  # type: ignore[call-arg]
+
+
+def test_the_feed_waits_the_retry_after_of_a_429_and_a_503_before_opening_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    import arbiter_client.sync
+
+    slept, retried = _Sleeps(), []
+    monkeypatch.setattr(arbiter_client.sync, "time", slept)
+    script = _feed_script(_Stream)
+    # a backoff of ~1 ms: only a Retry-After read from the answer makes these waits seconds long
+    with Client(BASE, "tok", transport=httpx.MockTransport(script), retry=RetryPolicy(base_s=0.001, jitter=0.2),
+                on_retry=lambda e, wait: retried.append((e.code, wait))) as client:
+        assert [(c.version, c.type) for c in client.changes("o")] == [(1, "UPDATED"), (2, "DELETED")]
+    assert [code for code, _ in retried] == ["RATE_LIMITED", "TOO_MANY_SUBSCRIBERS", "TRANSPORT_FAILED"]
+    assert 5.0 <= slept.seconds[0] <= 6.0 and 3.0 <= slept.seconds[1] <= 3.6 and slept.seconds[2] < 0.01, slept.seconds
+    assert slept.seconds == [wait for _, wait in retried]
+
+
+def test_the_async_feed_waits_the_retry_after_of_a_429_and_a_503_before_opening_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import arbiter_client.aio
+
+    slept, retried = _Sleeps(), []
+
+    async def sleep(seconds: float) -> None:
+        slept.sleep(seconds)
+        await asyncio.sleep(0)
+
+    monkeypatch.setattr(arbiter_client.aio, "asyncio", type("FakeAsyncio", (), {"sleep": staticmethod(sleep)}))
+    script = _feed_script(_AsyncStream)
+
+    async def read() -> list[tuple[int, str]]:
+        async with AsyncClient(BASE, "tok", transport=httpx.MockTransport(script),
+                               retry=RetryPolicy(base_s=0.001, jitter=0.2),
+                               on_retry=lambda e, wait: retried.append((e.code, wait))) as client:
+            return [(c.version, c.type) async for c in client.changes("o")]
+
+    assert asyncio.run(read()) == [(1, "UPDATED"), (2, "DELETED")]
+    assert [code for code, _ in retried] == ["RATE_LIMITED", "TOO_MANY_SUBSCRIBERS", "TRANSPORT_FAILED"]
+    assert 5.0 <= slept.seconds[0] <= 6.0 and 3.0 <= slept.seconds[1] <= 3.6 and slept.seconds[2] < 0.01, slept.seconds
+    assert slept.seconds == [wait for _, wait in retried]

@@ -272,3 +272,26 @@ def test_a_state_whose_tracked_text_is_not_json_is_rule_error_not_an_exception()
     state = replace(created(), tracked="{not json")
     outcome = update(state, {"title": "t"}, RULES).outcome
     assert isinstance(outcome, Rejection) and (outcome.reason, outcome.rule) == (ReasonCode.RULE_ERROR, "types")
+
+
+def test_a_field_set_before_its_state_machine_moves_only_to_an_initial_state() -> None:
+    # An order created while the rules had no transition: its status is null, or a value that is no state. Once
+    # the state machine is deployed, the first move must go to an `initial` state (draft), not to any state.
+    before = with_rules({"rules": 1, "types": {"order": {"tracked": {"status": "/status"}}}})
+    for status in (None, "legacy"):
+        doc = {k: v for k, v in {**ORDER, "status": status}.items() if v is not None}
+        made = decide(None, CreateObject("c", "o1", "alice", T0, document=json.dumps(doc), object_type="order"),
+                      rules=before)
+        assert made.accepted and made.state is not None, made.outcome
+        state = made.state
+        assert json.loads(state.tracked or "{}").get("/status") == status
+        for jump in ("submitted", "approved", "rejected"):
+            out = refused(state, update(state, {"status": jump}, RULES, groups=("finance",)), ReasonCode.RULE_VIOLATED,
+                          "order:status-flow")
+            assert out.rule_pointers == ("/status",)
+        assert json.loads(moved(moved(state, {"status": "draft"}), {"status": "submitted"}).tracked or "")[
+            "/status"] == "submitted"
+        # with no `initial`, a field set before the rule may start at any state
+        free = with_rules({"rules": 1, "types": {"order": {"tracked": {"status": "/status"}, "transitions": [
+            {"name": "flow", "field": "status", "allowed": {"draft": ["submitted"], "submitted": []}}]}}})
+        assert update(state, {"status": "submitted"}, free).accepted

@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 INNER = os.environ.get("HYGIENE_INNER", "")
 
 
-def _inner(test: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pytest", f"{__file__}::{test}", "-q", "-p", "no:cacheprovider"],
+def _inner(test: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest", f"{__file__}::{test}", "-q", "-p", "no:cacheprovider", *args],
                           cwd=ROOT, env={**os.environ, "HYGIENE_INNER": test, **env}, text=True, capture_output=True,
                           timeout=120)
 
@@ -46,6 +46,24 @@ def test_a_skip_not_on_the_allow_list_fails_the_run() -> None:
     run = _inner("test_inner_skip")
     assert run.returncode == 1, run.stdout + run.stderr
     assert "counted as a failure" in run.stdout
+
+
+def test_the_e2e_step_fails_when_its_checks_did_not_run_and_pass() -> None:
+    # CI's e2e step runs with --require-e2e: a run in which the compose demo was not collected, deselected or
+    # skipped fails, whatever else passed
+    run = _inner("test_inner_settings_are_the_defaults", "--require-e2e")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "END-TO-END CHECK DID NOT RUN AND PASS (--require-e2e): tests/integration/test_compose_demo.py::" in run.stdout
+    assert _inner("test_inner_settings_are_the_defaults").returncode == 0
+
+
+def test_the_suite_deselects_the_e2e_checks() -> None:
+    # ./dev test (pytest without -m) never starts the compose demo; its own step (-m e2e, --require-e2e) fails
+    # loudly if it selects nothing, so one collection here is enough
+    run = subprocess.run([sys.executable, "-m", "pytest", "tests/integration/test_compose_demo.py", "-q",
+                          "--collect-only", "-p", "no:cacheprovider"], cwd=ROOT, text=True, capture_output=True,
+                         timeout=120)
+    assert "1 deselected" in run.stdout and "test_the_compose_demo" not in run.stdout, run.stdout + run.stderr
 
 
 def test_integration_tests_use_no_stand_ins() -> None:

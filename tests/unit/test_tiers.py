@@ -68,3 +68,23 @@ def test_the_check_sees_a_missing_marker(tmp_path: Path) -> None:
     assert _untiered(bare) == []
     bare.write_text("import pytest\n\npytestmark = pytest.mark.timeout(5)\n\ndef test_a():\n    pass\n")
     assert _untiered(bare) == ["test_a"]
+
+
+def test_the_e2e_checks_listed_in_conftest_are_the_tests_marked_e2e() -> None:
+    """CI's e2e step requires every check of ``E2E_CHECKS`` to pass: a test marked e2e but not listed would not be
+    required, and one listed but no longer marked would fail the step as missing."""
+    from tests.conftest import E2E_CHECKS
+
+    def e2e(node: ast.AST) -> bool:
+        return any(isinstance(s, ast.Attribute) and s.attr == "e2e" and isinstance(s.value, ast.Attribute)
+                   and s.value.attr == "mark" for s in ast.walk(node))
+
+    marked = set()
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        tree = ast.parse(path.read_text("utf-8"))
+        module = any(isinstance(s, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "pytestmark"
+                                                       for t in s.targets) and e2e(s.value) for s in tree.body)
+        marked |= {f"{path.relative_to(ROOT)}::{f.name}" for f in tree.body
+                   if isinstance(f, ast.FunctionDef) and f.name.startswith("test")
+                   and (module or any(e2e(d) for d in f.decorator_list))}
+    assert marked == set(E2E_CHECKS) and len(E2E_CHECKS) == len(set(E2E_CHECKS))

@@ -26,6 +26,7 @@ class Memo(Generic[T]):
         self._value: tuple[float, T] | None = None
         self._lock: asyncio.Lock | None = None
         self.runs = 0
+        self._finished = 0  # runs completed: a caller that waited for one takes its result, however long it took
 
     def _fresh(self) -> T | None:
         if self._value is not None and self._clock() - self._value[0] < self.interval:
@@ -39,12 +40,18 @@ class Memo(Generic[T]):
             return value
         if self._lock is None:
             self._lock = asyncio.Lock()
+        finished = self._finished
         async with self._lock:
-            value = self._fresh()  # computed by the run this caller waited for
+            # Computed by the run this caller waited for: its result even if that run took longer than the
+            # interval (else, when one run is that slow, every queued caller would run it again, one after another).
+            if self._finished != finished and self._value is not None:
+                return self._value[1]
+            value = self._fresh()
             if value is not None:
                 return value
             started = self._clock()
             self.runs += 1
             value = await asyncio.to_thread(self._compute)
             self._value = (started, value)
+            self._finished += 1
             return value

@@ -1,0 +1,35 @@
+"""The running Arbiter that integration tests share: one validator query (on the session's Spark), one DB
+projection and one API, on topics of their own, started on first use and stopped at the end of the session.
+
+A test that only needs a running Arbiter takes ``arbiter`` and names its objects, idempotency keys and principals
+with ``arbiter.tag`` (or a uuid of its own), so tests never meet each other's objects. A test that kills, restarts
+or reconfigures a component (the broker, the validator, the API's limits, the rules) starts its own stack, as
+before: the shared one must stay as every other test expects it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from app.settings import Settings
+from tests.integration.test_api_support import RunningArbiter, api_client, live_pipeline, module_settings_for
+
+
+@pytest.fixture(scope="session")
+def shared_arbiter(spark: Any, base_settings: Settings,  # noqa: ANN401 - a SparkSession
+                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, Any]]:
+    """Start the shared stack once: validator query, DB projection, API (``live_pipeline`` and ``api_client``)."""
+    s = module_settings_for(base_settings, tmp_path_factory, "shared-arbiter", wait_max_s=120.0)
+    with live_pipeline(spark, s), api_client(s) as client:
+        yield s, client
+
+
+@pytest.fixture
+def arbiter(shared_arbiter: tuple[Settings, Any]) -> RunningArbiter:
+    """The shared running Arbiter, with a tag for this test's object ids, keys and principals."""
+    s, client = shared_arbiter
+    return RunningArbiter(s, client, uuid.uuid4().hex[:8])
