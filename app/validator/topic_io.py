@@ -91,13 +91,16 @@ def produce_with_headers(settings: Settings,
     return placed
 
 
-def read_all(settings: Settings, topic: str, timeout: float = 30) -> list[Record]:
-    """Read ``topic`` from its beginning to its current end (high watermarks); records by (partition, offset)."""
+def read_all(settings: Settings, topic: str, timeout: float = 30, *, since: int = 0) -> list[Record]:
+    """Read ``topic`` from its beginning (on a one-partition topic: from offset ``since``, a follower's next) to its
+    current end (high watermarks); records by (partition, offset)."""
     c = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "arbiter-read-all",
                   "enable.auto.commit": False, "log_level": 0, "isolation.level": "read_uncommitted"})
     try:
         meta = c.list_topics(topic, timeout=10).topics[topic]
         ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in meta.partitions}
+        if since and len(ends) == 1:
+            ends = {p: (max(lo, since), hi) for p, (lo, hi) in ends.items()}
         todo = {p for p, (lo, hi) in ends.items() if hi > lo}
         c.assign([TopicPartition(topic, p, ends[p][0]) for p in todo])
         out: list[Record] = []
