@@ -51,7 +51,8 @@ def record_rejection_id(topic: str, partition: int, offset: int, reason: str) ->
 
 
 def redrive_command_id(topic: str, partition: int, offset: int) -> str:
-    """Return the command id a redrive of the parked record from ``topic[partition]@offset`` gives its command.
+    """Return the command id a redrive of the parked record from ``topic[partition]@offset`` gives the operator's
+    fixed value (the parked bytes themselves keep their own: ``app.parked.lot``).
 
     Derived from the record's coordinates alone, so every redrive of one record is one command to the validator's
     dedup window (a second is a ``DUPLICATE``), whatever fix the operator made in between.
