@@ -14,8 +14,10 @@ in-place upgrade keeps its versions and nothing signed as a command counts once 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable, Iterable
 
+from app.limits import size_limits
 from app.rules.control import (
     CONTROL_HEADER,
     CONTROL_KEY,
@@ -31,6 +33,7 @@ from app.signing import CLAIM_DOMAIN, LEGACY_DOMAIN, PLACED_DOMAIN, signature_of
 from app.validator.topic_io import Record, read_all
 
 CLAIM_KEY = CONTROL_KEY
+log = logging.getLogger(__name__)
 
 
 def ensure_rules_topic(settings: Settings) -> None:
@@ -40,6 +43,69 @@ def ensure_rules_topic(settings: Settings) -> None:
     ensure_history_topic(settings, settings.rules_topic, "rules catalog topic")
 
 
+class CatalogFold:
+    """The catalog folded so far: the deployed versions, where the fold is on the topic, how many records it skipped.
+
+    Each record is folded once: the API keeps one and reads only what was appended since (``follow``), so junk on
+    the catalog costs each record once, and a record over the largest claim a deploy writes is skipped unread.
+    """
+
+    def __init__(self, settings: Settings, on_skip: Callable[[Record, str], None] | None = None) -> None:
+        self.checker = signer_for(settings, CLAIM_DOMAIN)
+        self.legacy = signer_for(settings, LEGACY_DOMAIN)
+        self.max_bytes = max_claim_bytes(settings)
+        self.versions: list[Deploy] = []
+        self.upgraded = False  # a claim signed as a claim was seen: claims signed as commands no longer count
+        self.next_offset = 0
+        self.skipped = 0
+        self.on_skip = on_skip
+
+    def extend(self, records: Iterable[Record]) -> CatalogFold:
+        """Fold ``records`` (the catalog's, in offset order); return self."""
+        for r in records:
+            self.add(r)
+        return self
+
+    def add(self, r: Record) -> Deploy | None:
+        """Fold one record; return the version it deployed, or None (a placement, a lost claim, or skipped)."""
+        self.next_offset = max(self.next_offset, r.offset + 1)
+        marker = dict(r.headers).get(CONTROL_HEADER)
+        if r.key == CLAIM_KEY and marker is not None and bytes(marker) == RULES_PLACED:
+            return None  # a placement: ``placed_versions`` reads those
+        claim, why = self._claim(r, marker)
+        if claim is None:
+            self.skipped += 1
+            log.debug("ignoring catalog record %s[%d]@%d: %s", r.topic, r.partition, r.offset, why)
+            if self.on_skip is not None:
+                self.on_skip(r, why)
+            return None
+        if claim.version != (self.versions[-1].version if self.versions else 0) + 1:
+            return None  # a genuine claim that lost a race
+        self.versions.append(claim)
+        return claim
+
+    def _claim(self, r: Record, marker: bytes | None) -> tuple[Deploy | None, str]:
+        if not is_control(marker) or r.key != CLAIM_KEY:
+            return None, "neither a claim nor a placement"
+        value = r.value or b""
+        if len(value) > self.max_bytes:
+            return None, f"{len(value)} bytes, over the {self.max_bytes} of the largest claim a deploy writes"
+        signature = signature_of(r.headers)
+        if self.checker.problem(r.key, value, signature) is None:
+            self.upgraded = True
+        elif self.upgraded or self.legacy.problem(r.key, value, signature) is not None:
+            return None, "not signed as a claim"
+        try:
+            return decode_control(value), ""
+        except ControlInvalid as e:
+            return None, str(e)
+
+
+def max_claim_bytes(settings: Settings) -> int:
+    """Return the size of the largest claim value a deploy writes (``app.rules.deploy`` refuses a larger one)."""
+    return size_limits(settings.max_message_bytes).max_record_bytes - len(CONTROL_KEY)
+
+
 def winners(records: Iterable[Record], settings: Settings) -> list[Deploy]:
     """Return the deployed versions, oldest first: per version, the first genuine claim of ``previous + 1``.
 
@@ -47,25 +113,7 @@ def winners(records: Iterable[Record], settings: Settings) -> list[Deploy]:
     one above the last winner is ignored: it lost a race (or was never Arbiter's). One signed as a command counts
     only before the first one signed as a claim (the module's docstring).
     """
-    checker, legacy = signer_for(settings, CLAIM_DOMAIN), signer_for(settings, LEGACY_DOMAIN)
-    upgraded = False
-    out: list[Deploy] = []
-    for r in records:
-        headers = dict(r.headers)
-        if not is_control(headers.get(CONTROL_HEADER)) or r.key != CLAIM_KEY:
-            continue
-        signature = signature_of(r.headers)
-        if checker.problem(r.key, r.value or b"", signature) is None:
-            upgraded = True
-        elif upgraded or legacy.problem(r.key, r.value or b"", signature) is not None:
-            continue
-        try:
-            claim = decode_control(r.value)
-        except ControlInvalid:
-            continue
-        if claim.version == (out[-1].version if out else 0) + 1:
-            out.append(claim)
-    return out
+    return CatalogFold(settings).extend(records).versions
 
 
 def placed_versions(records: Iterable[Record], settings: Settings) -> set[int]:
@@ -84,14 +132,21 @@ def placed_versions(records: Iterable[Record], settings: Settings) -> set[int]:
     return out
 
 
-def deployed(settings: Settings) -> list[Deploy]:
-    """Return every deployed version from the catalog topic, oldest first (empty when none, or no topic yet)."""
+def follow(settings: Settings, fold: CatalogFold) -> CatalogFold:
+    """Fold what was appended to the catalog topic since ``fold`` last read it (nothing when there is no topic yet)."""
     from confluent_kafka.admin import AdminClient
 
+    # all topics, not this one by name: a request naming a missing topic may create it (auto.create.topics.enable)
     meta = AdminClient({"bootstrap.servers": settings.kafka_bootstrap, "log_level": 0}).list_topics(timeout=10)
     if settings.rules_topic not in meta.topics:
-        return []
-    return winners(read_all(settings, settings.rules_topic), settings)
+        return fold
+    return fold.extend(r for r in read_all(settings, settings.rules_topic, since=fold.next_offset)
+                       if r.offset >= fold.next_offset)
+
+
+def deployed(settings: Settings) -> list[Deploy]:
+    """Return every deployed version from the catalog topic, oldest first (empty when none, or no topic yet)."""
+    return follow(settings, CatalogFold(settings)).versions
 
 
 def current(settings: Settings) -> Deploy | None:
