@@ -20,15 +20,11 @@ Each record is folded once: a follower (``GenerationWatch``) keeps its chain and
 from __future__ import annotations
 
 import hashlib
-import logging
-from collections.abc import Callable, Iterable
 
 from app.settings import Settings
 from app.signing import GENERATION_DOMAIN, LEGACY_DOMAIN, control_checker_for, signature_of, signer_for
-from app.validator.topic_io import Record
+from app.validator.topic_io import OnSkip, Record, TopicFold
 from schemas.generations import KEY, Generation, generation_record
-
-log = logging.getLogger(__name__)
 
 #: The largest value a generation record may have (one is ~300 bytes): larger ones are skipped unread.
 MAX_GENERATION_BYTES = 4096
@@ -39,44 +35,34 @@ def record_digest(value: bytes) -> str:
     return "sha256:" + hashlib.sha256(value).hexdigest()
 
 
-class GenerationChain:
+class GenerationChain(TopicFold):
     """The generation records that count so far, oldest first, and where the fold is on the topic."""
 
-    def __init__(self, settings: Settings, origin: Generation,
-                 on_skip: Callable[[Record, str], None] | None = None) -> None:
+    what = "generation record"
+
+    def __init__(self, settings: Settings, origin: Generation, on_skip: OnSkip | None = None) -> None:
+        super().__init__(on_skip)
         self.checker = control_checker_for(settings, GENERATION_DOMAIN)
         self.legacy = signer_for(settings, LEGACY_DOMAIN)
         self.origin = origin  # generation 0, what the settings name: current before any record counts
         self.records: list[Generation] = []
         self.head = ""  # the digest of the last record that counted ("" before any)
         self.upgraded = False  # a record signed as a generation record counted: legacy ones no longer do
-        self.next_offset = 0
-        self.skipped = 0
-        self.on_skip = on_skip
 
     @property
     def current(self) -> Generation:
         """Return the current generation: the last record that counted, or generation 0."""
         return self.records[-1] if self.records else self.origin
 
-    def extend(self, records: Iterable[Record]) -> GenerationChain:
-        """Fold ``records`` (the topic's, in offset order, from ``next_offset``); return self."""
-        for r in records:
-            self.add(r)
-        return self
-
     def add(self, record: Record) -> Generation | None:
         """Fold one record; return its generation if it counts, else None (skipped, logged, counted)."""
-        self.next_offset = max(self.next_offset, record.offset + 1)
+        self.seen(record)
         try:
             generation, why = self._check(record)
         except Exception as e:  # noqa: BLE001 - a record is data: whatever it holds, the fold goes on
             generation, why = None, f"unreadable: {type(e).__name__}: {e}"
         if generation is None:
-            self.skipped += 1
-            log.warning("ignoring generation record %s[%d]@%d: %s", record.topic, record.partition, record.offset, why)
-            if self.on_skip is not None:
-                self.on_skip(record, why)
+            self.skip(record, why)
             return None
         assert record.value is not None  # _check refuses a record without one
         self.records.append(generation)

@@ -14,8 +14,7 @@ in-place upgrade keeps its versions and nothing signed as a command counts once 
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 from app.limits import size_limits
 from app.rules.control import (
@@ -30,10 +29,9 @@ from app.rules.control import (
 )
 from app.settings import Settings
 from app.signing import CLAIM_DOMAIN, LEGACY_DOMAIN, PLACED_DOMAIN, signature_of, signer_for
-from app.validator.topic_io import Record, read_all
+from app.validator.topic_io import OnSkip, Record, TopicFold, read_all
 
 CLAIM_KEY = CONTROL_KEY
-log = logging.getLogger(__name__)
 
 
 def ensure_rules_topic(settings: Settings) -> None:
@@ -43,41 +41,32 @@ def ensure_rules_topic(settings: Settings) -> None:
     ensure_history_topic(settings, settings.rules_topic, "rules catalog topic")
 
 
-class CatalogFold:
+class CatalogFold(TopicFold):
     """The catalog folded so far: the deployed versions, where the fold is on the topic, how many records it skipped.
 
     Each record is folded once: the API keeps one and reads only what was appended since (``follow``), so junk on
     the catalog costs each record once, and a record over the largest claim a deploy writes is skipped unread.
     """
 
-    def __init__(self, settings: Settings, on_skip: Callable[[Record, str], None] | None = None) -> None:
+    what = "catalog record"
+
+    def __init__(self, settings: Settings, on_skip: OnSkip | None = None) -> None:
+        super().__init__(on_skip)
         self.checker = signer_for(settings, CLAIM_DOMAIN)
         self.legacy = signer_for(settings, LEGACY_DOMAIN)
         self.max_bytes = max_claim_bytes(settings)
         self.versions: list[Deploy] = []
         self.upgraded = False  # a claim signed as a claim was seen: claims signed as commands no longer count
-        self.next_offset = 0
-        self.skipped = 0
-        self.on_skip = on_skip
-
-    def extend(self, records: Iterable[Record]) -> CatalogFold:
-        """Fold ``records`` (the catalog's, in offset order); return self."""
-        for r in records:
-            self.add(r)
-        return self
 
     def add(self, r: Record) -> Deploy | None:
         """Fold one record; return the version it deployed, or None (a placement, a lost claim, or skipped)."""
-        self.next_offset = max(self.next_offset, r.offset + 1)
+        self.seen(r)
         marker = dict(r.headers).get(CONTROL_HEADER)
         if r.key == CLAIM_KEY and marker is not None and bytes(marker) == RULES_PLACED:
             return None  # a placement: ``placed_versions`` reads those
         claim, why = self._claim(r, marker)
         if claim is None:
-            self.skipped += 1
-            log.debug("ignoring catalog record %s[%d]@%d: %s", r.topic, r.partition, r.offset, why)
-            if self.on_skip is not None:
-                self.on_skip(r, why)
+            self.skip(r, why)
             return None
         if claim.version != (self.versions[-1].version if self.versions else 0) + 1:
             return None  # a genuine claim that lost a race
