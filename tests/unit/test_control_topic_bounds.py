@@ -99,3 +99,21 @@ def test_a_claim_over_the_largest_a_deploy_writes_is_skipped_unread(extra: int, 
     value = _claim_of(max_claim_bytes(S) + extra)
     won = winners([Record(S.rules_topic, 0, 0, CONTROL_KEY, value, tuple(claim_headers(S, value)))], S)
     assert (len(won) == 1) is counts
+
+
+def test_claims_signed_as_commands_before_the_upgrade_number_versions_until_the_first_claim_signed_as_one() -> None:
+    """An in-place upgrade keeps its catalog: claims written before claims had their own signing domain still count,
+    but none does once a deploy on the new code has claimed a version."""
+    from app.rules.control import CONTROL_HEADER, RULES_CONTROL
+    from app.signing import signer_for
+
+    def claim(version: int, *, legacy: bool) -> Record:
+        value = encode_control(Deploy(version, rules_digest(DOC), DOC, f"ops-{version}", T0))
+        headers = [(CONTROL_HEADER, RULES_CONTROL), *signer_for(S).headers(CONTROL_KEY, value)] if legacy \
+            else claim_headers(S, value)
+        return Record(S.rules_topic, 0, version, CONTROL_KEY, value, tuple(headers))
+
+    before = [claim(1, legacy=True), claim(2, legacy=True)]
+    assert [d.version for d in winners(before, S)] == [1, 2]
+    after = [*before, claim(3, legacy=False), claim(4, legacy=True)]
+    assert [d.version for d in winners(after, S)] == [1, 2, 3]
