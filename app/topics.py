@@ -37,6 +37,27 @@ def topic_config(settings: Settings, name: str = "") -> dict[str, str]:
     }
 
 
+def replication_problem(settings: Settings, brokers: int) -> str | None:
+    """Return why Arbiter's topics may not be created as ``settings`` ask on a cluster of ``brokers``, or None.
+
+    On one broker nothing can be replicated (the embedded default). On several, a topic is created with
+    ``replication_factor`` at least ``min_insync_replicas`` + 1: with fewer, losing one broker stops every
+    ``acks=all`` write (RF = min.insync) or one broker holds every acknowledged record alone (min.insync = 1).
+    """
+    if brokers <= 1 or settings.replication_factor >= settings.min_insync_replicas + 1:
+        return None
+    return (f"refusing to create topics with ARBITER_REPLICATION_FACTOR={settings.replication_factor} and "
+            f"ARBITER_MIN_INSYNC_REPLICAS={settings.min_insync_replicas} on a cluster of {brokers} brokers: a "
+            "production topic needs a replication factor of at least min.insync.replicas + 1 (e.g. 3 and 2) so "
+            "that an acknowledged command survives the loss of a broker and writes go on without it")
+
+
+def _refuse_thin_replication(settings: Settings, brokers: int) -> None:
+    problem = replication_problem(settings, brokers)
+    if problem is not None:
+        raise SetupError(problem)
+
+
 def admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
 
@@ -56,9 +77,10 @@ def ensure_topics(settings: Settings, names: list[str] | None = None, partitions
     partitions = partitions or settings.partitions
     client = admin(settings.kafka_bootstrap)
     try:
-        existing = client.list_topics(timeout=10).topics
+        listed = client.list_topics(timeout=10)
     except KafkaException as e:
         raise BrokerUnavailable(f"cannot list topics at {settings.kafka_bootstrap}: {e}") from e
+    existing = listed.topics
     for name in names:
         if name in existing and len(existing[name].partitions) != partitions:
             raise SetupError(
@@ -73,6 +95,8 @@ def ensure_topics(settings: Settings, names: list[str] | None = None, partitions
                  config=topic_config(settings, n))
         for n in names if n not in existing
     ]
+    if new:
+        _refuse_thin_replication(settings, len(listed.brokers))
     created, raced = [], []
     if new:
         for name, fut in client.create_topics(new, operation_timeout=30).items():
@@ -135,8 +159,10 @@ def ensure_history_topic(settings: Settings, name: str, what: str) -> None:
     ``what`` names it in the ``BrokerUnavailable`` raised when the broker cannot create it."""
     client = admin(settings.kafka_bootstrap)
     try:
-        if name in client.list_topics(timeout=10).topics:
+        listed = client.list_topics(timeout=10)
+        if name in listed.topics:
             return
+        _refuse_thin_replication(settings, len(listed.brokers))
         config = {**topic_config(settings), "retention.ms": "-1", "retention.bytes": "-1"}
         topic = NewTopic(name, num_partitions=1, replication_factor=settings.replication_factor, config=config)
         for fut in client.create_topics([topic], operation_timeout=30).values():

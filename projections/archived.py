@@ -97,7 +97,11 @@ def manifests(root: Path) -> list[Manifest]:
 
 
 def files(root: Path) -> list[Path]:
-    """Return the Parquet files holding the archive exactly once each: compacted ones and uncovered stream ones."""
+    """Return the Parquet files holding the archive exactly once each: compacted ones and uncovered stream ones.
+
+    ``root`` may be relative (the default ``var/archive``): the sink log names absolute paths, so it is resolved first.
+    """
+    root = root.resolve()
     done = manifests(root)
     covered = {s for m in done for s in m.sources}
     stream = [f for f in sink_log(root / STREAM) if str(f.relative_to(root)) not in covered]

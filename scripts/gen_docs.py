@@ -191,6 +191,14 @@ def values() -> dict[str, str]:
     for key, value in limits.api_producer_config(s).items():
         out[f"limits.api_producer.{key}"] = _n(int(value))
     out["limits.KEEP_BYTES"] = _n(KEEP_BYTES)
+    from app.rescale.generation import WATCH_INTERVAL_S
+    from app.rescale.late import LATE_INTERVAL_S
+    out["rescale.WATCH_INTERVAL_S"] = f"{WATCH_INTERVAL_S:g}"
+    out["rescale.LATE_INTERVAL_S"] = f"{LATE_INTERVAL_S:g}"
+    from commands.rules.meta_schema import MAX_CASE_STEPS, MAX_CASES
+    out["rules.MAX_CASES"], out["rules.MAX_CASE_STEPS"] = _n(MAX_CASES), _n(MAX_CASE_STEPS)
+    from app.cli.rescale import DEFAULT_WAIT_S
+    out["rescale.default_wait_s"] = f"{DEFAULT_WAIT_S:g} s"
     domain = limits_for(s)
     for f in dataclasses.fields(domain):
         value = getattr(domain, f.name)

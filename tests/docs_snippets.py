@@ -25,7 +25,7 @@ TITLE = re.compile(r'title="([^"]+)"')
 class Snippet:
     """One fenced code block of a docs page."""
 
-    page: str   # relative to docs/
+    page: str   # relative to docs/, or README.md
     lang: str
     title: str  # "" when the block has none
     code: str
@@ -33,15 +33,16 @@ class Snippet:
 
 
 def snippets() -> list[Snippet]:
-    """Return every fenced code block of the docs pages (Markdown under ``docs/``), in page order."""
+    """Return every fenced code block of the docs pages (Markdown under ``docs/``, then the README), in page order."""
     out = []
-    for path in sorted(DOCS.rglob("*.md")):
+    for path in [*sorted(DOCS.rglob("*.md")), ROOT / "README.md"]:
         text = path.read_text("utf-8")
         for m in FENCE.finditer(text):
             title = TITLE.search(m.group("attrs"))
             indent = len(m.group("indent"))
             code = "".join(line[indent:] for line in m.group("code").splitlines(keepends=True))
-            out.append(Snippet(str(path.relative_to(DOCS)), m.group("lang"), title.group(1) if title else "", code,
+            page = "README.md" if path.parent == ROOT else str(path.relative_to(DOCS))
+            out.append(Snippet(page, m.group("lang"), title.group(1) if title else "", code,
                                text.count("\n", 0, m.start()) + 1))
     return out
 
@@ -51,3 +52,14 @@ def snippet(title: str) -> str:
     found = [s for s in snippets() if s.title == title]
     assert len(found) == 1, f"{len(found)} docs blocks are titled {title!r}"
     return found[0].code
+
+
+def run_shell(title: str, env: dict[str, str], timeout: float = 600) -> str:
+    """Run the docs' shell block ``title`` as printed, from the repository's root (where a reader runs it), with bash
+    stopping at the first failing command or pipe; return its output, failing with it on a non-zero exit."""
+    import subprocess
+
+    done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", snippet(title)], cwd=ROOT, env=env,  # noqa: S603, S607
+                          capture_output=True, text=True, timeout=timeout, check=False)
+    assert done.returncode == 0, f"{title} exited {done.returncode}:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    return done.stdout

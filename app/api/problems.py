@@ -125,10 +125,10 @@ class Rejected(ArbiterError):
 def rule_fields(rejection: OutcomeSummary) -> dict[str, Any]:
     """Return the rule members of a rejection's problem: the rules version, and for a rule's refusal the rule's name,
     message and JSON pointers (so a client shows the message without parsing ``detail``)."""
-    if rejection.rules_version is None:
-        return {}
-    fields: dict[str, Any] = {"rules_version": rejection.rules_version}
-    if rejection.rule is not None:
+    fields: dict[str, Any] = {}
+    if rejection.rules_version is not None:
+        fields["rules_version"] = rejection.rules_version
+    if rejection.rule is not None:  # also with no rules deployed: a typed create is refused by rule `types`
         fields.update(rule=rejection.rule, rule_message=rejection.rule_message,
                       rule_pointers=list(rejection.rule_pointers))
     return fields

@@ -1,4 +1,4 @@
-"""``arbiter rules check FILE`` (compile and report) and ``arbiter rules deploy FILE`` (README "Rules")."""
+"""``arbiter rules check FILE`` (compile and report), ``test FILE`` (its own cases), ``deploy FILE`` (README "Rules")."""
 
 from __future__ import annotations
 
@@ -17,6 +17,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     check = actions.add_parser("check", help="compile a rules document (YAML or JSON) and report; exit 1 on problems")
     check.add_argument("file", type=Path)
     check.set_defaults(handler=_check)
+    test = actions.add_parser("test", help="run a rules document's own test cases (its `tests`) on the real "
+                              "decide; print each failure and what no case exercised; exit 1 on a failure")
+    test.add_argument("file", type=Path)
+    test.set_defaults(handler=_test)
     deploy = actions.add_parser("deploy", help="check, then deploy as the next version: a signed control record to "
                                 "every partition of the commands topic (no restart)")
     deploy.add_argument("file", type=Path)
@@ -59,6 +63,24 @@ def _check(args: argparse.Namespace) -> int:
         return 1
     print(f"{args.file}: OK, digest {rules.digest}")
     return 0
+
+
+def _test(args: argparse.Namespace) -> int:
+    from commands.rules import RulesInvalid
+    from commands.rules.cases import run_cases
+
+    text = _read(args.file)
+    if text is None:
+        return 2
+    try:
+        report = run_cases(text)
+    except RulesInvalid as e:
+        for problem in e.problems or (str(e),):
+            print(f"{args.file}: {problem}", file=sys.stderr)
+        return 1
+    for line in report.lines():
+        print(line)
+    return 1 if report.failures else 0
 
 
 def _deploy(args: argparse.Namespace) -> int:

@@ -95,6 +95,7 @@ def what_if_command(args: argparse.Namespace) -> int:
     finally:
         spark.stop()
     if args.html:
+        args.html.parent.mkdir(parents=True, exist_ok=True)  # var/flips.html in a clone that has no var/ yet
         args.html.write_text(render(report), encoding="utf-8")
     print(json.dumps(report.as_dict(), sort_keys=True))
     return 0

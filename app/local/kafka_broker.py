@@ -1,4 +1,5 @@
-"""A single-node KRaft Kafka broker on 127.0.0.1, run from Maven Central jars and stopped by its PID."""
+"""A KRaft Kafka broker on 127.0.0.1 (one node alone, or one of a local cluster's), from Maven Central jars, stopped
+by its PID."""
 
 from __future__ import annotations
 
@@ -64,6 +65,10 @@ class LocalBroker:
     port: int = 9092
     controller_port: int = 9093
     heap: str = "768m"
+    node_id: int = 1
+    voters: str = ""  # controller.quorum.voters of a cluster (app.local.kafka_cluster); "" = this node alone
+    cluster_id: str = ""  # the id a cluster's nodes are formatted with; "" = a new one
+    internal_replicas: int = 1  # replicas of Kafka's own topics (consumer offsets, transaction state)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> LocalBroker:
@@ -85,8 +90,8 @@ class LocalBroker:
         data = self.directory / "data"
         return "\n".join([
             "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}",
+            f"node.id={self.node_id}",
+            f"controller.quorum.voters={self.voters or f'{self.node_id}@127.0.0.1:{self.controller_port}'}",
             f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
             f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
             "controller.listener.names=CONTROLLER",
@@ -94,12 +99,12 @@ class LocalBroker:
             "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             f"log.dirs={data}",
             "num.partitions=8",
-            "offsets.topic.replication.factor=1",
+            f"offsets.topic.replication.factor={self.internal_replicas}",
             "offsets.topic.num.partitions=8",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
-            "share.coordinator.state.topic.replication.factor=1",
-            "share.coordinator.state.topic.min.isr=1",
+            f"transaction.state.log.replication.factor={self.internal_replicas}",
+            f"transaction.state.log.min.isr={min(2, self.internal_replicas)}",
+            f"share.coordinator.state.topic.replication.factor={self.internal_replicas}",
+            f"share.coordinator.state.topic.min.isr={min(2, self.internal_replicas)}",
             "group.initial.rebalance.delay.ms=0",
             # Lets a client ask for a session as short as 1 s (the default floor is 6 s): the validator lease's
             # takeover after a crashed holder is one session timeout, which the lease tests keep at 2 s.
@@ -117,11 +122,13 @@ class LocalBroker:
         """The PID in the pidfile if that process is alive, else None (a stale pidfile is removed)."""
         return running_pid(self.pidfile)
 
-    def start(self, settings: Settings, timeout: float = 90.0) -> int:
-        """Format storage on first use, start the broker, wait until it answers metadata; return its PID."""
+    def start(self, settings: Settings, timeout: float = 90.0, *, wait: bool = True) -> int:
+        """Format storage on first use, start the broker, wait until it answers metadata (unless not ``wait``: a
+        cluster's node cannot answer before a majority of its controllers runs); return its PID."""
         pid = self.running_pid()
         if pid is not None:
-            self.wait_ready(timeout)
+            if wait:
+                self.wait_ready(timeout)
             return pid
         java = java_binary()
         cp = kafka_classpath(settings)
@@ -133,7 +140,7 @@ class LocalBroker:
         base = [java, f"-Dlog4j2.configurationFile={log4j}", "-cp", cp]
         if not (self.directory / "data" / "meta.properties").exists():
             fmt = subprocess.run(  # noqa: S603
-                [*base, "kafka.tools.StorageTool", "format", "-t", str(uuid.uuid4()), "-c", str(props)],
+                [*base, "kafka.tools.StorageTool", "format", "-t", self.cluster_id or str(uuid.uuid4()), "-c", str(props)],
                 capture_output=True, text=True, check=False,
             )
             if fmt.returncode != 0:
@@ -145,6 +152,8 @@ class LocalBroker:
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )
         self.pidfile.write_text(str(proc.pid))
+        if not wait:
+            return proc.pid
         try:
             self.wait_ready(timeout, proc)
         except Exception:

@@ -48,8 +48,12 @@ class Deployed:
 
 def check(text: str | bytes) -> RuleSet:
     """Return the compiled rules of a document (as version 1: a version does not change what compiles); raise
-    ``RulesInvalid`` naming each problem."""
-    return compile_rules(canonical_rules(text), version=1)
+    ``RulesInvalid`` naming each problem, a failing case of its own ``tests`` among them (``commands.rules.cases``)."""
+    from commands.rules.cases import check_cases
+
+    rules = compile_rules(canonical_rules(text), version=1)
+    check_cases(rules.document, rules)
+    return rules
 
 
 def deploy(settings: Settings, text: str | bytes, *, principal: str, issuer: str | None = None,

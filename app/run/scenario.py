@@ -35,6 +35,7 @@ class Step:
     outcome: str
     reason: str
     version: str
+    note: str = ""  # printed on a line of its own under the row: a refusing rule's name and message
 
 
 class Scenario:
@@ -321,24 +322,29 @@ def _row(what: str, who: str, r: httpx.Response) -> Step:
         body = {}
     version = body.get("current_version")
     code = str(body.get("code", ""))
-    outcome = "rejected" if code in ReasonCode.__members__ else "refused by the API"
+    outcome = "rejected" if code in ReasonCode.__members__ else "refused by API"
     shown = "" if version is None else str(version)
     if rules is not None:
         shown = f"{shown} (rules v{rules})" if shown else f"rules v{rules}"
-    if body.get("rule"):
-        code = f"{code} {body['rule']}: {body.get('rule_message')}"
-    return Step(what, who, r.status_code, outcome, code, shown)
+    note = f"{body['rule']}: {body.get('rule_message')}" if body.get("rule") else ""
+    return Step(what, who, r.status_code, outcome, code, shown, note)
+
+
+#: Where a row's note starts: under the row, indented, so the table stays within a terminal's width.
+NOTE_INDENT = " " * 6
 
 
 def table(rows: list[Step]) -> str:
-    """Render the steps as a fixed-width table."""
+    """Render the steps as a fixed-width table, each row's note (a refusing rule's name and message) under it."""
     head = Step("step", "who", "HTTP", "outcome", "reason", "version")
     cols = [max(len(str(getattr(r, f))) for r in [head, *rows]) for f in ("what", "principal", "http", "outcome",
                                                                            "reason", "version")]
     lines = []
     for i, r in enumerate([head, *rows]):
         vals = [r.what, r.principal, r.http, r.outcome, r.reason, r.version]
-        lines.append("  ".join(str(v).ljust(w) for v, w in zip(vals, cols, strict=True)))
+        lines.append("  ".join(str(v).ljust(w) for v, w in zip(vals, cols, strict=True)).rstrip())
+        if r.note:
+            lines.append(NOTE_INDENT + "-> " + r.note)
         if i == 0:
             lines.append("  ".join("-" * w for w in cols))
     return "\n".join(lines)

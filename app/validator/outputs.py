@@ -25,8 +25,7 @@ def outcome_record(outcome: Event | Rejection, settings: Settings, partition: in
     the headers (``app.validator.headers``) are derived from ``outcome`` alone, then the command's ``trace``
     context (``app.traces.trace_headers`` of its headers), so they are the same bytes too.
     """
-    # ce_source names the configured commands topic in every generation (app.rescale): the contract's constant.
-    headers = ce_headers(outcome, settings.topic_commands_source or settings.topic_commands)
+    headers = ce_headers(outcome, source_topic(settings))
     if trace:
         headers += trace
     if isinstance(outcome, Event):
@@ -39,6 +38,12 @@ def outcome_record(outcome: Event | Rejection, settings: Settings, partition: in
         key = outcome.original.key if outcome.original is not None else None
     return settings.topic_rejections, key, codec.encode_rejection(outcome), output_partition(settings, key, partition), \
         headers
+
+
+def source_topic(settings: Settings) -> str:
+    """Return the commands topic outputs name in ``ce_source``: the configured one in every generation (app.rescale),
+    the contract's constant, so a batch decided or re-emitted in a rescaled generation writes the same headers."""
+    return settings.topic_commands_source or settings.topic_commands
 
 
 def output_partition(settings: Settings, key: bytes | None, partition: int) -> int:

@@ -61,6 +61,12 @@ class Refolded:
 
     outputs: list[tuple[OutputRecord, Source]]
     decisions: list[tuple[Row, OutputRecord]]  # one per command record, in source order (what-if compares these)
+    #: (topic, partition, offset) of the records written to a closed generation: the sweeper's, not a validator's
+    late: frozenset[tuple[str, int, int]] = frozenset()
+
+    def lane(self, source: Source) -> bool:
+        """Return whether an output of ``source`` came from the late-record sweeper (``app.rescale.late``)."""
+        return source[:3] in self.late
 
 
 def header(headers: Sequence[tuple[str, bytes]], name: str) -> bytes | None:
@@ -82,6 +88,7 @@ def refold(commands: Iterable[Row], timeline: RulesTimeline, settings: Settings,
     outputs: list[tuple[OutputRecord, Source]] = []
     decisions: list[tuple[Row, OutputRecord]] = []
     parked: list[OutputRecord] = []
+    late: set[tuple[str, int, int]] = set()
     state: ObjectState | None = None
     for topic, run in groupby(rows, key=lambda r: r.topic):
         records: list[InputRecord] = []
@@ -90,6 +97,7 @@ def refold(commands: Iterable[Row], timeline: RulesTimeline, settings: Settings,
             h = dict(reversed(r.headers)) if r.headers else {}  # the first value of a repeated name, as ``header``
             successor = topics.late(r.topic, r.partition, r.offset)
             if successor is not None:  # written after the rescale closed its topic: rejected and parked, not decided
+                late.add((r.topic, r.partition, r.offset))
                 outputs += [(o, (r.topic, r.partition, r.offset, r.timestamp_ms)) for o in late_outputs(
                     r.key, r.value, h.get(SIGNATURE_HEADER), r.topic, r.partition, r.offset, topics.settings(topic),
                     successor)]
@@ -113,7 +121,7 @@ def refold(commands: Iterable[Row], timeline: RulesTimeline, settings: Settings,
         outputs.append((copy, (p.topic, p.partition, p.offset, at.get((p.topic, p.partition, p.offset), 0))))
     # in source order: the order check compares the first copies with it
     outputs.sort(key=lambda o: topics.position(*o[1][:3]))
-    return Refolded(outputs, decisions)
+    return Refolded(outputs, decisions, frozenset(late))
 
 
 def _fold_from(state: ObjectState | None, records: list[InputRecord], settings: Settings, limits: Limits,
@@ -141,6 +149,11 @@ def compare(expected: Refolded, stored: Iterable[Row], since_ms: int | None = No
     ``missing`` (its command's coordinates). Identical copies of a record are allowed (a replayed micro-batch writes
     the same bytes again); with equal sets, the first copies per topic must come in the fold's order. With
     ``since_ms``, only stored records and commands at or after that Kafka timestamp are reported.
+
+    The order that holds is per writer: the validators' outputs (generation after generation, each in its source
+    order) and, apart, the late-record sweeper's outputs (``app.rescale.late``: closed generations' tails, in their
+    source order). The sweeper runs beside the current generation's validator, so where its outputs fall among the
+    validator's is not fixed, and is not checked.
     """
     want = {o for o, _ in expected.outputs}
     rows = sorted(stored, key=lambda r: (r.topic, r.partition, r.offset))
@@ -156,16 +169,18 @@ def compare(expected: Refolded, stored: Iterable[Row], since_ms: int | None = No
                                     src))
     if findings:
         return findings
-    for topic in {o[0] for o, _ in expected.outputs}:
+    swept = {o for o, src in expected.outputs if expected.lane(src)}
+    for topic, lane in sorted({(o[0], expected.lane(src)) for o, src in expected.outputs}):
         first: list[OutputRecord] = []
         coords: list[Row] = []
         for r in rows:
-            if r.topic == topic and _stored(r) not in first:
+            if r.topic == topic and (_stored(r) in swept) == lane and _stored(r) not in first:
                 first.append(_stored(r))
                 coords.append(r)
         order: list[OutputRecord] = []
-        for o, _ in expected.outputs:
-            if o[0] == topic and o not in order and o in have:  # one not stored was before ``since_ms``
+        for o, src in expected.outputs:
+            # one not stored was before ``since_ms``
+            if o[0] == topic and expected.lane(src) == lane and o not in order and o in have:
                 order.append(o)
         if first != order:
             i = next(i for i, (a, b) in enumerate(zip(first, order, strict=False)) if a != b)

@@ -31,6 +31,41 @@ _POINTER = {"type": "string", "pattern": "^(/([^~]|~[01])*)+$", "maxLength": MAX
             "description": "An RFC 6901 JSON pointer into the object's document, not the root (\"\")."}
 _MESSAGE = {"type": "string", "minLength": 1, "maxLength": MAX_MESSAGE_BYTES // 4,
             "description": "Shown to the client in the rejection (rule_message) and the HTTP problem."}
+#: The most test cases a rules document may hold, and the most ``given`` steps of one case.
+MAX_CASES = 256
+MAX_CASE_STEPS = 32
+_STEP = {
+    "type": "object",
+    "required": ["kind"],
+    "additionalProperties": False,
+    "description": "A command as the API takes it (commands.rules.cases).",
+    "properties": {
+        "kind": {"enum": list(COMMAND_KINDS)},
+        "by": {"type": "string", "minLength": 1, "maxLength": 256, "description": "Its principal (default alice)."},
+        "groups": {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 64}, "maxItems": 32},
+        "type": _NAME,
+        "document": {"type": "object", "description": "A create's document."},
+        "patch": {"type": "object", "description": "An update's JSON merge patch."},
+        "principal": {"type": "string", "minLength": 1, "maxLength": 256,
+                      "description": "The editor or reader a grant or revoke names."},
+        "if_match": {"type": "integer", "minimum": 0, "description": "The expected version (If-Match)."},
+    },
+}
+_CASE = {
+    "type": "object",
+    "required": ["name", "when", "then"],
+    "additionalProperties": False,
+    "properties": {
+        "name": {"type": "string", "minLength": 1, "maxLength": 256},
+        "given": {"type": "array", "items": _STEP, "maxItems": MAX_CASE_STEPS,
+                  "description": "Commands decided first, on one object; each must be accepted."},
+        "when": _STEP,
+        "then": {"oneOf": [{"const": "accepted"},
+                           {"type": "object", "required": ["rejected"], "additionalProperties": False,
+                            "properties": {"rejected": {"type": "string", "minLength": 1, "maxLength": 160}},
+                            "description": "The refusing rule (<type>:<name>, types) or a reason code."}]},
+    },
+}
 _SCHEMA = {"type": ["object", "boolean"],
            "description": "A JSON Schema, Draft 2020-12 (its $schema, if given, must name that draft); no remote $ref."}
 
@@ -50,6 +85,9 @@ META_SCHEMA: dict[str, Any] = {
                               "default": DEFAULT_MAX_TRACKED_BYTES,
                               "description": "Default bound on an object's tracked fields (UTF-8 bytes of their "
                                              "canonical JSON); over it a command is TOO_LARGE."},
+        "tests": {"type": "array", "items": _CASE, "maxItems": MAX_CASES,
+                  "description": "The document's own test cases, given-when-then on one object (`arbiter rules test`); "
+                                 "a document whose cases fail is not deployed."},
         "types": {
             "type": "object",
             "maxProperties": MAX_TYPES,

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import io
 import os
+import re
 import threading
 import time
 
@@ -159,14 +160,20 @@ def _readme_example(url: str, bearer: str) -> None:
     env = {"ARBITER_API_URL": url, "ARBITER_TOKEN": bearer}
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
-    out = io.StringIO()
+    runs: list[list[str]] = []
     try:
-        with contextlib.redirect_stdout(out):
-            exec(compile(snippet("client_example.py"), "client_example.py", "exec"), {})  # noqa: S102 - the docs' code
+        for _ in range(2):  # run twice, as a reader trying it again would: each run makes its own object
+            out = io.StringIO()
+            with contextlib.redirect_stdout(out):
+                exec(compile(snippet("client_example.py"), "client_example.py", "exec"), {})  # noqa: S102 - the docs' code
+            runs.append(out.getvalue().splitlines())
     finally:
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    assert out.getvalue().splitlines() == ["plan-1 is at version 3", "['CREATED', 'EDITOR_GRANTED', 'UPDATED']"]
+    for lines in runs:
+        assert len(lines) == 2 and re.fullmatch(r"plan-[0-9a-f]{8} is at version 3", lines[0]), runs
+        assert lines[1] == "['CREATED', 'EDITOR_GRANTED', 'UPDATED']", runs
+    assert runs[0][0] != runs[1][0], runs

@@ -19,9 +19,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from app.local.kafka_broker import free_port
+from app.run.scenario import NOTE_INDENT
 from app.settings import Settings, checkpoint_uri
 from app.validator.rocks.client import lanes, socket_path
 from projections import archived
+from tests.docs_snippets import run_shell
 from tests.integration.browser import chromium, console_errors
 
 pytestmark = pytest.mark.integration
@@ -47,12 +49,16 @@ class Run:
         self.proc, self.lines, self.api, self.var, self.metrics = proc, lines, api, var, metrics
 
 
+#: The archive's trigger in these runs (the default, a minute, would archive nothing while the test looks)
+ARCHIVE_EVERY = "2 seconds"
+
+
 @pytest.fixture
 def pipeline(settings: Settings) -> Iterator[Run]:
     port = free_port()
     metrics = {"validator": free_port(), "db": free_port(), "audit": free_port(), "log": free_port()}
     env = {**_env(settings, port), "ARBITER_VALIDATOR_METRICS_PORT": str(metrics["validator"]),
-           "ARBITER_ARCHIVE_TRIGGER_INTERVAL": "2 seconds",
+           "ARBITER_ARCHIVE_TRIGGER_INTERVAL": ARCHIVE_EVERY,
            "ARBITER_PROJECTION_METRICS_PORTS": json.dumps({k: v for k, v in metrics.items() if k != "validator"})}
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "run"], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
@@ -82,9 +88,13 @@ def _row(lines: list[str], step: str) -> list[str]:
     dashes = next(i for i, line in enumerate(lines) if line.startswith("----"))
     spans = [(m.start(), m.end()) for m in re.finditer(r"-+", lines[dashes])]
     spans[-1] = (spans[-1][0], 10_000)
-    for line in lines[dashes + 1:]:
+    for i, line in enumerate(lines[dashes + 1:], dashes + 1):
         if line.startswith(step):
-            return [line[a:b].strip() for a, b in spans]
+            row = [line[a:b].strip() for a, b in spans]
+            note = lines[i + 1] if i + 1 < len(lines) else ""
+            if note.startswith(NOTE_INDENT + "-> "):  # a refusing rule's name and message, under its row
+                row[4] = f"{row[4]} {note.removeprefix(NOTE_INDENT + '-> ')}"
+            return row
     raise AssertionError(f"no row {step!r} in:\n" + "\n".join(lines))
 
 
@@ -111,7 +121,7 @@ def assert_scenario(out: list[str]) -> None:
     assert decided("mallory (a reader) edits", "403")[:2] == ["rejected", "FORBIDDEN"]
     assert decided("eve (no access) edits", "404") == ["rejected", "NOT_FOUND", "0"]  # as for an unknown id
     assert _row(out, "eve reads it")[2:5] == ["404", "rejected", "NOT_FOUND"]
-    assert _row(out, "malformed JSON body")[2:5] == ["400", "refused by the API", "INVALID_JSON"]
+    assert _row(out, "malformed JSON body")[2:5] == ["400", "refused by API", "INVALID_JSON"]
     assert decided("alice deletes the document", "204") == ["accepted", "", "7"]
     assert decided("bob updates after delete", "410")[:2] == ["rejected", "DELETED"]
     assert _row(out, "garbage bytes put on the topic")[3:5] == ["rejected", "MALFORMED"]
@@ -147,10 +157,73 @@ def assert_scenario(out: list[str]) -> None:
 
 
 
+#: The getting-started page, whose sample of ``./dev run``'s output this test holds to the scenario's own output.
+GETTING_STARTED = Path(__file__).resolve().parents[2] / "docs" / "getting-started.md"
+#: The widest line of that sample: it fits a terminal.
+SAMPLE_WIDTH = 120
+
+
+def _sample_of(out: list[str], settings: Settings, api: str) -> list[str]:
+    """The part of ``arbiter run``'s output the page shows (progress, table, read model, history, live feed), as a
+    ``./dev run`` on defaults prints it: this run's topic names, paths and address put back to the defaults."""
+    start = next(i for i, line in enumerate(out) if line.startswith("[2/6]"))
+    end = next(i for i, line in enumerate(out) if line.startswith("Live change feed")) + 2
+    defaults = Settings()
+    swaps = [(str(settings.path(settings.var_dir)), "var"), (api, defaults.public_base_url)]
+    swaps += [(getattr(settings, f), getattr(defaults, f)) for f in ("topic_commands", "topic_events", "topic_rejections")]
+    swaps.append((f"({settings.partitions} partitions)", f"({defaults.partitions} partitions)"))
+    swaps.append((f"every {ARCHIVE_EVERY})", f"every {defaults.archive_trigger_interval})"))
+    lines = []
+    for line in out[start:end]:
+        for a, b in swaps:
+            line = line.replace(a, b)
+        lines.append(line.rstrip())
+    return ["[1/6] Kafka broker on 127.0.0.1:9092 (data var/kafka) ...", "      ready (pid 12345)", *lines]
+
+
+def _shape(lines: list[str]) -> list[str]:
+    """What must not drift: every line with its numbers, ids' random tags and column padding taken out, and the two
+    race rows left out (which racer wins varies)."""
+    out = []
+    for line in lines:
+        if line.startswith(("race:", "-----")) or not line.strip():
+            continue
+        line = re.sub(r"-[0-9a-f]{6}\b", "-TAG", line)
+        line = re.sub(r"\d+(\.\d+)?", "N", line)
+        out.append(re.sub(r"\s{2,}", "  ", line.strip()))
+    return out
+
+
+def assert_docs_sample(out: list[str], settings: Settings, api: str) -> None:
+    """docs/getting-started.md shows this run's output (numbers and tags aside), within SAMPLE_WIDTH columns.
+
+    ``UPDATE_DOCS_SAMPLE=1`` writes this run's sample into the page instead (then review the diff and commit).
+    """
+    text = GETTING_STARTED.read_text("utf-8")
+    m = re.search(r"^```text title=\"dev-run-output.txt\"\n(.*?)^```$", text, re.M | re.S)
+    assert m, "getting-started.md lost its ```text title=\"dev-run-output.txt\" block"
+    sample = _sample_of(out, settings, api)
+    if os.environ.get("UPDATE_DOCS_SAMPLE") == "1":
+        GETTING_STARTED.write_text(text[:m.start(1)] + "\n".join(sample) + "\n" + text[m.end(1):], "utf-8")
+    shown = m.group(1).splitlines()
+    assert max(map(len, shown)) <= SAMPLE_WIDTH, "the sample is wider than a terminal"
+    assert max(map(len, sample)) <= SAMPLE_WIDTH, "arbiter run prints lines wider than a terminal"
+    assert _shape(shown) == _shape(sample), ("the page's sample drifted from the scenario's output; rerun with "
+                                             "UPDATE_DOCS_SAMPLE=1 and review the diff\n" + "\n".join(sample))
+
+
 def test_scenario_status_page_and_clean_stop(pipeline: Run, settings: Settings, tmp_path: Path) -> None:
     out = pipeline.lines
     print("\n".join(out))
     assert_scenario(out)
+    assert_docs_sample(out, settings, pipeline.api)
+
+    # the getting-started page's curl walkthrough, as printed, against this pipeline
+    walk = run_shell("walkthrough.sh", {**_env(settings, 0), "ARBITER_API_URL": pipeline.api}, timeout=180)
+    doc, history, refused = walk.splitlines()
+    assert json.loads(doc) == {"title": "hello"}, walk
+    assert [(e["version"], e["type"]) for e in json.loads(history)["events"]] == [(1, "CREATED"), (2, "UPDATED")], walk
+    assert json.loads(refused)["code"] == "VERSION_CONFLICT", walk
 
     pids = {p.stem: int(p.read_text()) for p in (pipeline.var / "run").glob("*.pid")}
     assert {"validator", "api", "project-db", "project-audit", "project-log", "archive"} <= set(pids)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,6 +39,7 @@ from app.validator.topic_io import produce_with_headers, read_all
 from commands import Event, ObjectState, Rejection, decide
 from commands.rules import canonical_rules, compile_rules
 from projections import archived
+from tests.docs_snippets import ROOT, run_shell
 from tests.integration.test_backup_drill import _caught_up as caught_up
 from tests.integration.test_pipeline_e2e import _env
 
@@ -216,3 +218,14 @@ def test_verify_replay_proves_a_run_clean_reports_an_erasure_apart_and_finds_a_f
     assert plain.returncode == 1, plain.stdout[-4000:] + plain.stderr[-3000:]
     assert f"divergent: {history.topic_events}[{event.partition}]@{where}" in plain.stdout, plain.stdout
     assert "1 divergences" in plain.stdout and "1 erased objects" in plain.stdout, plain.stdout
+
+
+def test_the_rules_quick_starts_run_as_printed(history: Settings) -> None:
+    """The README's rules quick start and the rules page's deploy block, line for line as printed, on this run's
+    history (last in this module: they deploy a new version)."""
+    env = _env(history, 0)
+    out = run_shell("rules-quick-start.sh", env)  # bash -e: verify replay's exit 1 on a divergence fails it
+    assert "orders.yaml: OK, digest" in out and re.search(r"^rules version \d+ \([^)]+\) deployed, by", out, re.M), out
+    assert (ROOT / "var" / "flips.html").is_file()
+    out = run_shell("rules-deploy.sh", env)
+    assert "already the newest version" in out and "finance-approves-large" in out, out

@@ -61,6 +61,17 @@ def test_a_rule_violation_is_a_422_problem_naming_the_rule_message_pointers_and_
     assert body["rule_message"] == outcome.rule_message and body["rule_pointers"] == list(outcome.rule_pointers)
 
 
+def test_a_typed_create_before_any_rules_is_a_problem_naming_the_rule_types() -> None:
+    outcome = decide(None, create(ORDER)).outcome  # no rules deployed: the validator decides with rules=None
+    assert isinstance(outcome, Rejection) and outcome.rule == "types" and outcome.rules_version is None
+    summary = summarize(outcome)
+    assert summary is not None
+    request = Request({"type": "http", "method": "POST", "path": "/objects", "headers": [], "query_string": b""})
+    body = json.loads(arbiter_error(request, Rejected(summary, expected_version=None)).body)
+    assert (body["code"], body["rule"], body["rule_message"]) == ("RULE_VIOLATED", "types", outcome.rule_message)
+    assert "rules_version" not in body and body["rule_pointers"] == list(outcome.rule_pointers)
+
+
 def test_the_scenarios_second_deploy_raises_only_the_limit(tmp_path: Path) -> None:
     raised = canonical_rules(raised_limit(ORDERS.read_text()))
     assert raised != DOC and "50000" in raised and "10000" not in raised

@@ -198,3 +198,50 @@ def test_the_ticket_route_takes_a_bearer_token_and_checks_the_resume_id(tmp_path
     assert client.post("/changes/tickets").status_code == 401
     writer = {"Authorization": f"Bearer {dev_token(s, 'alice', ('arbiter:write',), 60, ())}"}
     assert client.post("/changes/tickets", headers=writer).json()["code"] == "INSUFFICIENT_SCOPE"
+
+
+def test_a_stream_whose_process_died_is_resumable_within_the_window_of_its_last_sign_of_life(tmp_path: Path) -> None:
+    """kill -9 of the API with a stream open: the kernel drops the flock and nothing wrote the stream's end; the
+    browser's own reconnect (same ticket, Last-Event-ID) must still be admitted, once, within the resume window."""
+    import os
+
+    b = book(tmp_path, resume=0.5)
+    text, _ = b.issue(ALICE)
+    _, hold = b.redeem(text, resuming=False)
+    hold.touch(time.time())  # the gate does this as frames go out
+    os.close(hold._fd)  # the process dies: its descriptor (and flock) go, close() never runs  # noqa: SLF001
+    with pytest.raises(Unauthorized, match="already used"):
+        b.redeem(text, resuming=False)  # single use still holds
+    _, resumed = b.redeem(text, resuming=True)
+    with pytest.raises(Unauthorized, match="still open"):
+        b.redeem(text, resuming=True)  # one resumed stream at a time
+    resumed.close()
+    # a process that died before its stream sent anything left no sign of life: not resumable
+    other, _ = b.issue(ALICE)
+    _, silent = b.redeem(other, resuming=False)
+    os.close(silent._fd)  # noqa: SLF001
+    with pytest.raises(Unauthorized, match="did not end"):
+        b.redeem(other, resuming=True)
+    # and the window counts from the last sign of life
+    late, _ = b.issue(ALICE)
+    _, stale = b.redeem(late, resuming=False)
+    stale.touch(time.time() - 1.0)
+    os.close(stale._fd)  # noqa: SLF001
+    with pytest.raises(Unauthorized, match="resume window"):
+        b.redeem(late, resuming=True)
+
+
+def test_the_gate_records_that_a_running_stream_is_alive(tmp_path: Path) -> None:
+    b = book(tmp_path)
+    text, _ = b.issue(ALICE)
+    seen: list[str] = []
+
+    async def stream(scope: Any, receive: Any, send: Any) -> None:  # noqa: ANN401
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b": heartbeat\n\n", "more_body": True})
+        nonce = next(iter((tmp_path / "tickets").iterdir()))
+        seen.append(nonce.read_text())  # while the stream runs
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    TestClient(TicketGate(stream, book=b)).get("/changes", params={"ticket": text})
+    assert seen and float(seen[0]) > time.time() - 60, seen

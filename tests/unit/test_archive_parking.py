@@ -103,7 +103,8 @@ def _log(meta: Path, batch: int, entries: list[dict], compact: bool = False) -> 
     (meta / name).write_text("v1\n" + "\n".join(json.dumps(e) for e in entries))
 
 
-def test_readers_list_committed_files_through_the_sink_log_and_the_compaction_manifests(tmp_path: Path) -> None:
+def test_readers_list_committed_files_through_the_sink_log_and_the_compaction_manifests(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     stream = tmp_path / "stream"
     meta = stream / "_spark_metadata"
     f = {n: stream / "topic=t" / "date=2025-01-01" / f"part-{n}.parquet" for n in "abcd"}
@@ -119,6 +120,9 @@ def test_readers_list_committed_files_through_the_sink_log_and_the_compaction_ma
                                             "sources": ["stream/topic=t/date=2025-01-01/part-a.parquet"],
                                             "files": ["compacted/topic=t/date=2025-01-01/x/part-0.parquet"]}))
     assert archived.files(tmp_path) == [f["c"], tmp_path / "compacted/topic=t/date=2025-01-01/x/part-0.parquet"]
+    # the default root is relative (var/archive) while the sink log names absolute paths: the same files
+    monkeypatch.chdir(tmp_path.parent)
+    assert archived.files(Path(tmp_path.name)) == archived.files(tmp_path)
     assert archived.partition_values(f["c"]) == {"topic": "t", "date": "2025-01-01"}
 
 

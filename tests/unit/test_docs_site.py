@@ -106,6 +106,44 @@ def test_every_runnable_snippet_is_run_by_a_test() -> None:
     assert unrun == []
 
 
+#: The docs' shell blocks no test runs, each with why: every other shell block is run as printed by the test that
+#: names its title (``snippet("<title>")``), against a live pipeline.
+NOT_RUN_HERE = {
+    "quick-start.sh": "./dev run and ./dev test themselves: CI runs ./dev test (.ci/run), and "
+                      "tests/integration/test_pipeline_e2e.py runs what ./dev run starts (arbiter run)",
+    "keycloak.sh": "needs a Keycloak realm and its client secret; none runs here (the API page says it was not run)",
+    "cluster-validator.sh": "needs a Spark standalone master and HDFS at the hosts it names (docs/cluster.md's proof "
+                            "runs scripts/validator_cluster_proof.py on a local cluster)",
+    "compose-walkthrough.sh": "Docker: scripts/compose_check/flow.py follows these steps against docker compose in "
+                              "the compose check, CI's step after ./dev test",
+    "compose-reset.sh": "Docker, and git pull: scripts/compose_check/flow.py keeps the data volume out with tar",
+    "verify-and-what-if.sh": "candidate.yaml is the reader's own candidate; tests/integration/test_verify_run.py runs "
+                             "archive run --once, verify replay and rules what-if on a run's history",
+    "rescale.sh": "rescales a live pipeline: tests/integration/test_rescale.py runs arbiter rescale under load",
+}
+
+
+def test_every_shell_block_is_run_as_printed_or_says_why_not() -> None:
+    tests = "\n".join(p.read_text("utf-8") for p in (ROOT / "tests").rglob("*.py"))
+    found = [s for s in snippets() if s.lang in {"bash", "sh", "shell", "console"} and s.page not in ARCHIVED]
+    assert len(found) >= 8
+    untitled = [f"{s.page}:{s.line}" for s in found if not s.title]
+    assert untitled == [], "give each shell block a title=\"…\": run it with run_shell(title), or add it to NOT_RUN_HERE"
+    unrun = [f"{s.page}:{s.line} {s.title}" for s in found
+             if s.title not in NOT_RUN_HERE and f'snippet("{s.title}")' not in tests
+             and f'run_shell("{s.title}"' not in tests]
+    assert unrun == []
+    assert {s.title for s in found} >= set(NOT_RUN_HERE), "NOT_RUN_HERE names a block the docs no longer have"
+    # a block printed without a language is still a shell block if it runs arbiter: it must say so
+    bare = [f"{s.page}:{s.line}" for s in snippets() if s.lang == "" and s.page not in ARCHIVED
+            and re.search(r"^(\.venv/bin/)?arbiter ", s.code, re.M)]
+    assert bare == [], "mark shell blocks ```bash"
+    # the CLI as a reader of a fresh clone has it: .venv/bin/arbiter (./dev prints that too), never a bare arbiter
+    bare_cli = [f"{s.page}:{s.line}" for s in found if re.search(r"(^|[;&|(] *)arbiter ", s.code, re.M)
+                and s.title not in {"compose-walkthrough.sh", "compose-reset.sh"}]
+    assert bare_cli == []
+
+
 def _mermaid(text: str) -> list[str]:
     return re.findall(r"^```mermaid\n(.*?)^```", text, flags=re.M | re.S)
 
@@ -146,8 +184,10 @@ def test_every_arbiter_command_the_docs_print_parses() -> None:
         spans |= {m for m in re.findall(r"`(arbiter [^`]+)`", text) if not re.search(r"[|\[…=]|\.\.\.", m)}
         for s in snippets():
             if s.lang in {"bash", "sh"}:
-                spans |= {line.split("arbiter ", 1)[1] and "arbiter " + line.split("arbiter ", 1)[1].split("#")[0]
-                          for line in s.code.splitlines() if re.search(r"(^|/| )arbiter ", line)}
+                spans |= {"arbiter " + part.split("arbiter ", 1)[1]
+                          for line in s.code.splitlines()
+                          for part in re.split(r"&&|;|\|\|", line.split(" #")[0])
+                          if re.search(r"(^|/| )arbiter ", part)}
     assert len(spans) > 20
     refused = {line: why for line in sorted(spans) if (why := _parses(line))}
     assert refused == {}

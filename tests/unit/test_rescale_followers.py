@@ -154,6 +154,33 @@ def test_a_record_written_to_a_closed_generation_is_rejected_misrouted_and_parke
     assert t.switches == {} and t.initial == {"cmds": None, G1.topic: None}
 
 
+def test_verify_checks_the_order_each_writer_keeps_not_the_sweepers_place_among_the_validators() -> None:
+    """A later generation's rejection stored before the sweeper's MISROUTED of the same object's late record is
+    correct (the sweeper runs beside the new validator); each writer's own order is still checked."""
+    oid = _object_moving_down()
+    p0, p1 = partition_for(oid.encode(), 4), partition_for(oid.encode(), 6)
+    rows = [_row("cmds", p0, 3, CreateObject("c", oid, "alice", T0, document='{"n": 0}')),
+            _row("cmds", p0, 12, UpdateObject("late", oid, "alice", T0, patch='{"n": 9}')),
+            _row(G1.topic, p1, 0, UpdateObject("b1", oid, "bob", T0, patch='{"n": 1}')),
+            _row(G1.topic, p1, 1, UpdateObject("b2", oid, "bob", T0, patch='{"n": 2}'))]
+    topics = CommandTopics.of(S, [first(S), G1], {"cmds": {p0: 12}})
+    got = refold(rows, RulesTimeline(), S, topics=topics)
+    rejections = [o for o, _ in got.outputs if o[0] == S.topic_rejections]
+    reasons = [codec.decode_rejection(o[2]).reason for o in rejections]
+    assert reasons == [ReasonCode.MISROUTED, ReasonCode.NOT_FOUND, ReasonCode.NOT_FOUND]  # bob: no access
+
+    def stored(outputs: list) -> list[Row]:  # noqa: ANN001
+        return [Row(t, p, i, 5000 + i, k, v, h) for i, (t, k, v, p, h) in enumerate(outputs)]
+
+    others = [o for o, _ in got.outputs if o[0] != S.topic_rejections]
+    assert compare(got, stored(others + rejections)) == []
+    # the new generation's rejections first, the sweeper's after them: the same two writers' orders, clean
+    assert compare(got, stored(others + rejections[1:] + rejections[:1])) == []
+    # the validator's own two rejections swapped: reported
+    swapped = compare(got, stored(others + [rejections[2], rejections[0], rejections[1]]))
+    assert [(f.what, f.topic) for f in swapped] == [("order", S.topic_rejections)]
+
+
 def test_the_status_page_counts_lag_and_hot_keys_on_the_current_generation(tmp_path: Path) -> None:
     from app.status.collector import StatusCollector, validator_progress_path
 

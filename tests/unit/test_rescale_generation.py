@@ -79,3 +79,18 @@ def test_only_a_generation_record_signed_as_one_counts() -> None:
     assert not counts(s, Record(*at, KEY, tampered, tuple(signer_for(s, GENERATION_DOMAIN).headers(KEY, value))))
     open_ = s.model_copy(update={"allow_unsigned_commands": True})
     assert not counts(open_, Record(*at, KEY, value))  # unsigned producers allowed: for commands, never here
+
+
+def test_rescale_status_needs_no_partitions_and_a_rescale_names_what_it_lacks(capsys: pytest.CaptureFixture[str]) -> None:
+    """`arbiter rescale --status`, as the rescale page and every MISROUTED message print it, parses; a rescale
+    without --partitions exits 2 naming it; --help shows --wait's default."""
+    from app.cli import build_parser, main
+
+    args = build_parser().parse_args(["rescale", "--status"])
+    assert args.status and args.partitions is None
+    with pytest.raises(SystemExit) as exit_:
+        main(["rescale"])
+    assert exit_.value.code == 2 and "--partitions is required" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["rescale", "--help"])
+    assert "(default: 300)" in capsys.readouterr().out

@@ -380,3 +380,19 @@ def test_state_cache_hit_still_forgets_dedup_entries_after_their_ttl(settings: S
         shard.close()
     assert outputs == cold_late
     assert codec.decode_outcome(outputs[1][0][2]).version == 3  # type: ignore[union-attr]  # decided afresh
+
+
+def test_a_rerun_in_a_rescaled_generation_reemits_the_configured_source(settings: Settings, ckpt: str) -> None:
+    """In generation 1 (app.rescale.generation.overlay: topic commands.g1) a re-run of an applied batch, as after a
+    kill -9, must write the bytes of the first run, headers included: ce_source names the configured topic."""
+    from app.rescale.generation import overlay
+    from schemas.generations import Generation
+
+    g1 = Generation(number=1, topic=settings.topic_commands + ".g1", partitions=1, checkpoint=ckpt)
+    gen = overlay(settings, g1)
+    batch = random_commands(30, 6, seed=11)
+    first = run_task(gen, ckpt, 0, batch, NOW)
+    again = run_task(gen, ckpt, 0, batch, NOW + 1)
+    assert again.replayed and again.outputs == first.outputs
+    sources = {dict(h)["ce_source"] for *_, h in first.outputs if h}
+    assert sources == {f"/arbiter/topics/{settings.topic_commands}".encode()}, sources

@@ -13,9 +13,10 @@ proxies for its whole life (OWASP: no session tokens in URLs). So a page trades 
 * **Resumable by the browser.** ``EventSource`` reconnects by itself with the same URL and ``Last-Event-ID``. Such a
   request is admitted with the used ticket only while no stream of that ticket is open (the stream holds an
   ``flock`` on the file for its life, released by the kernel if the process dies) and within
-  ``ARBITER_CHANGES_TICKET_RESUME_S`` of the moment its last stream ended (written into the file), and never after
-  its token's expiry. So a leaked ticket URL opens nothing while its stream runs, nothing after its expiry unless
-  it resumes a stream that just ended, and nothing once its token expires.
+  ``ARBITER_CHANGES_TICKET_RESUME_S`` of the moment its last stream ended or, if its process died, last sent
+  something (written into the file), and never after its token's expiry. So a leaked ticket URL opens nothing
+  while its stream runs, nothing after its expiry unless it resumes a stream that just ended, and nothing once its
+  token expires.
 
 Holds per host: with several API hosts behind one address, a ticket could be opened once on each host.
 """
@@ -69,17 +70,29 @@ class Ticket:
 
 
 class Redemption:
-    """A stream's hold on its ticket: ``close`` records when the stream ended (the start of its resume window)."""
+    """A stream's hold on its ticket: ``close`` records when the stream ended (the start of its resume window).
+
+    ``touch`` records, while the stream runs, when it last sent something: if its process dies (kill -9, an API
+    restart) the kernel releases the ``flock`` and the file holds that time, so the browser's own reconnect is
+    admitted within the resume window of the stream's last sign of life, as after a clean end.
+    """
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
+
+    def _stamp(self, now: float) -> None:
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, repr(now).encode(), 0)
+
+    def touch(self, now: float) -> None:
+        if self._fd >= 0:
+            self._stamp(now)
 
     def close(self) -> None:
         if self._fd < 0:
             return
         try:
-            os.ftruncate(self._fd, 0)
-            os.pwrite(self._fd, repr(time.time()).encode(), 0)
+            self._stamp(time.time())
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         finally:
             os.close(self._fd)
@@ -166,7 +179,7 @@ class TicketBook:
             except BlockingIOError as e:
                 raise Unauthorized("the change-feed ticket's stream is still open") from e
             ended = os.pread(fd, 64, 0).decode(errors="replace")
-            if not ended:  # its stream is being opened, or its process died before it ended
+            if not ended:  # its stream is being opened, or its process died before it sent anything
                 raise Unauthorized("the change-feed ticket's stream did not end; get a new ticket")
             if now - float(ended) > self.resume_s:
                 raise Unauthorized("the change-feed ticket's resume window has passed; get a new one")

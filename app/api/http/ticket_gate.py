@@ -4,15 +4,17 @@ A request with a ``ticket`` query parameter has it removed from ``scope["query_s
 sees the request, so no later layer, route, trace or uvicorn's access log (which formats the same scope) holds it.
 On ``GET /changes`` and ``GET /objects/{id}/changes`` the ticket is redeemed and its caller put where
 ``app.api.deps.caller_of`` finds it, so the routes run as for a bearer token (read scope only); the stream's hold
-on the ticket is released when the answer ends. Anywhere else a ticket is a 400: it is not a credential there.
+on the ticket is released when the answer ends, and while it runs the hold records each second that it sent
+something (so a reconnect after the API process died is resumable). Anywhere else a ticket is a 400: it is not a credential there.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from urllib.parse import parse_qsl, urlencode
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.api.callers.auth import Unauthorized
 from app.api.callers.tickets import TicketBook
@@ -20,6 +22,9 @@ from app.api.deps import CALLER_SCOPE_KEY
 from app.api.problems import problem
 
 PARAM = "ticket"
+#: How often a running stream records that it is alive (``Redemption.touch``): after its process dies, the browser's
+#: reconnect is admitted within the resume window of the last record, at most this much before the death.
+TOUCH_EVERY_S = 1.0
 _FEED = re.compile(r"^/(?:changes|objects/[^/]+/changes)$")
 
 
@@ -60,7 +65,18 @@ class TicketGate:
         scope[CALLER_SCOPE_KEY] = ticket.caller()
         if ticket.resume_from is not None and b"last-event-id" not in names:  # a new ticket picking up where one ended
             scope["headers"] = [*scope["headers"], (b"last-event-id", ticket.resume_from.encode("latin-1"))]
+        last = 0.0
+
+        async def send_alive(message: Message) -> None:
+            nonlocal last
+            await send(message)
+            if message["type"] == "http.response.body":  # a frame or heartbeat went out: the stream is alive
+                now = time.time()
+                if now - last >= TOUCH_EVERY_S:
+                    last = now
+                    hold.touch(now)
+
         try:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, send_alive)
         finally:
             hold.close()

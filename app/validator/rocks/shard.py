@@ -33,7 +33,7 @@ from app.rules.control import is_control
 from app.settings import Settings
 from app.validator.fold import InputRecord, OutputRecord, fold, limits_for
 from app.validator.lock import FileLock, rocks_root
-from app.validator.outputs import outcome_record
+from app.validator.outputs import outcome_record, source_topic
 from app.validator.rocks.checkpoint import Changelog, CheckpointCorrupt, Entry, ShardStore, encode_changelog
 from app.validator.rocks.frames import chunk_entries, decode_outputs, encode_outputs, read_chunked
 from app.validator.rocks.memory import shard_options
@@ -241,7 +241,7 @@ class Shard:
                                       f"{_QQ.unpack(span)}: refusing to decide one batch twice")
             if batch_id not in self.store.changelogs():
                 self.store.put_changelog(self._read(M_LOG))
-            return ShardResult(decode_outputs(self._read(M_OUT), settings.topic_commands), True, self.restored_from)
+            return ShardResult(decode_outputs(self._read(M_OUT), source_topic(settings)), True, self.restored_from)
         if last > batch_id:
             raise ShardStateError(f"shard {records[0].partition} has applied batch {last}, Spark asks for older "
                                   f"batch {batch_id}: the state belongs to another checkpoint or run")

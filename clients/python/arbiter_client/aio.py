@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import httpx
@@ -38,7 +38,7 @@ class AsyncClient:
     """``Client``'s twin for asyncio: the same operations, awaited; ``objects``, ``history`` and ``changes`` are
     async iterators."""
 
-    def __init__(self, base_url: str, token: str | Callable[[], str], *, retry: RetryPolicy | None = None,
+    def __init__(self, base_url: str | Sequence[str], token: str | Callable[[], str], *, retry: RetryPolicy | None = None,
                  wait_s: float = 10.0, follow_timeout_s: float = 60.0, read_your_writes: bool = True,
                  timeout: float = 30.0, feed_read_timeout_s: float = 60.0,
                  on_retry: Callable[[ArbiterError, float], None] | None = None,
@@ -60,8 +60,9 @@ class AsyncClient:
     async def _run(self, plan: Plan[T]) -> T:
         return await run_async(plan, self._http)
 
-    async def create(self, document: dict[str, Any], object_id: str | None = None, **kw: Any) -> Accepted | Queued:  # noqa: ANN401
-        return await self._run(self.protocol.create(document, object_id, **kw))
+    async def create(self, document: dict[str, Any], object_id: str | None = None, *, type: str | None = None,  # noqa: A002
+                     **kw: Any) -> Accepted | Queued:  # noqa: ANN401
+        return await self._run(self.protocol.create(document, object_id, type=type, **kw))
 
     async def update(self, object_id: str, patch: dict[str, Any], **kw: Any) -> Accepted | Queued:  # noqa: ANN401
         return await self._run(self.protocol.update(object_id, patch, **kw))

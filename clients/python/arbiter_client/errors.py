@@ -230,7 +230,7 @@ def error_from(status: int, headers: Mapping[str, str], body: Any) -> ArbiterErr
     code = problem.get("code") if isinstance(problem.get("code"), str) else None
     detail = str(problem.get("detail") or problem.get("title") or f"HTTP {status}")
     cls = CODES.get(code, _by_status(status)) if code else _by_status(status)
-    if "rule" in problem:  # a rejection naming its rule, whatever its code
+    if "rule" in problem and not issubclass(cls, RuleViolated):  # a rejection naming its rule, whatever its code
         cls = RuleViolated
     return cls(detail, status=status, code=code or f"HTTP_{status}", problem=problem,
                headers={k.lower(): v for k, v in headers.items()})

@@ -12,7 +12,7 @@ import json
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -75,10 +75,16 @@ class Protocol:
     accepted writes; reads send them as ``Arbiter-Min-Position`` (read-your-writes) when ``read_your_writes``.
     """
 
-    def __init__(self, base_url: str, token: str | Callable[[], str], *, retry: RetryPolicy | None = None,
-                 wait_s: float = 10.0, follow_timeout_s: float = 60.0, read_your_writes: bool = True,
-                 on_retry: Callable[[ArbiterError, float], None] | None = None) -> None:
-        self.base_url = httpx.URL(base_url.rstrip("/") + "/")
+    def __init__(self, base_url: str | Sequence[str], token: str | Callable[[], str], *,
+                 retry: RetryPolicy | None = None, wait_s: float = 10.0, follow_timeout_s: float = 60.0,
+                 read_your_writes: bool = True, on_retry: Callable[[ArbiterError, float], None] | None = None) -> None:
+        urls = [base_url] if isinstance(base_url, str) else list(base_url)
+        if not urls:
+            raise ValueError("give the client at least one base URL")
+        # Several API replicas: requests take them in turn, and a request that failed in transport is sent again
+        # to the next one (a write with its same Idempotency-Key: the validator applies it once, whichever took it).
+        self.base_urls = [httpx.URL(u.rstrip("/") + "/") for u in urls]
+        self._turn = 0
         self.on_retry = on_retry  # told of each retry (the error, the seconds it waits): for logs and metrics
         self._token = token
         self.retry = retry or RetryPolicy()
@@ -89,6 +95,31 @@ class Protocol:
         self.versions: OrderedDict[str, int] = OrderedDict()
 
     # --- requests ----------------------------------------------------------------------------------------
+    @property
+    def base_url(self) -> httpx.URL:
+        """The base URL the next request goes to."""
+        return self.base_urls[self._turn % len(self.base_urls)]
+
+    def _next_base(self) -> httpx.URL:
+        base = self.base_url
+        self._turn += 1
+        return base
+
+    def _elsewhere(self, request: httpx.Request) -> httpx.Request:
+        """Return ``request`` aimed at the next replica's base URL (itself when there is one replica)."""
+        if len(self.base_urls) == 1:
+            return request
+        url = str(request.url)
+        old = next((b for b in self.base_urls if url.startswith(str(b))), None)
+        if old is None:  # an absolute Location elsewhere: leave it
+            return request
+        new = self._next_base()
+        if new == old:
+            new = self._next_base()
+        headers = [(k, v) for k, v in request.headers.raw if k.lower() != b"host"]
+        return httpx.Request(request.method, str(new) + url[len(str(old)):], headers=headers,
+                             content=request.content, extensions=request.extensions)
+
     def token(self) -> str:
         return self._token() if callable(self._token) else self._token
 
@@ -101,7 +132,7 @@ class Protocol:
         if body is not None:
             content = json.dumps(body, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
             h["Content-Type"] = content_type
-        url = self.base_url.join(path.lstrip("/"))
+        url = self._next_base().join(path.lstrip("/"))
         q = {k: v for k, v in (params or {}).items() if v is not None}
         ext = {"timeout": httpx.Timeout(timeout).as_dict()} if timeout is not None else None
         return httpx.Request(method, url, params=q or None, headers=h, content=content, extensions=ext)
@@ -133,6 +164,8 @@ class Protocol:
             if self.on_retry is not None:
                 self.on_retry(error, wait)
             yield Sleep(wait)
+            if isinstance(reply, httpx.TransportError):
+                request = self._elsewhere(request)  # that replica may be down: the next one takes it
 
     # --- writes ------------------------------------------------------------------------------------------
     def write(self, method: str, path: str, object_id: str | None, *, body: Any = None,  # noqa: ANN401
@@ -196,8 +229,14 @@ class Protocol:
         while len(self.versions) > KNOWN_VERSIONS:
             self.versions.popitem(last=False)
 
-    def create(self, document: dict[str, Any], object_id: str | None = None, **kw: Any) -> Plan[Accepted | Queued]:  # noqa: ANN401
-        body: dict[str, Any] = {"document": document} if object_id is None else {"id": object_id, "document": document}
+    def create(self, document: dict[str, Any], object_id: str | None = None, *, type: str | None = None,  # noqa: A002
+               **kw: Any) -> Plan[Accepted | Queued]:  # noqa: ANN401
+        """Create ``document``; ``type`` makes it an object of that type, decided by the team's rules for it."""
+        body: dict[str, Any] = {"document": document}
+        if object_id is not None:
+            body["id"] = object_id
+        if type is not None:
+            body["type"] = type
         return self.write("POST", "/objects", object_id, body=body, **kw)
 
     def update(self, object_id: str, patch: dict[str, Any], **kw: Any) -> Plan[Accepted | Queued]:  # noqa: ANN401

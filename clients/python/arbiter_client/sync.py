@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -23,7 +23,7 @@ class Client:
     (``arbiter_client.errors``). Reads carry this client's write positions (read-your-writes).
     """
 
-    def __init__(self, base_url: str, token: str | Callable[[], str], *, retry: RetryPolicy | None = None,
+    def __init__(self, base_url: str | Sequence[str], token: str | Callable[[], str], *, retry: RetryPolicy | None = None,
                  wait_s: float = 10.0, follow_timeout_s: float = 60.0, read_your_writes: bool = True,
                  timeout: float = 30.0, feed_read_timeout_s: float = 60.0,
                  on_retry: Callable[[ArbiterError, float], None] | None = None,
@@ -46,9 +46,11 @@ class Client:
         return run_sync(plan, self._http.send)
 
     # --- writes: Accepted, or Queued with follow=False; rejections raise ----------------------------------
-    def create(self, document: dict[str, Any], object_id: str | None = None, **kw: Any) -> Accepted | Queued:  # noqa: ANN401
-        """Create an object (``object_id`` or one the server derives from the idempotency key)."""
-        return self._run(self.protocol.create(document, object_id, **kw))
+    def create(self, document: dict[str, Any], object_id: str | None = None, *, type: str | None = None,  # noqa: A002
+               **kw: Any) -> Accepted | Queued:  # noqa: ANN401
+        """Create an object (``object_id`` or one the server derives from the idempotency key); ``type`` makes it
+        an object of that type, so the team's rules for it decide (a refusal raises ``RuleViolated``/``RuleError``)."""
+        return self._run(self.protocol.create(document, object_id, type=type, **kw))
 
     def update(self, object_id: str, patch: dict[str, Any], **kw: Any) -> Accepted | Queued:  # noqa: ANN401
         """Apply a JSON merge patch; ``if_match=<version>`` makes it conditional."""
