@@ -7,6 +7,15 @@ and rejects an unsigned or mis-signed command as ``UNAUTHENTICATED`` unless ``AR
 Keys rotate with overlap: add the new key, make it ``ARBITER_RECORD_KEY_ID`` (it signs), remove the old one once
 no record signed with it is left to decide. Without ``ARBITER_RECORD_KEYS`` one key, ``derived``, is derived from
 ``ARBITER_AUTH_SECRET`` (which then stays on the driver: only the derived key goes to Spark tasks).
+
+Each kind of record is signed in its own domain (the tag that starts the HMAC input), so a genuine record of one
+kind never verifies as another: a user's command keyed ``arbiter:generation`` is no generation record, a deploy's
+claim on the catalog is no control record on the commands topic. ``COMMAND_DOMAIN`` is the tag command records always had;
+the control plane's (``CONTROL_DOMAIN``, ``CLAIM_DOMAIN``, ``PLACED_DOMAIN``, ``GENERATION_DOMAIN``) are ``-v2``: before
+them those records were signed as commands (``LEGACY_DOMAIN``), which only the readers of the catalog and generations
+topics still accept, and only for the records before the first one signed in the new domain
+(docs/operations/upgrading.md). Control-plane records are always checked: ``ARBITER_ALLOW_UNSIGNED_COMMANDS``
+concerns commands only (``control_checker_for``).
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 
 from app.settings import Settings
@@ -22,21 +31,32 @@ from schemas.parked import ABSENT, INVALID, UNCHECKED, VALID
 
 SIGNATURE_HEADER = "arbiter-signature"
 MAX_KID_CHARS = 64  # app.limits.SIGNATURE_HEADER_BYTES counts on it
-_DOMAIN = b"arbiter-command-record-v1\x00"
+#: The signing domains: the tag is the first bytes the HMAC reads, so one kind's MAC is never another's.
+COMMAND_DOMAIN = b"arbiter-command-record-v1\x00"
+CONTROL_DOMAIN = b"arbiter-rules-control-v2\x00"  # a control record on the commands topic (app.rules.control)
+CLAIM_DOMAIN = b"arbiter-rules-claim-v2\x00"  # a deploy's claim of a version on the catalog (app.rules.catalog)
+PLACED_DOMAIN = b"arbiter-rules-placed-v2\x00"  # where a deploy's control records landed, on the catalog
+GENERATION_DOMAIN = b"arbiter-generation-v2\x00"  # a generation record (app.rescale.generation)
+#: What the control plane's records were signed in before they had their own domains (the command domain).
+LEGACY_DOMAIN = COMMAND_DOMAIN
+DOMAINS = (COMMAND_DOMAIN, CONTROL_DOMAIN, CLAIM_DOMAIN, PLACED_DOMAIN, GENERATION_DOMAIN)
 _NO_KEY = b"\xff\xff\xff\xff"
 
 
 class RecordSigner:
-    """Sign command records with the current key; check them against every key still trusted."""
+    """Sign records of one ``domain`` with the current key; check them against every key still trusted."""
 
-    def __init__(self, keys: Mapping[str, bytes], current: str) -> None:
+    def __init__(self, keys: Mapping[str, bytes], current: str, domain: bytes = COMMAND_DOMAIN) -> None:
         if current not in keys:
             raise ValueError(f"record key id {current!r} is not one of {sorted(keys)}")
         if any(len(kid) > MAX_KID_CHARS or not kid.isascii() or ":" in kid for kid in keys):
             raise ValueError(f"record key ids must be ASCII, without ':', at most {MAX_KID_CHARS} characters")
+        if domain not in DOMAINS:
+            raise ValueError(f"unknown signing domain {domain!r}")
+        self.domain = domain
         # Keyed once, with the domain tag already absorbed: each record copies this state rather than keying
         # a new HMAC (a third of the cost per record on the validator's hot path); the MAC is the same.
-        self._keys = {kid.encode(): hmac.new(k, _DOMAIN, hashlib.sha256) for kid, k in keys.items()}
+        self._keys = {kid.encode(): hmac.new(k, domain, hashlib.sha256) for kid, k in keys.items()}
         self._current = current.encode()
 
     def _mac(self, keyed: hmac.HMAC, key: bytes | None, value: bytes) -> bytes:
@@ -82,18 +102,31 @@ def verdict(checker: RecordSigner | None, key: bytes | None, value: bytes | None
     return checker.verdict(key, value, signature)
 
 
-def signer_for(settings: Settings) -> RecordSigner:
-    """Return the signer of ``settings`` (cached per key set)."""
+def signer_for(settings: Settings, domain: bytes = COMMAND_DOMAIN) -> RecordSigner:
+    """Return the signer of ``settings`` for records of ``domain`` (cached per key set and domain)."""
     keys = {kid: secret.encode("utf-8") for kid, secret in settings.record_secrets().items()}
     current = settings.record_key_id or (next(iter(keys)) if len(keys) == 1 else "")
     if not current:
         raise ValueError("ARBITER_RECORD_KEYS holds several keys: name the one that signs in ARBITER_RECORD_KEY_ID")
-    return _signer(tuple(sorted(keys.items())), current)
+    return _signer(tuple(sorted(keys.items())), current, domain)
 
 
-@lru_cache(maxsize=8)
-def _signer(keys: tuple[tuple[str, bytes], ...], current: str) -> RecordSigner:
-    return RecordSigner(dict(keys), current)
+@lru_cache(maxsize=32)
+def _signer(keys: tuple[tuple[str, bytes], ...], current: str, domain: bytes) -> RecordSigner:
+    return RecordSigner(dict(keys), current, domain)
+
+
+def control_checker_for(settings: Settings, domain: bytes) -> RecordSigner:
+    """Return what checks control-plane records of ``domain``: always a signer, whatever
+    ``ARBITER_ALLOW_UNSIGNED_COMMANDS`` says (an unsigned control record is never accepted)."""
+    if domain == COMMAND_DOMAIN:
+        raise ValueError("command records are checked by checker_for")
+    return signer_for(settings, domain)
+
+
+def signature_of(headers: Iterable[tuple[str, bytes | None]]) -> bytes | None:
+    """Return a record's ``arbiter-signature`` header value (the first), or None."""
+    return next((bytes(v) for k, v in headers if k == SIGNATURE_HEADER and v is not None), None)
 
 
 _checkers: dict[int, tuple[Settings, RecordSigner | None]] = {}

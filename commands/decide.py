@@ -3,7 +3,8 @@
 Checks run in this order; the first that fails decides the rejection:
 
 1. MALFORMED      empty ``command_id``, ``object_id`` or ``principal``, or one over ``Limits.max_id_bytes``;
-                  U+0000 in ``object_id`` or ``principal`` (``commands.json_text.id_problem``).
+                  U+0000 in ``object_id`` or ``principal`` (``commands.json_text.id_problem``); an ``object_id``
+                  in the namespace reserved for Arbiter's own records (``commands.ids.reserved``: ``arbiter:``).
 2. visibility     (not for create) NOT_FOUND if the object is unknown, *or* if the principal may not read it
                   (``commands.access``): an outsider's rejection is byte-for-byte the one an unknown id gets
                   (version 0, same message), so a write never reveals that an object exists.
@@ -57,7 +58,7 @@ from commands.command import (
 )
 from commands.errors import ReasonCode
 from commands.event import Event, EventType
-from commands.ids import command_rejection_id, event_id
+from commands.ids import RESERVED_PREFIX, command_rejection_id, event_id, reserved
 from commands.json_text import id_problem, object_problem
 from commands.rejection import Rejection, clip
 from commands.rules.bounds import MAX_RULE_BYTES, type_name_problem
@@ -201,6 +202,8 @@ def _ids_problem(command: Command, limits: Limits) -> str | None:
         problem = id_problem(name, value)
         if problem is not None:
             return problem
+    if reserved(command.object_id):
+        return f"object ids starting {RESERVED_PREFIX!r} are reserved for Arbiter's own records"
     return None
 
 

@@ -10,6 +10,17 @@ ARBITER_NAMESPACE = uuid.UUID("6f1c2a4e-3b7d-5e8f-9a10-a7b1c2d3e4f5")
 _NAMESPACE_BYTES = ARBITER_NAMESPACE.bytes
 
 
+#: Object ids in this namespace are Arbiter's own records' keys (``arbiter:rules``, ``arbiter:generation``): the
+#: API refuses them (``RESERVED_ID``) and ``decide`` rejects them ``MALFORMED``, so no user's command is signed under
+#: such a key nor shares their audit trail.
+RESERVED_PREFIX = "arbiter:"
+
+
+def reserved(object_id: str) -> bool:
+    """Return whether ``object_id`` is in the namespace reserved for Arbiter's own records."""
+    return object_id.startswith(RESERVED_PREFIX)
+
+
 def uuid5(name: str) -> str:
     """Return ``str(uuid.uuid5(ARBITER_NAMESPACE, name))``, a few times faster than the stdlib route."""
     digest = bytearray(hashlib.sha1(_NAMESPACE_BYTES + name.encode("utf-8"), usedforsecurity=False).digest()[:16])
@@ -40,7 +51,8 @@ def record_rejection_id(topic: str, partition: int, offset: int, reason: str) ->
 
 
 def redrive_command_id(topic: str, partition: int, offset: int) -> str:
-    """Return the command id a redrive of the parked record from ``topic[partition]@offset`` gives its command.
+    """Return the command id a redrive of the parked record from ``topic[partition]@offset`` gives the operator's
+    fixed value (the parked bytes themselves keep their own: ``app.parked.lot``).
 
     Derived from the record's coordinates alone, so every redrive of one record is one command to the validator's
     dedup window (a second is a ``DUPLICATE``), whatever fix the operator made in between.

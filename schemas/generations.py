@@ -2,7 +2,10 @@
 
 ``arbiter rescale`` (``app.rescale``) appends one to the generations topic at each step of a cut-over; the API and
 the validator follow the last genuine one, and the audit projection chains them all (``arbiter audit show
-arbiter:generation``). Canonical JSON under the key ``arbiter:generation``, signed like a command record.
+arbiter:generation``). Canonical JSON under the key ``arbiter:generation``, signed in its own domain
+(``app.signing.GENERATION_DOMAIN``); each names the digest of the one before it (``previous``), so a copy of an old
+record is refused by the one fold every reader applies (``app.rescale.chain``). Records from before ``previous``
+existed lack it.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import asdict, dataclass
 
 #: The Kafka key of every generation record, and the id the audit trail indexes them under.
 KEY = b"arbiter:generation"
+_FIELDS = {"number", "topic", "partitions", "checkpoint", "paused", "at", "by"}  # and "previous" (absent in old ones)
 
 
 def generation_topic(base: str, number: int) -> str:
@@ -51,6 +55,7 @@ class Generation:
     paused: bool = False
     at: str = ""
     by: str = ""
+    previous: str = ""  # ``sha256:<hex>`` of the value of the record before this one ("" for the first)
 
     def dumps(self) -> bytes:
         return json.dumps(asdict(self), sort_keys=True).encode()
@@ -60,7 +65,8 @@ class Generation:
         """Return the generation ``raw`` holds; raise ``ValueError`` (or ``KeyError``/``TypeError``) if it is none."""
         body = json.loads(raw)
         return cls(int(body["number"]), str(body["topic"]), int(body["partitions"]), str(body["checkpoint"]),
-                   bool(body.get("paused", False)), str(body.get("at", "")), str(body.get("by", "")))
+                   bool(body.get("paused", False)), str(body.get("at", "")), str(body.get("by", "")),
+                   str(body.get("previous", "")))
 
 
 def generation_record(value: bytes | None) -> Generation | None:
@@ -69,8 +75,7 @@ def generation_record(value: bytes | None) -> Generation | None:
         return None
     try:
         body = json.loads(value)
-        if not isinstance(body, dict) or set(body) != {"number", "topic", "partitions", "checkpoint", "paused", "at",
-                                                       "by"}:
+        if not isinstance(body, dict) or set(body) - {"previous"} != _FIELDS:
             return None
         return Generation.parse(value)
     except (ValueError, KeyError, TypeError):

@@ -104,7 +104,8 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
         # on a worker thread (app.api.callers.jwks): a later one (expiry, an unknown kid) never holds the event loop.
         await asyncio.to_thread(app.state.verifier.warm)
         # The commands topic's generation (app.rescale): writes pause during a rescale and follow it after.
-        app.state.generation = await asyncio.to_thread(lambda: GenerationWatch(settings).start())
+        app.state.generation = await asyncio.to_thread(lambda: GenerationWatch(
+            settings, on_skip=lambda r, why: metrics.control_skipped.labels(r.topic).inc()).start())
         app.state.status.follow(app.state.generation)  # lag and hot keys per partition of the current generation
         app.state.producer = CommandProducer(settings, traced=tracers is not None, generation=app.state.generation)
         app.state.broker_probe = Memo(app.state.producer.broker_reachable, interval=1.0)
@@ -177,7 +178,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
     app.state.positions = None
     app.state.read_model_probe = Memo(lambda: read_model_ready(app.state.read_model), interval=1.0)
     app.state.outcome_consumer = None
-    app.state.rules = RulesView(settings)
+    app.state.rules = RulesView(settings, on_skip=lambda r, why: metrics.control_skipped.labels(r.topic).inc())
     problems.install(app)
     app.include_router(tickets.router)
     app.include_router(changes.router)  # before objects: /objects/{id}/changes is not an object id

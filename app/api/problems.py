@@ -34,6 +34,7 @@ STATUS: dict[str, int] = {
     ReasonCode.RULE_VIOLATED: 422,
     ReasonCode.RULE_ERROR: 422,
     ReasonCode.RULES_VERSION_UNKNOWN: 422,  # the validator lacked the rules it was to decide under: refused, final
+    "RESERVED_ID": 422,  # an object id in the namespace of Arbiter's own records (commands.ids.reserved)
     "RULES_INVALID": 422,
     "RULES_CONFLICT": 409,
     "RULES_NOT_DEPLOYED": 404,

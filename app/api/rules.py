@@ -14,10 +14,11 @@ import logging
 import time
 from collections.abc import Callable
 
-from app.rules.catalog import current
+from app.rules.catalog import CatalogFold, follow
 from app.rules.control import Deploy
 from app.settings import Settings
 from app.validator.rules import compiled
+from app.validator.topic_io import Record
 from commands import Command, CreateObject, Event, EventType, ObjectState, ReasonCode, Rejection, UpdateObject, decide
 from commands.rules import RuleSet
 
@@ -39,9 +40,12 @@ class RulesView:
     ``produce_timeout_s``).
     """
 
-    def __init__(self, settings: Settings, latest: LatestEvent | None = None) -> None:
+    def __init__(self, settings: Settings, latest: LatestEvent | None = None,
+                 on_skip: Callable[[Record, str], None] | None = None) -> None:
         self.settings = settings
         self.latest = latest  # set once the audit trail's reader is open: without it, patches are not pre-checked
+        # The catalog folded so far: each read takes only what was appended since (junk costs each record once).
+        self.catalog = CatalogFold(settings, on_skip)
         self.deploy: Deploy | None = None
         self.read_at = -REFRESH_S
         self._refresh: asyncio.Future[None] | None = None
@@ -60,7 +64,8 @@ class RulesView:
 
     async def _read(self) -> None:
         try:
-            found = await asyncio.to_thread(current, self.settings)
+            versions = (await asyncio.to_thread(follow, self.settings, self.catalog)).versions
+            found = versions[-1] if versions else None
             if found is not None and (self.deploy is None or found.version >= self.deploy.version):
                 self.deploy = found  # never older than a deploy this API made meanwhile (``seen``)
         except Exception as e:  # noqa: BLE001 - advisory: a broker hiccup must not fail a write

@@ -4,6 +4,11 @@ Every redrive and discard is first written to the parked-log topic (one JSON rec
 origin), which the audit projection chains like the decisions; then a redrive produces its command. A redrive
 whose command was lost after the log record is redone by running it again: the command id is the same.
 
+A redrive of the parked bytes keeps their command id: they may be a copy of a command decided long ago (a verbatim
+copy written to a closed generation is parked as genuine), and under its own id the validator answers it
+``DUPLICATE`` within its dedup window (``ARBITER_DEDUP_TTL_MS``) rather than deciding it again (issue 47). A value
+the operator supplies is a new command: it gets an id derived from the parked record's origin.
+
 A redrive signs its command with the current record key, so it would turn a forged record into a genuine one: the
 parked bytes are redriven only when their signature was genuine (``signature_state``: what the validator found,
 kept in the envelope; an envelope from before that was recorded is checked against the keys trusted now).
@@ -159,8 +164,9 @@ def find(settings: Settings, where: str) -> ParkedEntry:
 
 
 def redrive_record(entry: ParkedEntry, value: bytes | None, checker: RecordSigner | None) -> tuple[bytes, bytes, str]:
-    """Return (key, value, command id) of the command a redrive of ``entry`` produces: ``value`` (the operator's
-    fix) or the parked bytes, decoded, with the command id derived from the parked record's origin.
+    """Return (key, value, command id) of the command a redrive of ``entry`` produces: the parked bytes, decoded,
+    under their own command id, or ``value`` (the operator's fix) with the command id derived from the parked
+    record's origin.
 
     The parked bytes themselves only if their signature is genuine (``signature_state`` under ``checker``, the keys
     trusted now): else ``ParkedNotGenuine``, since the redrive signs what it sends.
@@ -176,9 +182,9 @@ def redrive_record(entry: ParkedEntry, value: bytes | None, checker: RecordSigne
     except DecodeError as e:
         raise ParkedNotRedrivable(f"{p.where}: the {'fixed' if value is not None else 'parked'} bytes do not decode "
                                   f"into a command ({e}); write a fixed record value and pass --value-file") from e
-    command_id = redrive_command_id(p.topic, p.partition, p.offset)
-    command = replace(command, command_id=command_id)
-    return command.object_id.encode("utf-8"), codec.encode_command(command), command_id
+    if value is not None:  # the operator's command: one id per parked record, whatever fix was made in between
+        command = replace(command, command_id=redrive_command_id(p.topic, p.partition, p.offset))
+    return command.object_id.encode("utf-8"), codec.encode_command(command), command.command_id
 
 
 def _log(settings: Settings, entry: ParkedEntry, action: str, operator: str | None, note: str,

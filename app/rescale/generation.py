@@ -6,7 +6,8 @@ under ``<checkpoint>/generations/g<k>`` (Spark fixes a checkpoint's partitions a
 lives on a one-partition topic that keeps everything (retention -1, no compaction): its history is the audit
 trail of the changes, each with its time and who ran it, and every old generation stays readable. The
 validator and the API read it at start (``generation_settings``); the API also follows it while it runs, to
-pause writes during a cut-over and switch topics after it (``GenerationWatch``).
+pause writes during a cut-over and switch topics after it (``GenerationWatch``). Every one of them reads the topic
+through the same fold (``app.rescale.chain``), which decides which records count.
 """
 
 from __future__ import annotations
@@ -22,12 +23,12 @@ from datetime import UTC, datetime
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from app.errors import BrokerUnavailable
+from app.rescale.chain import GenerationChain
 from app.rescale.errors import BadRequest, WritesPaused
 from app.settings import Settings, checkpoint_uri
-from app.signing import SIGNATURE_HEADER, checker_for, signer_for
+from app.signing import GENERATION_DOMAIN, signer_for
 from app.validator.topic_io import Record, produce_with_headers, read_all
 from schemas.generations import KEY, Generation, generation_topic
-from schemas.parked import VALID
 
 log = logging.getLogger(__name__)
 
@@ -47,30 +48,25 @@ def successor(settings: Settings, current: Generation, partitions: int) -> Gener
                       f"{checkpoint_uri(settings).rstrip('/')}/generations/g{k}")
 
 
-def history(settings: Settings) -> list[Generation]:
-    """Return every genuine generation record, oldest first (empty before the first rescale).
+def chain(settings: Settings, on_skip: Callable[[Record, str], None] | None = None) -> GenerationChain:
+    """Return the generations topic folded (``app.rescale.chain``): the records that count, and where it ended."""
+    folded = GenerationChain(settings, first(settings), on_skip)
+    return follow(settings, folded)
 
-    A record is signed like a command record (``app.signing``): the generation names the topic the API writes to
-    and the validator reads, so one produced by anyone else is ignored (and logged), as a forged control record is.
-    """
+
+def follow(settings: Settings, folded: GenerationChain) -> GenerationChain:
+    """Fold what was appended to the generations topic since ``folded`` last read it; return it."""
     try:
-        records = read_all(settings, settings.generations_topic)
+        records = read_all(settings, settings.generations_topic, since=folded.next_offset)
     except KeyError:  # the topic does not exist: no rescale yet
-        return []
-    return [Generation.parse(r.value) for r in records if r.key == KEY and r.value and _genuine(settings, r)]
+        return folded
+    return folded.extend(r for r in records if r.offset >= folded.next_offset)
 
 
-def _genuine(settings: Settings, record: Record) -> bool:
-    """Whether ``record`` carries a valid signature (or unsigned producers are allowed); log it if not."""
-    checker = checker_for(settings)
-    if checker is None:
-        return True
-    signature = next((bytes(v) for k, v in record.headers if k == SIGNATURE_HEADER and v is not None), None)
-    status, why = checker.verdict(record.key, record.value, signature)
-    if status == VALID:
-        return True
-    log.warning("ignoring generation record %s[%d]@%d: %s", record.topic, record.partition, record.offset, why)
-    return False
+def history(settings: Settings) -> list[Generation]:
+    """Return every generation record that counts (``app.rescale.chain``), oldest first (empty before the first
+    rescale): unsigned, forged, unparsable and replayed records are ignored (and logged)."""
+    return chain(settings).records
 
 
 def every(settings: Settings) -> list[Generation]:
@@ -86,17 +82,17 @@ def every(settings: Settings) -> list[Generation]:
 
 
 def current(settings: Settings) -> Generation:
-    """Return the current generation: the last record, or generation 0 before any rescale."""
-    records = history(settings)
-    return records[-1] if records else first(settings)
+    """Return the current generation: the last record that counts, or generation 0 before any rescale."""
+    return chain(settings).current
 
 
 def publish(settings: Settings, generation: Generation, by: str) -> Generation:
-    """Append ``generation`` (stamped now, by ``by``) to the generations topic, creating it first; return it."""
+    """Append ``generation`` (stamped now, by ``by``, after the last record that counts) to the generations topic,
+    creating it first; return it."""
     ensure_generations_topic(settings)
-    stamped = replace(generation, at=datetime.now(UTC).isoformat(), by=by)
+    stamped = replace(generation, at=datetime.now(UTC).isoformat(), by=by, previous=chain(settings).head)
     value = stamped.dumps()
-    produce_with_headers(settings, [(KEY, value, signer_for(settings).headers(KEY, value), None)],
+    produce_with_headers(settings, [(KEY, value, signer_for(settings, GENERATION_DOMAIN).headers(KEY, value), None)],
                          settings.generations_topic)
     return stamped
 
@@ -165,16 +161,22 @@ def current_generation_settings(settings: Settings) -> Settings:
 class GenerationWatch:
     """Follow the current generation from a thread: the API pauses writes and switches topics by it.
 
-    Each tick asks only the generations topic's end offset (one request on a consumer kept open), and reads
-    the records again when it moved.
+    Each tick asks only the generations topic's end offset (one request on a consumer kept open) and, when it
+    moved, folds only the records appended since (``app.rescale.chain``): junk on the topic costs each record
+    once. Nothing a record holds stops the thread: a tick that fails is logged and counted (``failures``,
+    ``last_error``) and the next one tries again; ``alive`` says whether the thread runs (the status page shows it).
     """
 
     def __init__(self, settings: Settings, interval_s: float = WATCH_INTERVAL_S,
-                 on_change: Callable[[Generation], None] | None = None) -> None:
+                 on_change: Callable[[Generation], None] | None = None,
+                 on_skip: Callable[[Record, str], None] | None = None) -> None:
         self.settings = settings
         self.interval_s = interval_s
         self.on_change = on_change
-        self.generation = current(settings)
+        self.chain = chain(settings, on_skip)
+        self.generation = self.chain.current
+        self.failures = 0
+        self.last_error: str | None = None
         self._end = -1
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="arbiter-generation", daemon=True)
@@ -186,23 +188,39 @@ class GenerationWatch:
     def stop(self) -> None:
         self._stop.set()
 
+    @property
+    def alive(self) -> bool:
+        """Whether the watching thread runs."""
+        return self._thread.is_alive()
+
+    def tick(self, end: int) -> None:
+        """Fold what is new on the generations topic when its end offset is not ``end`` any more; say a change."""
+        if end == self._end:
+            return
+        if end < self.chain.next_offset:  # the topic was deleted and made again: fold it afresh
+            self.chain = GenerationChain(self.settings, first(self.settings), self.chain.on_skip)
+        now = follow(self.settings, self.chain).current
+        self._end = end
+        if now != self.generation:
+            log.warning("commands generation %d -> %d (%s, %d partitions%s)", self.generation.number, now.number,
+                        now.topic, now.partitions, ", writes paused" if now.paused else "")
+            self.generation = now
+            if self.on_change is not None:
+                self.on_change(now)
+
     def _run(self) -> None:
         consumer = Consumer({"bootstrap.servers": self.settings.kafka_bootstrap, "group.id": "arbiter-generation",
                              "log_level": 0, **self.settings.kafka_config})
         try:
             while not self._stop.wait(self.interval_s):
                 try:
-                    end = consumer.get_watermark_offsets(TopicPartition(self.settings.generations_topic, 0),
-                                                         timeout=5)[1]
-                    if end != self._end:
-                        self._end, now = end, current(self.settings)
-                        if now != self.generation:
-                            log.warning("commands generation %d -> %d (%s, %d partitions%s)", self.generation.number,
-                                        now.number, now.topic, now.partitions, ", writes paused" if now.paused else "")
-                            self.generation = now
-                            if self.on_change is not None:
-                                self.on_change(now)
+                    self.tick(consumer.get_watermark_offsets(TopicPartition(self.settings.generations_topic, 0),
+                                                             timeout=5)[1])
                 except (KafkaException, BrokerUnavailable) as e:  # not created yet, or the broker is away: keep it
                     log.debug("generation not read: %s", e)
+                except Exception as e:  # noqa: BLE001 - the watch must outlive anything: counted, logged, retried
+                    self.failures += 1
+                    self.last_error = f"{type(e).__name__}: {e}"
+                    log.exception("the generation watch failed a tick (tried again in %g s)", self.interval_s)
         finally:
             consumer.close()

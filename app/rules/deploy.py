@@ -4,7 +4,8 @@ Safe under a concurrent double deploy: both claim on the catalog's single partit
 wins (``app.rules.catalog``), the loser is refused ``RULES_CONFLICT`` before it writes any control record. A deploy
 that stopped after its claim (a crash, a broker outage) is finished by deploying the same document again: the
 catalog's newest version already has its digest, so its control records are written again, and a shard that has
-that version already ignores the repeat.
+that version already ignores the repeat. A shard takes only the version after its own (``app.validator.rules``), so
+a new version is claimed only once the newest one is placed: a stopped deploy of another document is finished first.
 """
 
 from __future__ import annotations
@@ -14,10 +15,18 @@ from datetime import UTC, datetime
 
 from app.errors import ArbiterError
 from app.limits import size_limits
-from app.rules.catalog import CLAIM_KEY, current, ensure_rules_topic, winners
-from app.rules.control import CONTROL_KEY, Deploy, Placed, control_headers, encode_control, encode_placed, placed_headers
+from app.rules.catalog import CLAIM_KEY, ensure_rules_topic, placed_versions, winners
+from app.rules.control import (
+    CONTROL_KEY,
+    Deploy,
+    Placed,
+    claim_headers,
+    control_headers,
+    encode_control,
+    encode_placed,
+    placed_headers,
+)
 from app.settings import Settings
-from app.signing import signer_for
 from app.validator.topic_io import produce_with_headers, read_all
 from commands.rules import RuleSet, RulesInvalid, canonical_rules, compile_rules, rules_digest
 
@@ -56,10 +65,14 @@ def deploy(settings: Settings, text: str | bytes, *, principal: str, issuer: str
     current_generation_settings(settings)  # and during a rescale's cut-over (WRITES_PAUSED), before the claim
     digest = rules_digest(canonical)
     ensure_rules_topic(settings)
-    newest = current(settings)
+    records = read_all(settings, settings.rules_topic)
+    versions = winners(records, settings)
+    newest = versions[-1] if versions else None
     at = (now or datetime.now(UTC)).astimezone(UTC)
     if newest is not None and newest.digest == digest:
         return Deployed(newest, False, _write_controls(settings, newest, principal, at))
+    if newest is not None and newest.version not in placed_versions(records, settings):
+        _write_controls(settings, newest, principal, at)  # a stopped deploy: shards take versions one by one
     version = (newest.version if newest is not None else 0) + 1
     claim = Deploy(version, digest, canonical, principal, at, issuer)
     value = encode_control(claim)
@@ -67,8 +80,7 @@ def deploy(settings: Settings, text: str | bytes, *, principal: str, issuer: str
     if len(value) + len(CONTROL_KEY) > bound:
         raise RulesInvalid([f"(document): {len(value) + len(CONTROL_KEY)} bytes as a control record, over the {bound} "
                             "a commands record may hold (ARBITER_MAX_MESSAGE_BYTES)"])
-    signer = signer_for(settings)
-    produce_with_headers(settings, [(CLAIM_KEY, value, control_headers(signer, value), None)], settings.rules_topic)
+    produce_with_headers(settings, [(CLAIM_KEY, value, claim_headers(settings, value), None)], settings.rules_topic)
     won = next((d for d in winners(read_all(settings, settings.rules_topic), settings) if d.version == version), None)
     if won is None or won != claim:
         who = f" by {won.principal} (digest {won.digest})" if won is not None else ""
@@ -88,10 +100,9 @@ def _write_controls(settings: Settings, claim: Deploy, principal: str, at: datet
 
     settings = current_generation_settings(settings)
     value = encode_control(claim)
-    signer = signer_for(settings)
-    headers = control_headers(signer, value)
+    headers = control_headers(settings, value)
     offsets = dict(produce_with_headers(settings, [(CONTROL_KEY, value, headers, p) for p in range(settings.partitions)],
                                         settings.topic_commands))
     placed = encode_placed(Placed(claim.version, claim.digest, principal, at, settings.topic_commands, offsets))
-    produce_with_headers(settings, [(CONTROL_KEY, placed, placed_headers(signer, placed), None)], settings.rules_topic)
+    produce_with_headers(settings, [(CONTROL_KEY, placed, placed_headers(settings, placed), None)], settings.rules_topic)
     return offsets

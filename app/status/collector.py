@@ -231,6 +231,12 @@ class StatusCollector:
                              for p, top in self.hot.top(5).items()},
                 # Written by `arbiter run` (app/run/supervisor.py); empty when the API runs on its own.
                 "components": read_components(components_path(s)),
+                # The thread following the generations topic (app.rescale.generation): were it dead, writes would
+                # not pause for a rescale nor follow it; failed ticks and skipped records are counted.
+                "generation_watch": None if self._watch is None else {
+                    "generation": self._watch.generation.number, "paused": self._watch.generation.paused,
+                    "alive": self._watch.alive, "failures": self._watch.failures,
+                    "last_error": self._watch.last_error, "skipped_records": self._watch.chain.skipped},
             }
             self._cached = (now, data)
         return data

@@ -2,8 +2,11 @@
 
 Both backends call ``control_step`` for every rules control record (``app.rules.control``), in offset order within
 its partition, and decide each command under the version in force at its offset. A control record switches the
-shard only if it is genuine (signed like a command record: else ``UNAUTHENTICATED``), well formed, compiles, and
-its version is above the one in force; anything else changes nothing and is said in a rejection. All of it is a
+shard only if it is genuine (signed in the control records' own domain, ``app.signing.CONTROL_DOMAIN``, whatever
+``ARBITER_ALLOW_UNSIGNED_COMMANDS`` says: else ``UNAUTHENTICATED``), well formed, compiles, and its version is exactly
+one above the one in force (1 on a shard without rules); anything else changes nothing and is said in a rejection.
+A deploy's claim on the catalog is signed in another domain, so a copy of a losing claim is no control record, and
+a version that skips one is refused: each shard takes the catalog's versions one by one, in order. All of it is a
 function of the record and the shard's prior rules, so a replay, a restore or the oracle reach the same result.
 """
 
@@ -16,7 +19,8 @@ from functools import lru_cache
 
 from app.limits import MESSAGE_CHARS
 from app.rules.control import CONTROL_KEY, ControlInvalid, Deploy, decode_control
-from app.signing import RecordSigner
+from app.settings import Settings
+from app.signing import CONTROL_DOMAIN, RecordSigner, control_checker_for
 from commands import Command, Event, ObjectState, ReasonCode, Rejection, keep_original, reject_record
 from commands.ids import command_rejection_id
 from commands.rejection import clip
@@ -68,19 +72,26 @@ class ControlResult:
     deploy: Deploy | None  # the version it switched to, None when it changed nothing
 
 
+def rules_checker(settings: Settings) -> RecordSigner:
+    """Return what checks the signature of control records (never None: an unsigned one is never accepted)."""
+    return control_checker_for(settings, CONTROL_DOMAIN)
+
+
 def control_step(rules: ShardRules, key: bytes | None, value: bytes | None, signature: bytes | None, topic: str,
                  partition: int, offset: int, checker: RecordSigner | None, keep: int) -> ControlResult:
-    """Apply one rules control record to a shard's ``rules``."""
+    """Apply one rules control record to a shard's ``rules``; ``checker`` is ``rules_checker``'s (None refuses
+    every record: there is no unsigned window for control records)."""
     def refuse(reason: ReasonCode, why: str) -> ControlResult:
         original = keep_original(topic, partition, offset, key, value, keep)
         message = clip(f"{topic}[{partition}]@{offset}: rules control record refused, nothing changed: {why}",
                        MESSAGE_CHARS)
         return ControlResult(reject_record(original, reason, message), rules, None)
 
-    if checker is not None:
-        problem = checker.problem(key, value or b"", signature)
-        if problem is not None:
-            return refuse(ReasonCode.UNAUTHENTICATED, problem)
+    if checker is None or checker.domain != CONTROL_DOMAIN:
+        return refuse(ReasonCode.UNAUTHENTICATED, "control records are only accepted signed as control records")
+    problem = checker.problem(key, value or b"", signature)
+    if problem is not None:
+        return refuse(ReasonCode.UNAUTHENTICATED, problem)
     if key != CONTROL_KEY:
         return refuse(ReasonCode.MALFORMED, f"its key must be {CONTROL_KEY.decode()!r}")
     try:
@@ -98,6 +109,10 @@ def control_step(rules: ShardRules, key: bytes | None, value: bytes | None, sign
             return ControlResult(None, rules, None)  # a deploy finished again: this shard already has it
         return refuse(ReasonCode.VERSION_CONFLICT, f"version {deploy.version} is not above the version in force, "
                       f"{rules.active}")
+    expected = (rules.active or 0) + 1
+    if deploy.version != expected:
+        return refuse(ReasonCode.VERSION_CONFLICT, f"version {deploy.version} skips the next version, {expected}: a "
+                      "shard takes the catalog's versions one by one")
     documents = {**rules.documents, deploy.version: deploy.document}
     return ControlResult(deployed_outcome(deploy, topic, partition, offset), ShardRules(documents, deploy.version),
                          deploy)

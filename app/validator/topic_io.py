@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Self
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 from app.errors import BrokerUnavailable
 from app.settings import Settings
 from app.signing import signer_for
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +27,42 @@ class Record:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes], ...] = ()
+
+
+#: Told of each record a ``TopicFold`` skips, and why (the API counts them in a metric).
+OnSkip = Callable[[Record, str], None]
+
+
+class TopicFold:
+    """The bookkeeping of a fold that reads a one-partition topic once, from where it stopped (``read_all``'s
+    ``since``): the next offset to read and the records skipped, each logged and told to ``on_skip``."""
+
+    what = "record"  # named in the log line of a skipped record
+
+    def __init__(self, on_skip: OnSkip | None = None) -> None:
+        self.next_offset = 0
+        self.skipped = 0
+        self.on_skip = on_skip
+
+    def extend(self, records: Iterable[Record]) -> Self:
+        """Fold ``records`` (the topic's, in offset order); return self."""
+        for r in records:
+            self.add(r)
+        return self
+
+    def add(self, record: Record) -> object:
+        raise NotImplementedError
+
+    def seen(self, record: Record) -> None:
+        """Move the fold past ``record``."""
+        self.next_offset = max(self.next_offset, record.offset + 1)
+
+    def skip(self, record: Record, why: str) -> None:
+        """Count, log and tell that ``record`` counts for nothing."""
+        self.skipped += 1
+        log.warning("ignoring %s %s[%d]@%d: %s", self.what, record.topic, record.partition, record.offset, why)
+        if self.on_skip is not None:
+            self.on_skip(record, why)
 
 
 def producer(settings: Settings, **extra: str) -> Producer:
@@ -91,13 +131,16 @@ def produce_with_headers(settings: Settings,
     return placed
 
 
-def read_all(settings: Settings, topic: str, timeout: float = 30) -> list[Record]:
-    """Read ``topic`` from its beginning to its current end (high watermarks); records by (partition, offset)."""
+def read_all(settings: Settings, topic: str, timeout: float = 30, *, since: int = 0) -> list[Record]:
+    """Read ``topic`` from its beginning (on a one-partition topic: from offset ``since``, a follower's next) to its
+    current end (high watermarks); records by (partition, offset)."""
     c = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "arbiter-read-all",
                   "enable.auto.commit": False, "log_level": 0, "isolation.level": "read_uncommitted"})
     try:
         meta = c.list_topics(topic, timeout=10).topics[topic]
         ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in meta.partitions}
+        if since and len(ends) == 1:
+            ends = {p: (max(lo, since), hi) for p, (lo, hi) in ends.items()}
         todo = {p for p, (lo, hi) in ends.items() if hi > lo}
         c.assign([TopicPartition(topic, p, ends[p][0]) for p in todo])
         out: list[Record] = []

@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from app.limits import size_limits
 from app.rescale.split import M_RULES, merged_rules
 from app.settings import Settings
-from app.signing import checker_for
 from app.validator.outputs import OutputRecord, outcome_record
-from app.validator.rules import NO_RULES, ShardRules, control_step, encode_shard_rules
+from app.validator.rules import NO_RULES, ShardRules, control_step, encode_shard_rules, rules_checker
 from app.verify.generations import CommandTopics
 
 #: (topic, partition, offset, key, value, signature) of one control record
@@ -64,7 +63,7 @@ def build_timeline(controls: Iterable[ControlRow], settings: Settings,
     on all of them).
     """
     topics = topics or CommandTopics.single(settings)
-    checker = checker_for(settings)
+    checker = rules_checker(settings)
     keep = size_limits(settings.max_message_bytes).keep_bytes
     shards: dict[tuple[str, int], ShardRules] = {}
     switches: dict[tuple[str, int], list[tuple[int, int | None]]] = {}

@@ -9,6 +9,10 @@ and length of its value, which is what its hash covers (``projections.audit.chai
 an erasure entry naming the records erased: one atomic WriteBatch. RocksDB then compacts the store, so the dropped
 values leave its SST files and WAL (``arbiter erase`` is run with the audit projection stopped: it needs the
 store's primary).
+
+Only decisions are erased: the control plane's own records (rules deploys' claims and placements, generation
+records: ``projections.audit.deploys``) are indexed under ``arbiter:rules`` and ``arbiter:generation``, which a
+user's object could be named before those ids were reserved (issue 47); they are kept whatever is erased.
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ from projections.audit.chain import (
     pack_head,
     unpack_entry,
 )
+from projections.audit.deploys import catalog_record
 from schemas import codec
+from schemas.generations import generation_record
 from schemas.wire import DecodeError
 
 TP = tuple[str, int]
@@ -141,6 +147,8 @@ def _erase(db: Rdict, object_id: str, reason: str) -> AuditErasure:
             continue
         if _deletion_of(entry, object_id) is not None:
             continue  # no document in it; kept, as the tombstone is
+        if catalog_record(entry.value) is not None or generation_record(entry.value) is not None:
+            continue  # a rules deploy or a rescale, not a decision: never erased
         if entry.envelope != ENVELOPE_V2:
             raise EraseRefused(f"{entry.topic}[{entry.partition}] record #{entry.seq} (offset {entry.offset}) of "
                                f"{object_id!r} was audited before issue 30: its hash covers the value itself, so it "

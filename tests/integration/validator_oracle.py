@@ -22,7 +22,7 @@ from app.validator.headers import ce_headers
 from app.validator.murmur2 import partition_for
 from app.validator.outputs import outcome_record, record_size, too_large
 from app.validator.parking import park
-from app.validator.rules import NO_RULES, ShardRules, control_step
+from app.validator.rules import NO_RULES, ShardRules, control_step, rules_checker
 from app.validator.topic_io import Record, produce, read_all
 from commands import Command, Event, ObjectState, Rejection, decide
 from schemas import codec
@@ -218,7 +218,8 @@ def expected_from_records(records: list[Record], settings: Settings, parked: lis
     sizes, limits = size_limits(settings.max_message_bytes), limits_for(settings)
     states = {} if states is None else states
     rules = {} if rules is None else rules
-    checker = checker_for(settings)
+    checker = rules_checker(settings)
+    command_checker = checker_for(settings)
     out: list[Out] = []
     for r in sorted(records, key=lambda r: (r.partition, r.offset)):
         headers = dict(r.headers)
@@ -233,7 +234,7 @@ def expected_from_records(records: list[Record], settings: Settings, parked: lis
         signature = next((v for k, v in r.headers if k == SIGNATURE_HEADER), None)
         item, signed = decode_record(r.key, r.value, r.topic, r.partition, r.offset, partitions=settings.partitions,
                                      keep=sizes.keep_bytes, id_bytes=sizes.max_id_bytes, signature=signature,
-                                     checker=checker)
+                                     checker=command_checker)
         if isinstance(item, Rejection):
             item, copy = park(item, r.key, r.value, r.topic, r.partition, r.offset, signature, settings, signed)
             if copy is not None and parked is not None:

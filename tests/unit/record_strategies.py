@@ -83,3 +83,11 @@ def signature(key: bytes | None, value: bytes) -> bytes:
     from app.signing import signer_for
 
     return signer_for(Settings()).sign(key, value)
+
+
+def control_signature(key: bytes | None, value: bytes) -> bytes:
+    """The ``arbiter-signature`` header of a rules control record (signed in its own domain, ``app.signing``)."""
+    from app.settings import Settings
+    from app.signing import CONTROL_DOMAIN, signer_for
+
+    return signer_for(Settings(), CONTROL_DOMAIN).sign(key, value)

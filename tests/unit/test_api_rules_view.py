@@ -14,6 +14,7 @@ import pytest
 
 import app.api.rules as rules_module
 from app.api.rules import RulesView
+from app.rules.catalog import CatalogFold
 from app.rules.control import Deploy
 from app.settings import Settings
 
@@ -27,12 +28,13 @@ def test_a_slow_catalog_read_does_not_hold_the_request_and_lands_in_the_backgrou
         monkeypatch: pytest.MonkeyPatch) -> None:
     gate, answer, reads = threading.Event(), [V1], []
 
-    def slow_current(_settings: Settings) -> Deploy:
+    def slow_follow(_settings: Settings, fold: CatalogFold) -> CatalogFold:
         reads.append(1)
         gate.wait(30)  # the broker is down: the read blocks until the test lets it go
-        return answer[0]
+        fold.versions = [answer[0]]
+        return fold
 
-    monkeypatch.setattr(rules_module, "current", slow_current)
+    monkeypatch.setattr(rules_module, "follow", slow_follow)
     monkeypatch.setattr(rules_module, "REFRESH_WAIT_S", 0.05)
 
     async def scenario() -> None:

@@ -180,3 +180,37 @@ def test_read_model_erasure_keeps_the_tombstone_and_drops_the_documents_history_
         db.close()
     assert left == [], "history or list rows of the erased object are left"
     assert erase_view(root, "gone") == tombstone, "erasing twice is harmless"
+
+
+def test_erasing_an_object_named_arbiter_rules_keeps_the_rules_deploys(tmp_path: Path) -> None:
+    """Issue 47, finding 7: before ids starting ``arbiter:`` were reserved, a user's object could be named
+    ``arbiter:rules`` and share the audit index of the rules deploys; erasing it drops its decisions only."""
+    from datetime import UTC, datetime
+
+    from commands import CreateObject, DeleteObject, decide
+    from commands.rules import canonical_rules, rules_digest
+    from projections.audit.deploys import RULES_OBJECT
+    from schemas.rules_control import Deploy, Placed, encode_control, encode_placed
+
+    t0 = datetime(2026, 11, 2, 9, 30, tzinfo=UTC)
+    doc = canonical_rules('{"rules": 1, "types": {}}')
+    claim = encode_control(Deploy(1, rules_digest(doc), doc, "ops:alice", t0))
+    placed = encode_placed(Placed(1, rules_digest(doc), "ops:alice", t0, "commands", {0: 3}))
+    state, events = None, []
+    for c in (CreateObject("m1", "squatted", "mallory", t0, document=json.dumps({"a": MARKS[0]})),
+              DeleteObject("m2", "squatted", "mallory", t0)):
+        d = decide(state, c)
+        state = d.state
+        events.append(replace(d.outcome, object_id=RULES_OBJECT))  # as decided before the namespace was reserved
+    p = AuditProjection(tmp_path / "audit", sync=True)
+    p.apply([Item(Record("cmds-rules", 0, 0, RULES_OBJECT.encode(), claim, 1), None, "opaque"),
+             Item(Record("cmds-rules", 0, 1, RULES_OBJECT.encode(), placed, 2), None, "opaque")]
+            + [Item(Record("events", 0, n, RULES_OBJECT.encode(), codec.encode_event(ev), 3 + n), ev)
+               for n, ev in enumerate(events)])
+    p.close()
+    done = erase_object(tmp_path / "audit", RULES_OBJECT, "GDPR art. 17 request #13")
+    assert done.erased == {("events", 0): [0]}  # the user's create; its deletion is kept, as always
+    kept = {e.value for e in entries_about(tmp_path / "audit", RULES_OBJECT) if e.erased is None}
+    assert claim in kept and placed in kept
+    assert [h.outcome for h in history(tmp_path / "audit", RULES_OBJECT)][:2] == ["DEPLOYED", "PLACED"]
+    assert verify(tmp_path / "audit").ok

@@ -99,3 +99,29 @@ def test_a_record_parked_before_its_signature_was_recorded_is_checked_against_th
     assert p.signature_state == "unchecked" and signature_state(p, checker) == "invalid"
     with pytest.raises(parked.ParkedFormatError):
         parked.decode(parked.encode(old).replace(b"\x09unchecked", b"\x07genuine"))
+
+
+def test_redriving_a_genuine_copy_of_a_decided_command_keeps_its_id_so_it_is_a_duplicate() -> None:
+    """Issue 47, finding 9: a verbatim copy of alice's grant, written to a partition it does not belong to (a closed
+    generation's, say), is parked as genuine; redriven, it keeps its command id, so the dedup window answers it
+    DUPLICATE instead of granting again what alice revoked since."""
+    from app.rescale.late import late_outputs
+    from commands import RevokeReader
+
+    checker = signer_for(S)
+    grant = GrantReader("g-1", "doc", "alice", AT, reader="mallory")
+    value = codec.encode_command(grant)
+    rejection, copy = late_outputs(b"doc", value, checker.sign(b"doc", value), "cmd", 0, 8, S, "cmd.g1")
+    assert codec.decode_outcome(rejection[2]).reason is ReasonCode.MISROUTED
+    p = parked.decode(copy[2])
+    assert p.signature_state == "valid"
+    state = decide(ALICE_OWNS_DOC, grant).state
+    state = decide(state, RevokeReader("r-1", "doc", "alice", AT, reader="mallory")).state
+    key, sent, command_id = redrive_record(_entry(p), None, checker)
+    assert command_id == "g-1" and codec.decode_command(sent).command_id == "g-1"
+    out, _, changed = fold(lambda: state, [InputRecord(key, sent, "cmd", 0, 9, checker.sign(key, sent))], S)
+    outcome = codec.decode_outcome(out[0][2])
+    assert not changed and isinstance(outcome, Rejection) and outcome.reason is ReasonCode.DUPLICATE
+    # a fixed value is the operator's new command: it gets the redrive's own id, the same on every redrive
+    _, _, fixed_id = redrive_record(_entry(p), value, checker)
+    assert fixed_id != "g-1" and fixed_id == redrive_record(_entry(p), value, checker)[2]

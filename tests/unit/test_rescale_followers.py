@@ -185,7 +185,8 @@ def test_the_status_page_counts_lag_and_hot_keys_on_the_current_generation(tmp_p
     from app.status.collector import StatusCollector, validator_progress_path
 
     s = S.model_copy(update={"var_dir": tmp_path})
-    watch = SimpleNamespace(generation=first(s))
+    watch = SimpleNamespace(generation=first(s), alive=True, failures=2, last_error="BrokerUnavailable: x",
+                            chain=SimpleNamespace(skipped=5))  # what the status page shows of the watch
     collector = StatusCollector(s)
     collector.follow(watch)  # type: ignore[arg-type]
     collector.observe(_outcome("hot"))
@@ -216,6 +217,8 @@ def test_the_status_page_counts_lag_and_hot_keys_on_the_current_generation(tmp_p
     data = collector.snapshot()
     assert data["lag_by_partition"] == {str(p): p for p in range(6)}
     assert data["totals"]["commands"] == 400 + sum(10 + p for p in range(6))  # every generation's
+    assert data["generation_watch"] == {"generation": 1, "paused": False, "alive": True, "failures": 2,
+                                        "last_error": "BrokerUnavailable: x", "skipped_records": 5}
 
 
 def _outcome(oid: str) -> Event:

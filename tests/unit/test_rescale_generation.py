@@ -55,24 +55,30 @@ def test_outputs_of_a_rescaled_generation_go_where_their_key_hashes_among_the_ou
     assert output_partition(_base(), key, 3) == 3  # unrescaled: the source partition, as before
 
 
-def test_only_a_signed_generation_record_counts() -> None:
-    """A generation names the topic the API writes to: one produced without Arbiter's record key is ignored."""
-    from app.rescale.generation import KEY, _genuine
-    from app.signing import signer_for
+def test_only_a_generation_record_signed_as_one_counts() -> None:
+    """A generation names the topic the API writes to: one produced without Arbiter's record key, or signed as a
+    command (a user could have had the API sign that), is ignored."""
+    from app.rescale.chain import GenerationChain
+    from app.rescale.generation import KEY
+    from app.signing import GENERATION_DOMAIN, signer_for
     from app.validator.topic_io import Record
 
     s = _base().model_copy(update={"auth_secret": SecretStr("a-secret-of-at-least-thirty-two-bytes!!")})
     value = successor(s, first(s), 6).dumps()
     at = ("cmds-generations", 0, 3)
-    assert _genuine(s, Record(*at, KEY, value, tuple(signer_for(s).headers(KEY, value))))
-    assert not _genuine(s, Record(*at, KEY, value))  # unsigned
+
+    def counts(settings: Settings, record: Record) -> bool:
+        return GenerationChain(settings, first(settings)).add(record) is not None
+
+    assert counts(s, Record(*at, KEY, value, tuple(signer_for(s, GENERATION_DOMAIN).headers(KEY, value))))
+    assert not counts(s, Record(*at, KEY, value))  # unsigned
     other = s.model_copy(update={"auth_secret": SecretStr("another-secret-of-thirty-two-bytes!!")})
-    forged = signer_for(other).headers(KEY, value)
-    assert not _genuine(s, Record(*at, KEY, value, tuple(forged)))  # signed with another key
+    forged = signer_for(other, GENERATION_DOMAIN).headers(KEY, value)
+    assert not counts(s, Record(*at, KEY, value, tuple(forged)))  # signed with another key
     tampered = successor(s, first(s), 7).dumps()
-    assert not _genuine(s, Record(*at, KEY, tampered, tuple(signer_for(s).headers(KEY, value))))  # another value
+    assert not counts(s, Record(*at, KEY, tampered, tuple(signer_for(s, GENERATION_DOMAIN).headers(KEY, value))))
     open_ = s.model_copy(update={"allow_unsigned_commands": True})
-    assert _genuine(open_, Record(*at, KEY, value))  # unsigned producers allowed: as for commands
+    assert not counts(open_, Record(*at, KEY, value))  # unsigned producers allowed: for commands, never here
 
 
 def test_rescale_status_needs_no_partitions_and_a_rescale_names_what_it_lacks(capsys: pytest.CaptureFixture[str]) -> None:

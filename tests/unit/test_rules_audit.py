@@ -17,14 +17,13 @@ from app.rules.control import (
     ControlInvalid,
     Deploy,
     Placed,
-    control_headers,
+    claim_headers,
     decode_placed,
     encode_control,
     encode_placed,
     placed_headers,
 )
 from app.settings import Settings
-from app.signing import signer_for
 from app.validator.topic_io import Record
 from commands import CreateObject, decide
 from commands.rules import canonical_rules, rules_digest
@@ -55,12 +54,11 @@ def test_a_placement_round_trips_canonically_and_malformed_ones_are_named() -> N
 
 
 def test_the_catalog_never_takes_a_placement_for_a_claim() -> None:
-    signer = signer_for(S)
     claim, placed = encode_control(CLAIM), encode_placed(PLACED)
-    records = [Record(S.rules_topic, 0, 0, CONTROL_KEY, claim, tuple(control_headers(signer, claim))),
-               Record(S.rules_topic, 0, 1, CONTROL_KEY, placed, tuple(placed_headers(signer, placed)))]
+    records = [Record(S.rules_topic, 0, 0, CONTROL_KEY, claim, tuple(claim_headers(S, claim))),
+               Record(S.rules_topic, 0, 1, CONTROL_KEY, placed, tuple(placed_headers(S, placed)))]
     assert winners(records, S) == [CLAIM]
-    marked = [records[0], Record(S.rules_topic, 0, 1, CONTROL_KEY, placed, tuple(control_headers(signer, placed)))]
+    marked = [records[0], Record(S.rules_topic, 0, 1, CONTROL_KEY, placed, tuple(claim_headers(S, placed)))]
     assert winners(marked, S) == [CLAIM]  # even marked as a claim, its value is not one
     assert dict(records[1].headers)[CONTROL_HEADER] != dict(records[0].headers)[CONTROL_HEADER]
 
@@ -103,7 +101,6 @@ def test_audit_show_marks_the_claims_that_never_became_a_version(tmp_path: Path)
     shown = [(h.principal, h.outcome) for h in history(path, RULES_OBJECT)]
     assert shown == [("alice", "DEPLOYED"), ("bob", "DEPLOYED"), ("carol", "CLAIM-LOST"), ("mallory", "CLAIM-LOST"),
                      ("dave", "DEPLOYED")]  # what app.rules.catalog.winners reads from the same records
-    signer = signer_for(S)
-    won = winners([Record(S.rules_topic, 0, i, CONTROL_KEY, encode_control(c), tuple(control_headers(
-        signer, encode_control(c)))) for i, c in enumerate(claims)], S)
+    won = winners([Record(S.rules_topic, 0, i, CONTROL_KEY, encode_control(c), tuple(claim_headers(
+        S, encode_control(c)))) for i, c in enumerate(claims)], S)
     assert [d.principal for d in won] == [who for who, outcome in shown if outcome == "DEPLOYED"]

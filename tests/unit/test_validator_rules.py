@@ -10,16 +10,16 @@ import pytest
 
 from app.rules.control import CONTROL_KEY, RULES_CONTROL, ControlInvalid, Deploy, decode_control, encode_control
 from app.settings import Settings
-from app.signing import RecordSigner, checker_for
+from app.signing import RecordSigner
 from app.validator.fold import InputRecord, fold
 from app.validator.rocks.checkpoint import ShardStore
 from app.validator.rocks.shard import open_shard, run_task, shard_dir
-from app.validator.rules import NO_RULES, ShardRules, control_step, decode_shard_rules, encode_shard_rules
+from app.validator.rules import NO_RULES, ShardRules, control_step, decode_shard_rules, encode_shard_rules, rules_checker
 from app.validator.spark.rules_stage import RulesTagger, Timelines
 from commands import CreateObject, ReasonCode, Rejection, UpdateObject
 from commands.rules import canonical_rules, rules_digest
 from schemas import codec
-from tests.unit.record_strategies import signature
+from tests.unit.record_strategies import control_signature, signature
 
 pytestmark = pytest.mark.unit
 
@@ -36,7 +36,7 @@ def deploy(version: int, document: str = DOC_A) -> Deploy:
 
 def control(d: Deploy, offset: int, *, signed: bool = True, partition: int = 0) -> InputRecord:
     value = encode_control(d)
-    return InputRecord(CONTROL_KEY, value, TOPIC, partition, offset, signature(CONTROL_KEY, value) if signed else None,
+    return InputRecord(CONTROL_KEY, value, TOPIC, partition, offset, control_signature(CONTROL_KEY, value) if signed else None,
                        None, None, RULES_CONTROL)
 
 
@@ -46,7 +46,7 @@ def command(cmd: CreateObject | UpdateObject, offset: int) -> InputRecord:
 
 
 def step(rules: ShardRules, r: InputRecord):  # noqa: ANN201
-    return control_step(rules, r.key, r.value, r.signature, r.topic, r.partition, r.offset, checker_for(Settings()),
+    return control_step(rules, r.key, r.value, r.signature, r.topic, r.partition, r.offset, rules_checker(Settings()),
                         1024)
 
 

@@ -20,7 +20,7 @@ from app.verify.whatif import Flip, WhatIfReport
 from commands import CreateObject, DeleteObject, UpdateObject, decide
 from commands.rules import canonical_rules, rules_digest
 from schemas import codec
-from tests.unit.record_strategies import signature
+from tests.unit.record_strategies import control_signature, signature
 
 pytestmark = pytest.mark.unit
 
@@ -94,7 +94,7 @@ def test_outputs_in_another_order_are_reported() -> None:
 def _control(version: int, partition: int, offset: int, *, signed: bool = True,
              topic: str = S.topic_commands) -> tuple:  # noqa: ANN001
     value = encode_control(Deploy(version, rules_digest(DOC), DOC, "ops", T0))
-    return topic, partition, offset, CONTROL_KEY, value, signature(CONTROL_KEY, value) if signed else None
+    return topic, partition, offset, CONTROL_KEY, value, control_signature(CONTROL_KEY, value) if signed else None
 
 
 def test_the_timeline_switches_each_partition_at_its_genuine_control_records() -> None:

@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Request, Response
+from pydantic import AfterValidator
 from starlette.concurrency import run_in_threadpool
 
 from app.api.changes.current import CurrentAccess
@@ -18,6 +19,7 @@ from app.api.deps import ReaderDep, ReadModelDep, _read_model, caller_of
 from app.api.models import OBJECT_ID_PATTERN
 from app.api.problems import PROBLEM_RESPONSES, RATE_LIMITED_RESPONSE, ApiError
 from app.api.routes.objects import _unknown
+from app.api.writes.submit import refuse_reserved
 from app.validator.murmur2 import partition_for
 from commands.access import may_read
 
@@ -159,7 +161,8 @@ async def all_changes(request: Request, principal: ReaderDep, last_event_id: Las
                 "description": "Unknown object, or one the caller may not read (the same answer)"},
                 410: PROBLEM_RESPONSES[401] | {"description": "DELETED (without Last-Event-ID: nothing more will "
                                                "happen to it), or CHANGES_EXPIRED"}})
-async def object_changes(request: Request, object_id: Annotated[str, Path(pattern=OBJECT_ID_PATTERN)],
+async def object_changes(request: Request, object_id: Annotated[str, Path(pattern=OBJECT_ID_PATTERN),
+                                                                  AfterValidator(refuse_reserved)],
                          principal: ReaderDep, read_model: ReadModelDep, last_event_id: LastEventId = None) -> Response:
     ids = _ids(request)
     resume = _resume(ids, last_event_id)

@@ -31,7 +31,7 @@ from app.api.problems import PROBLEM_RESPONSES, RATE_LIMITED_RESPONSE, ApiError,
 from app.api.writes.outcomes import durable_lookup
 from app.api.writes.producer import Delivered
 from app.api.writes.quota import refusal
-from app.api.writes.submit import new_object_id, now
+from app.api.writes.submit import new_object_id, now, refuse_reserved
 from app.errors import BrokerUnavailable
 from app.limits import for_settings
 from commands import (
@@ -113,6 +113,11 @@ async def batch(body: BatchRequest, caller: CallerDep, ctx: ContextDep) -> JSONR
             await asyncio.sleep(0)
         c = _command(item, caller, issued_at)
         cmds.append(c)
+        try:
+            refuse_reserved(c.object_id)  # as POST /objects answers: never signed, never produced
+        except ApiError as e:
+            results.append(_refused(c, e))
+            continue
         if c.size > largest:  # what POST /objects answers 413: the validator would reject it TOO_LARGE
             results.append(_refused(c, ApiError(f"the document or patch is {c.size} bytes, over the {largest} whose "
                                                 "event fits a Kafka record", code="TOO_LARGE")))

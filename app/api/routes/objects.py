@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Header, Path, Query, Request, Response
+from pydantic import AfterValidator
 from starlette.concurrency import run_in_threadpool
 
 from app.api.callers.auth import PRINCIPAL_PATTERN
@@ -32,6 +33,7 @@ from app.api.writes.submit import (
     for_caller,
     now,
     prefer_wait,
+    refuse_reserved,
     submit,
     update_command,
 )
@@ -51,7 +53,8 @@ router = APIRouter(prefix="/objects", tags=["objects"], route_class=StrictJsonRo
 #: What GET serves: RFC 8259 only (no NaN/Infinity; a lone surrogate fails the UTF-8 encode).
 _strict_json = json_out.encode  # the one JSON rule of every way a document leaves the API
 
-ObjectIdPath = Annotated[str, Path(pattern=OBJECT_ID_PATTERN)]
+#: An object id in the path; one in the reserved namespace is refused ``RESERVED_ID`` (``submit.refuse_reserved``).
+ObjectIdPath = Annotated[str, Path(pattern=OBJECT_ID_PATTERN), AfterValidator(refuse_reserved)]
 GranteePath = Annotated[str, Path(pattern=PRINCIPAL_PATTERN)]
 # Typed ``str`` with a None default (not ``str | None``) so the OpenAPI document says "string", not "string or null".
 IdempotencyKey = Annotated[str, Header(alias="Idempotency-Key", pattern=IDEMPOTENCY_KEY_PATTERN,

@@ -27,6 +27,10 @@ class ApiMetrics:
         self.registry = CollectorRegistry()
         self.requests = Counter("arbiter_api_requests", "HTTP requests by route template, method and status",
                                 ["route", "method", "status"], registry=self.registry)
+        self.control_skipped = Counter("arbiter_api_control_records_skipped",
+                                       "Records on the rules catalog or generations topic that count for nothing "
+                                       "(unsigned, forged, oversized, unparsable, replayed), by topic",
+                                       ["topic"], registry=self.registry)
         self.produce_seconds = Histogram("arbiter_api_produce_seconds",
                                          "Time from produce to broker acknowledgement, per request",
                                          ["kind"], buckets=_LATENCY_BUCKETS, registry=self.registry)

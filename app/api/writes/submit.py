@@ -28,7 +28,7 @@ from app.api.writes.timing import server_timing
 from app.errors import BrokerUnavailable
 from app.limits import for_settings
 from commands import ACCEPTED, Command, CreateObject, DeleteObject, ReasonCode, UpdateObject
-from commands.ids import uuid5
+from commands.ids import RESERVED_PREFIX, reserved, uuid5
 from schemas import codec
 
 IF_MATCH_PATTERN = r'^"[0-9]{1,18}"$'
@@ -108,7 +108,17 @@ def for_caller(cmd: Command, caller: Caller) -> Command:
     alone; the audit trail records issuer and ``jti``). Every write route and ``app.api.writes.fast_writes`` go through it.
     """
     caller.require(scope_for(cmd))
+    refuse_reserved(cmd.object_id)
     return replace(cmd, groups=caller.groups, issuer=caller.issuer, jti=caller.jti)
+
+
+def refuse_reserved(object_id: str) -> str:
+    """Return ``object_id``; raise ``RESERVED_ID`` (422) for one in the namespace of Arbiter's own records, which the
+    API never signs a command for (issue 47: a copy of such a record must not pass for a generation or rules record)."""
+    if reserved(object_id):
+        raise ApiError(f"object id {object_id[:64]!r}: ids starting {RESERVED_PREFIX!r} are reserved for Arbiter's "
+                       "own records", code="RESERVED_ID")
+    return object_id
 
 
 def _success_status(cmd: Command) -> int:

@@ -31,14 +31,13 @@ from app.errors import ArbiterError
 from app.limits import size_limits
 from app.rules.control import is_control
 from app.settings import Settings
-from app.signing import checker_for
 from app.validator.fold import InputRecord, OutputRecord, fold, limits_for
 from app.validator.lock import FileLock, rocks_root
 from app.validator.outputs import outcome_record, source_topic
 from app.validator.rocks.checkpoint import Changelog, CheckpointCorrupt, Entry, ShardStore, encode_changelog
 from app.validator.rocks.frames import chunk_entries, decode_outputs, encode_outputs, read_chunked
 from app.validator.rocks.memory import shard_options
-from app.validator.rules import ShardRules, control_step, decode_shard_rules, encode_shard_rules
+from app.validator.rules import ShardRules, control_step, decode_shard_rules, encode_shard_rules, rules_checker
 from commands import ObjectState
 from schemas import codec
 
@@ -351,7 +350,7 @@ class Shard:
         rules = self.rules()
         if rules.active is None and not any(r.control for r in records):
             return list(records), rules  # the common case: no rules, nothing to tag
-        checker, keep = checker_for(settings), size_limits(settings.max_message_bytes).keep_bytes
+        checker, keep = rules_checker(settings), size_limits(settings.max_message_bytes).keep_bytes
         tagged: list[InputRecord | None] = []
         before = rules
         for i, r in enumerate(records):

@@ -22,11 +22,10 @@ from pyspark.sql import Row
 from app.limits import size_limits
 from app.rules.control import decode_control, is_control
 from app.settings import Settings
-from app.signing import checker_for
 from app.validator.fold import InputRecord
 from app.validator.outputs import outcome_record
 from app.validator.rocks.checkpoint import filesystem_of
-from app.validator.rules import NO_RULES, ShardRules, control_step
+from app.validator.rules import NO_RULES, ShardRules, control_step, rules_checker
 
 Timeline = list[tuple[int, int, str]]  # (offset, version, canonical document), by offset
 
@@ -115,7 +114,7 @@ class RulesTagger:
         partitions = batch.column("partition").to_pylist()
         offsets = batch.column("offset").to_pylist()
         flags = pc.is_valid(controls).to_pylist()
-        checker = checker_for(self.settings)
+        checker = rules_checker(self.settings)
         keep = size_limits(self.settings.max_message_bytes).keep_bytes
         versions: list[int | None] = []
         for i in range(n):
@@ -154,7 +153,7 @@ def partition_rules(checkpoint: str, records: list[InputRecord]) -> ShardRules:
 def control_rows(controls: list[InputRecord], settings: Settings, checkpoint: str) -> Iterator[Row]:
     """Yield the sink rows of control records: each applied to its partition's rules just before its offset."""
     store = Timelines(checkpoint)
-    checker = checker_for(settings)
+    checker = rules_checker(settings)
     keep = size_limits(settings.max_message_bytes).keep_bytes
     timelines: dict[int, Timeline] = {}
     for r in sorted(controls, key=lambda r: (r.partition, r.offset)):

@@ -208,7 +208,8 @@ CODES: dict[str, type[ArbiterError]] = {
     "WRITES_PAUSED": Unavailable, "TOO_MANY_SUBSCRIPTIONS": TooManySubscriptions, "CHANGES_EXPIRED": ChangesExpired,
 }
 CODES.update({"RULE_VIOLATED": RuleViolated, "RULE_ERROR": RuleError, "RULES_VERSION_UNKNOWN": Rejected,
-              "RULES_INVALID": BadRequest, "RULES_CONFLICT": RulesConflict, "RULES_NOT_DEPLOYED": NotFound})
+              "RULES_INVALID": BadRequest, "RULES_CONFLICT": RulesConflict, "RULES_NOT_DEPLOYED": NotFound,
+              "RESERVED_ID": BadRequest})
 #: Codes the client knows ahead of the server (none now).
 PENDING_CODES: frozenset[str] = frozenset()
 
