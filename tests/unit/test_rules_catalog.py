@@ -9,9 +9,8 @@ import pytest
 from pydantic import SecretStr
 
 from app.rules.catalog import winners
-from app.rules.control import CONTROL_KEY, Deploy, control_headers, encode_control
+from app.rules.control import CONTROL_KEY, Deploy, claim_headers, encode_control
 from app.settings import Settings
-from app.signing import signer_for
 from app.validator.topic_io import Record
 from commands.rules import canonical_rules, rules_digest
 
@@ -30,7 +29,7 @@ FOREIGN = {  # a claim signed by a signer Arbiter's settings do not trust
 
 def claim(deploy: Deploy, signed_by: Settings, offset: int) -> Record:
     value = encode_control(deploy)
-    return Record(S.rules_topic, 0, offset, CONTROL_KEY, value, tuple(control_headers(signer_for(signed_by), value)))
+    return Record(S.rules_topic, 0, offset, CONTROL_KEY, value, tuple(claim_headers(signed_by, value)))
 
 
 @pytest.mark.parametrize("foreign", FOREIGN.values(), ids=FOREIGN.keys())
