@@ -1,0 +1,18 @@
+//! Arbiter's compiled decision core: the generic checks of `commands.decide` over a partition batch in one call.
+//!
+//! The pure-Python domain (`commands/`) is the specification; this crate implements the part of it that holds
+//! for untyped objects with no rules in force and hands every other key back (`batch::Fallback`). The
+//! differential test `tests/unit/test_core_differential.py` holds the two to the same bytes.
+
+pub mod avro;
+pub mod batch;
+pub mod decide;
+pub mod ids;
+pub mod json;
+pub mod model;
+
+#[cfg(feature = "python")]
+mod py;
+
+/// What this build implements, for `app.native.core`'s status line.
+pub const SPEC: &str = "generic decision (no rules in force, untyped objects), command v4, state v3, event v4, rejection v4";
