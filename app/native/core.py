@@ -9,13 +9,12 @@ the shard server decides every record in Python, always valid. ``status()`` says
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import os
 import sys
 from types import ModuleType
 
-from app.native.loader import ROOT, SUFFIX
+from app.native.loader import ROOT, SUFFIX, files_digest
 
 CORE_SRC = os.path.join(ROOT, "core")
 CORE_DIR = os.path.join(ROOT, ".cache", "core")
@@ -37,12 +36,7 @@ def source_files(root: str = CORE_SRC) -> list[str]:
 
 def sources_digest(root: str = CORE_SRC) -> str:
     """Return 16 hex digits of sha256 over the crate's sources and this Python's version and extension suffix."""
-    h = hashlib.sha256()
-    for rel in source_files(root):
-        with open(os.path.join(root, rel), "rb") as f:
-            data = f.read()
-        h.update(b"%s\0%d\0" % (rel.encode(), len(data)))
-        h.update(data)
+    h = files_digest(root, source_files(root))
     h.update(f"\0python {sys.version} {SUFFIX}".encode())
     return h.hexdigest()[:16]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
@@ -62,7 +62,7 @@ class Step:
     kind: int
     obj: int
     principal: int
-    cid: int  # < 6: one of a few reused ids (duplicates, reused keys); else unique
+    cid: int  # < 6: one of a few ids shared by all requests; else the request's own
     seconds: int
     version: int
     payload: int
@@ -86,7 +86,8 @@ def batches_of(steps: list[Step], settings: Settings) -> list[list[InputRecord]]
         at += timedelta(seconds=SECONDS[s.seconds % len(SECONDS)])
         kind = KINDS[s.kind % len(KINDS)]
         oid, who = OBJECTS[s.obj % len(OBJECTS)], PRINCIPALS[s.principal % len(PRINCIPALS)]
-        cid = f"c{s.cid}" if s.cid < 6 else f"u{i}"
+        # < 6: a few ids every request shares (reused keys); else one per request, so a resent step is a retry
+        cid = f"c{s.cid}" if s.cid < 6 else f"u{s.cid}-{s.kind}-{s.obj}-{s.principal}-{s.version}-{s.payload}"
         common: dict[str, Any] = {"groups": GROUPS[s.groups % len(GROUPS)], "jti": "j" if s.groups == 2 else None}
         version = VERSIONS[s.version % len(VERSIONS)]
         if kind is CreateObject:
@@ -127,15 +128,23 @@ def batches_of(steps: list[Step], settings: Settings) -> list[list[InputRecord]]
 
 
 def random_steps(rng: random.Random, n: int) -> list[Step]:
-    """Return ``n`` steps drawn with ``rng``: mostly few objects and principals, so states build up."""
-    return [Step(rng.randrange(7), rng.choice((0, 0, 0, 1, 1, 2, 3, rng.randrange(8))),
+    """Return ``n`` steps drawn with ``rng``: mostly few objects and principals, so states build up; one in ten
+    resends an earlier step (a retry: DUPLICATE while remembered)."""
+    steps = [Step(rng.randrange(7), rng.choice((0, 0, 0, 1, 1, 2, 3, rng.randrange(8))),
                  rng.choice((0, 0, 0, 1, 2, rng.randrange(8))), rng.randrange(12), rng.randrange(len(SECONDS)),
                  rng.randrange(len(VERSIONS)), rng.randrange(120), rng.randrange(3),
                  0 if rng.random() < 0.95 else rng.randrange(len(MANGLES)), rng.random() < 0.15) for _ in range(n)]
+    for i in range(1, n):
+        if rng.random() < 0.1:
+            steps[i] = replace(steps[rng.randrange(max(0, i - 3), i)], seconds=rng.randrange(4), cut=steps[i].cut)
+    return steps
+
+
+Run = tuple[list[list[Any]], list[bytes], dict[bytes, bytes], dict[str, int]]
 
 
 def run(settings: Settings, checkpoint: str, batches: list[list[InputRecord]], core: ModuleType | None,
-        gap_ms: int = 1_000_000) -> tuple[list[list[Any]], list[bytes], dict[bytes, bytes], dict[str, int]]:
+        gap_ms: int = 1_000_000) -> Run:
     """Run ``batches`` on one held shard (a shard server's way), deciding through ``core`` or the Python fold only.
 
     Returns the outputs, each batch's changelog bytes, the database's contents and the shard's counters.
@@ -156,12 +165,17 @@ def run(settings: Settings, checkpoint: str, batches: list[list[InputRecord]], c
     return outputs, logs, contents, counters
 
 
-def compare(core: ModuleType, steps: list[Step], base: Path) -> tuple[bool, dict[str, int]]:
-    """Return (whether both paths wrote the same bytes for ``steps``, the compiled path's counters)."""
+def both(core: ModuleType, steps: list[Step], base: Path) -> tuple[Run, Run]:
+    """Return what the Python fold alone and the core (with its fallback) wrote for ``steps``, in fresh shards."""
     pure_settings, core_settings = settings_for(base / "pure", "off"), settings_for(base / "core", "auto")
     batches = batches_of(steps, pure_settings)
-    pure = run(pure_settings, str(base / "pure-ckpt"), batches, None)
-    compiled = run(core_settings, str(base / "core-ckpt"), batches, core)
+    return (run(pure_settings, str(base / "pure-ckpt"), batches, None),
+            run(core_settings, str(base / "core-ckpt"), batches, core))
+
+
+def compare(core: ModuleType, steps: list[Step], base: Path) -> tuple[bool, dict[str, int]]:
+    """Return (whether both paths wrote the same bytes for ``steps``, the compiled path's counters)."""
+    pure, compiled = both(core, steps, base)
     return pure[:3] == compiled[:3], compiled[3]
 
 

@@ -1,0 +1,112 @@
+"""The compiled core (core/, app.native.core) writes the Python fold's bytes: outputs, changelogs and states.
+
+Streams of command records run through two shards, one deciding by the Python fold alone (the specification), one
+through the core with its fallback; everything a shard writes is compared. ``./dev test`` builds the core
+(``arbiter native build``), so the skip below happens only where no Rust toolchain exists, and there it fails the
+suite (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.limits import size_limits
+from app.native import core as core_loader
+from app.native.core_check import (
+    GRANTEES,
+    KINDS,
+    MANGLES,
+    OBJECTS,
+    PRINCIPALS,
+    SECONDS,
+    VERSIONS,
+    Step,
+    both,
+    documents,
+    random_steps,
+)
+from app.native.core_check import MAX_MESSAGE_BYTES as MESSAGE_BYTES
+from commands import ReasonCode, Rejection
+from schemas import codec
+
+pytestmark = pytest.mark.unit
+
+CORE = core_loader.load("auto")
+needs_core = pytest.mark.skipif(CORE is None, reason=f"the compiled core is not built: {core_loader.status()}")
+
+
+def few(n: int) -> st.SearchStrategy[int]:
+    """Mostly the first few of ``n`` (so states build up), sometimes any."""
+    return st.one_of(st.integers(0, min(2, n - 1)), st.integers(0, n - 1))
+
+
+steps = st.builds(
+    Step, kind=st.integers(0, len(KINDS) - 1), obj=few(len(OBJECTS)), principal=few(len(PRINCIPALS)),
+    cid=st.integers(0, 11), seconds=st.integers(0, len(SECONDS) - 1), version=st.integers(0, len(VERSIONS) - 1),
+    payload=st.integers(0, len(GRANTEES) + 40), groups=st.integers(0, 2),
+    mangle=st.one_of(st.just(0), st.integers(0, len(MANGLES) - 1)), cut=st.booleans())
+
+
+def assert_same(stream: list[Step]) -> dict[str, int]:
+    with tempfile.TemporaryDirectory() as d:
+        pure, compiled = both(CORE, stream, Path(d))
+    assert compiled[0] == pure[0], "outputs differ"
+    assert compiled[1] == pure[1], "changelogs differ"
+    assert compiled[2] == pure[2], "stored states differ"
+    return compiled[3]
+
+
+@needs_core
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(steps, min_size=1, max_size=80))
+def test_core_writes_the_python_folds_bytes_for_generated_streams(stream: list[Step]) -> None:
+    assert_same(stream)
+
+
+GENERIC = {ReasonCode.ALREADY_EXISTS, ReasonCode.NOT_FOUND, ReasonCode.DELETED, ReasonCode.VERSION_CONFLICT,
+           ReasonCode.FORBIDDEN, ReasonCode.DUPLICATE, ReasonCode.TOO_LARGE, ReasonCode.MALFORMED,
+           ReasonCode.IDEMPOTENCY_KEY_REUSED}
+
+
+@needs_core
+def test_the_core_itself_decides_every_generic_reason_and_limit_exactly() -> None:
+    # Only signed records and payloads the core decides (valid, or refused for a reason it computes): no fallback.
+    docs = documents(size_limits(MESSAGE_BYTES).max_document_bytes)
+    unsure = {i for i, d in enumerate(docs) if any(m in d for m in ("NaN", "1e400", "Infinity", "\\u0000", "\\ud8",
+                                                                  "\xa0", "0" * 5000))}
+    reasons: set[ReasonCode] = set()
+    events = 0
+    for seed in range(6):
+        stream = [s for s in random_steps(random.Random(seed), 500)  # noqa: S311
+                  if s.payload % len(docs) not in unsure or s.kind not in (0, 1)]
+        stream = [Step(s.kind, s.obj, s.principal, s.cid, s.seconds, s.version, s.payload, s.groups, 0, s.cut)
+                  for s in stream]
+        with tempfile.TemporaryDirectory() as d:
+            pure, compiled = both(CORE, stream, Path(d))
+        assert compiled[:3] == pure[:3]
+        assert compiled[3].get("core_fallback_records", 0) == 0, compiled[3]
+        for batch in compiled[0]:
+            for _, _, value, _, _ in batch:
+                outcome = codec.decode_outcome(value)
+                if isinstance(outcome, Rejection):
+                    reasons.add(outcome.reason)
+                else:
+                    events += 1
+    assert reasons == GENERIC and events > 50
+
+
+@needs_core
+def test_keys_the_core_declines_go_to_the_python_fold_and_are_counted() -> None:
+    # One object, every mangle once: each batch's key falls back for its record's reason; the bytes stay the fold's.
+    stream = [Step(0, 0, 0, 6, 0, 0, 0, 0, 0, True)]
+    stream += [Step(1, 0, 0, 6, 1, 0, 0, 0, m, True) for m in range(len(MANGLES))]
+    counters = assert_same(stream)
+    assert counters["core_fallback_record"] == 6  # unsigned, missigned, junk, no value, other key, unknown schema
+    assert counters["core_fallback_traced"] == 1
+    assert counters["core_records"] == 1 + 12  # the create, then the twelve signed updates
