@@ -16,8 +16,10 @@ from types import ModuleType
 
 from app.native.loader import ROOT, SUFFIX, files_digest
 
-CORE_SRC = os.path.join(ROOT, "core")
-CORE_DIR = os.path.join(ROOT, ".cache", "core")
+# A checkout holds core/ beside app/; an installed package (the Docker image) finds it under $ARBITER_HOME.
+HOME = ROOT if os.path.isdir(os.path.join(ROOT, "core")) else os.environ.get("ARBITER_HOME", ROOT)
+CORE_SRC = os.path.join(HOME, "core")
+CORE_DIR = os.path.join(HOME, ".cache", "core")
 MODULE = "arbiter_core"
 _SOURCES = ("Cargo.toml", "Cargo.lock", "pyproject.toml")
 
