@@ -331,6 +331,7 @@ class Shard:
         parked: list[OutputRecord] = []  # full copies of records that did not decode (app.validator.parking)
         stamp = _Q.pack(now_ms)
         counters = self.counters
+        forget = len(cache) > 0  # with the core always on the cache stays empty: no discard per key
         for key, (idx, recs) in by_key.items():
             decided_here = by_core.get(key) if key is not None and core is not None else None
             if type(decided_here) is tuple:
@@ -340,7 +341,8 @@ class Shard:
                 counters["core_records"] += len(idx)
                 if value is not None:
                     entries.append((STATE + key, value))
-                    cache.discard(key)  # decided without it: the next batch decodes the stored bytes
+                    if forget:
+                        cache.discard(key)  # decided without it: a later Python fold decodes the stored bytes
                     if deleted:
                         entries.append((TOMB + _Q.pack(now_ms + settings.tombstone_ttl_ms) + key, b""))
                 continue
