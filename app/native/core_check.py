@@ -71,10 +71,11 @@ class Step:
     cut: bool  # end the batch after this record
 
 
-def settings_for(var_dir: Path, core: str) -> Settings:
-    return Settings(partitions=1, var_dir=var_dir, snapshot_every=1000, rocks_memory_mb=16, rocks_write_buffer_mb=4,
-                    dedup_ttl_ms=3_600_000, tombstone_ttl_ms=7_200_000, max_message_bytes=MAX_MESSAGE_BYTES,
-                    core=core)  # type: ignore[arg-type]
+def settings_for(var_dir: Path, core: str, **extra: Any) -> Settings:  # noqa: ANN401
+    fields: dict[str, Any] = {"partitions": 1, "snapshot_every": 1000, "rocks_memory_mb": 16, "rocks_write_buffer_mb": 4,
+                              "dedup_ttl_ms": 3_600_000, "tombstone_ttl_ms": 7_200_000,
+                              "max_message_bytes": MAX_MESSAGE_BYTES}
+    return Settings(var_dir=var_dir, core=core, **{**fields, **extra})
 
 
 def batches_of(steps: list[Step], settings: Settings) -> list[list[InputRecord]]:
@@ -165,9 +166,10 @@ def run(settings: Settings, checkpoint: str, batches: list[list[InputRecord]], c
     return outputs, logs, contents, counters
 
 
-def both(core: ModuleType, steps: list[Step], base: Path) -> tuple[Run, Run]:
-    """Return what the Python fold alone and the core (with its fallback) wrote for ``steps``, in fresh shards."""
-    pure_settings, core_settings = settings_for(base / "pure", "off"), settings_for(base / "core", "auto")
+def both(core: ModuleType, steps: list[Step], base: Path, **extra: Any) -> tuple[Run, Run]:  # noqa: ANN401
+    """Return what the Python fold alone and the core (with its fallback) wrote for ``steps``, in fresh shards
+    (``extra``: other settings for both)."""
+    pure_settings, core_settings = settings_for(base / "pure", "off", **extra), settings_for(base / "core", "auto", **extra)
     batches = batches_of(steps, pure_settings)
     return (run(pure_settings, str(base / "pure-ckpt"), batches, None),
             run(core_settings, str(base / "core-ckpt"), batches, core))

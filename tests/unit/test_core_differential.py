@@ -110,3 +110,19 @@ def test_keys_the_core_declines_go_to_the_python_fold_and_are_counted() -> None:
     assert counters["core_fallback_record"] == 6  # unsigned, missigned, junk, no value, other key, unknown schema
     assert counters["core_fallback_traced"] == 1
     assert counters["core_records"] == 1 + 12  # the create, then the twelve signed updates
+
+
+@needs_core
+@pytest.mark.parametrize("extra", [{"output_partitions": 3, "topic_commands": "commands.g1", "topic_commands_source": "commands"},
+                                   {"allow_unsigned_commands": True}, {"partitions": 4}],
+                         ids=["rescaled generation", "unsigned allowed", "misrouted records"])
+def test_the_core_follows_the_settings_the_fold_reads(extra: dict[str, object]) -> None:
+    # partitions=4: records read from partition 0 whose key belongs elsewhere are MISROUTED (the fold's, by fallback).
+    stream = random_steps(random.Random(99), 300)  # noqa: S311
+    with tempfile.TemporaryDirectory() as d:
+        pure, compiled = both(CORE, stream, Path(d), **extra)
+    assert compiled[:3] == pure[:3]
+    if "partitions" in extra:  # the frequent ids belong to other partitions: the fold decides them MISROUTED
+        assert compiled[3]["core_fallback_record"] > 100
+    else:
+        assert compiled[3]["core_records"] > 100

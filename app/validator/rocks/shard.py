@@ -307,7 +307,8 @@ class Shard:
         cache = self.cache
         cached: dict[bytes, tuple[int, ObjectState]] = {}
         keys: list[bytes] = []
-        core = self._core(settings) if rules.active is None else None  # rules in force: every key in Python
+        # Rules in force, or deployed or withdrawn within this batch (records tagged with a version): every key in Python.
+        core = self._core(settings) if rules.active is None and not self._switched else None
         by_core: dict[bytes, KeyResult] = {}
         if core is not None:
             # The core reads stored bytes, never the Python cache (equal by the cache's invariant).
