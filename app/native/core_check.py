@@ -19,12 +19,14 @@ from types import ModuleType
 from typing import Any
 
 from app.limits import size_limits
+from app.rules.control import CONTROL_KEY, RULES_CONTROL, Deploy, encode_control
 from app.settings import Settings
 from app.signing import signer_for
 from app.validator.fold import InputRecord
 from app.validator.rocks.checkpoint import ShardStore
 from app.validator.rocks.shard import open_shard, shard_dir
 from commands import CreateObject, DeleteObject, GrantEditor, GrantReader, RevokeEditor, RevokeReader, UpdateObject
+from commands.rules import canonical_rules, rules_digest
 from schemas import codec
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -52,7 +54,10 @@ def documents(limit: int) -> tuple[str, ...]:
             sized(limit + 1), '{"é": "' + "é" * 100 + '"}')
 
 
-MANGLES = ("signed",) * 12 + ("unsigned", "missigned", "junk", "no value", "other key", "traced", "unknown schema")
+MANGLES = ("signed",) * 12 + ("unsigned", "missigned", "junk", "no value", "other key", "traced", "unknown schema",
+                              "rules deployed before it")
+# A rules document with one type, deployed by a control record (app.rules.control) in front of a step's command.
+RULES_DOCUMENT = canonical_rules('{"rules": 1, "types": {"note": {"create_schema": {"type": "object"}}}}')
 
 
 @dataclass(frozen=True)
@@ -79,16 +84,19 @@ def settings_for(var_dir: Path, core: str, **extra: Any) -> Settings:  # noqa: A
 
 
 def batches_of(steps: list[Step], settings: Settings) -> list[list[InputRecord]]:
-    """Return the records of ``steps`` cut into batches, offsets rising from 0."""
+    """Return the records of ``steps`` cut into batches, offsets rising from 0 (a step may add a control record)."""
     signer = signer_for(settings)
     docs = documents(size_limits(settings.max_message_bytes).max_document_bytes)
     at, out, batch = T0, [], []
-    for i, s in enumerate(steps):
+    deployed = 0
+    offset = 0
+    for s in steps:
         at += timedelta(seconds=SECONDS[s.seconds % len(SECONDS)])
         kind = KINDS[s.kind % len(KINDS)]
         oid, who = OBJECTS[s.obj % len(OBJECTS)], PRINCIPALS[s.principal % len(PRINCIPALS)]
-        # < 6: a few ids every request shares (reused keys); else one per request, so a resent step is a retry
-        cid = f"c{s.cid}" if s.cid < 6 else f"u{s.cid}-{s.kind}-{s.obj}-{s.principal}-{s.version}-{s.payload}"
+        # < 6: a few ids every request shares; else one per request but its payload, so a resend is a retry (or, with
+        # another payload, a reused key)
+        cid = f"c{s.cid}" if s.cid < 6 else f"u{s.cid}-{s.kind}-{s.obj}-{s.principal}-{s.version}"
         common: dict[str, Any] = {"groups": GROUPS[s.groups % len(GROUPS)], "jti": "j" if s.groups == 2 else None}
         version = VERSIONS[s.version % len(VERSIONS)]
         if kind is CreateObject:
@@ -119,7 +127,14 @@ def batches_of(steps: list[Step], settings: Settings) -> list[list[InputRecord]]
             trace = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
         elif mangle == "unknown schema":
             value = b"\x00\x00\x00\x99\x99" + value[5:]
-        batch.append(InputRecord(key, value, TOPIC, 0, i, sig, trace))
+        elif mangle == "rules deployed before it":
+            deployed += 1
+            control = encode_control(Deploy(deployed, rules_digest(RULES_DOCUMENT), RULES_DOCUMENT, "ops", T0))
+            batch.append(InputRecord(CONTROL_KEY, control, TOPIC, 0, offset, signer.sign(CONTROL_KEY, control), None,
+                                     None, RULES_CONTROL))
+            offset += 1
+        batch.append(InputRecord(key, value, TOPIC, 0, offset, sig, trace))
+        offset += 1
         if s.cut:
             out.append(batch)
             batch = []
@@ -130,14 +145,16 @@ def batches_of(steps: list[Step], settings: Settings) -> list[list[InputRecord]]
 
 def random_steps(rng: random.Random, n: int) -> list[Step]:
     """Return ``n`` steps drawn with ``rng``: mostly few objects and principals, so states build up; one in ten
-    resends an earlier step (a retry: DUPLICATE while remembered)."""
-    steps = [Step(rng.randrange(7), rng.choice((0, 0, 0, 1, 1, 2, 3, rng.randrange(8))),
+    resends an earlier step (a retry: DUPLICATE while remembered), some with another payload (a reused key)."""
+    steps = [Step(rng.choice((0, 0, 0, 1, 1, 1, 1, 2, 3, 4, 5, 6)), rng.choice((0, 0, 0, 1, 1, 2, 3, rng.randrange(8))),
                  rng.choice((0, 0, 0, 1, 2, rng.randrange(8))), rng.randrange(12), rng.randrange(len(SECONDS)),
                  rng.randrange(len(VERSIONS)), rng.randrange(120), rng.randrange(3),
                  0 if rng.random() < 0.95 else rng.randrange(len(MANGLES)), rng.random() < 0.15) for _ in range(n)]
     for i in range(1, n):
         if rng.random() < 0.1:
             steps[i] = replace(steps[rng.randrange(max(0, i - 3), i)], seconds=rng.randrange(4), cut=steps[i].cut)
+            if rng.random() < 0.3:  # the same id for another request: IDEMPOTENCY_KEY_REUSED
+                steps[i] = replace(steps[i], payload=rng.randrange(120))
     return steps
 
 

@@ -82,7 +82,7 @@ def test_the_core_itself_decides_every_generic_reason_and_limit_exactly() -> Non
                                                                   "\xa0", "0" * 5000))}
     reasons: set[ReasonCode] = set()
     events = 0
-    for seed in range(6):
+    for seed in range(12):
         stream = [s for s in random_steps(random.Random(seed), 500)  # noqa: S311
                   if s.payload % len(docs) not in unsure or s.kind not in (0, 1)]
         stream = [Step(s.kind, s.obj, s.principal, s.cid, s.seconds, s.version, s.payload, s.groups, 0, s.cut)

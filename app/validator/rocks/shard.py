@@ -308,7 +308,12 @@ class Shard:
         cached: dict[bytes, tuple[int, ObjectState]] = {}
         keys: list[bytes] = []
         # Rules in force, or deployed or withdrawn within this batch (records tagged with a version): every key in Python.
-        core = self._core(settings) if rules.active is None and not self._switched else None
+        core = self._core(settings)
+        if core is not None and (rules.active is not None or self._switched):
+            core = None
+            held_back = sum(len(group[1]) for group in by_key.values())
+            self.counters["core_fallback_records"] += held_back
+            self.counters["core_fallback_rules"] += held_back
         by_core: dict[bytes, KeyResult] = {}
         if core is not None:
             # The core reads stored bytes, never the Python cache (equal by the cache's invariant).
