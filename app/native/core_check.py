@@ -100,7 +100,8 @@ def batches_of(steps: list[Step], settings: Settings) -> list[list[InputRecord]]
         common: dict[str, Any] = {"groups": GROUPS[s.groups % len(GROUPS)], "jti": "j" if s.groups == 2 else None}
         version = VERSIONS[s.version % len(VERSIONS)]
         if kind is CreateObject:
-            cmd: Any = kind(cid, oid, who, at, version, document=docs[s.payload % len(docs)], **common)
+            typed = "note" if s.payload % 7 == 3 else None  # the rules' type (RULES_DOCUMENT): the fold decides it
+            cmd: Any = kind(cid, oid, who, at, version, document=docs[s.payload % len(docs)], object_type=typed, **common)
         elif kind is UpdateObject:
             cmd = kind(cid, oid, who, at, version, patch=docs[s.payload % len(docs)], **common)
         elif kind is DeleteObject:

@@ -22,6 +22,9 @@ pub struct Config {
     pub state_header: [u8; 5],
     pub event_header: [u8; 5],
     pub rejection_header: [u8; 5],
+    /// the team's rules version in force for the whole batch (None: no rules); only untyped objects come here,
+    /// for which `commands.decide` under rules differs only in naming the version
+    pub rules_version: Option<i64>,
 }
 
 /// Why a key went back to the Python path (the shard server counts them).
@@ -37,6 +40,8 @@ pub enum Fallback {
     TooLarge = 4,
     /// a record with trace context to copy onto its output
     Traced = 5,
+    /// a create naming an object type (the team's rules)
+    Typed = 6,
 }
 
 pub struct Output {
@@ -95,6 +100,9 @@ pub fn decide_key(key: &[u8], raw_state: Option<&[u8]>, records: &[Record], cfg:
             return Err(Fallback::Record);
         }
         let c = decode_command(value).ok_or(Fallback::Record)?;
+        if c.typed {
+            return Err(Fallback::Typed);
+        }
         if c.object_id.as_bytes() != key {
             return Err(Fallback::Record);
         }
@@ -117,12 +125,12 @@ pub fn decide_key(key: &[u8], raw_state: Option<&[u8]>, records: &[Record], cfg:
         let (value, event, id, ce_type, new_state) = match outcome {
             Outcome::Accepted(ev, st) => {
                 let mut v = cfg.event_header.to_vec();
-                model::encode_event(&mut v, &ev, c);
+                model::encode_event(&mut v, &ev, c, cfg.rules_version);
                 (v, true, ev.event_id, ev.etype.ce_type(), Some(st))
             }
             Outcome::Rejected(rej) => {
                 let mut v = cfg.rejection_header.to_vec();
-                model::encode_rejection(&mut v, &rej, c);
+                model::encode_rejection(&mut v, &rej, c, cfg.rules_version);
                 (v, false, rej.rejection_id, "arbiter.command.rejected", None)
             }
         };

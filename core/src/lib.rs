@@ -15,4 +15,5 @@ pub mod model;
 mod py;
 
 /// What this build implements, for `app.native.core`'s status line.
-pub const SPEC: &str = "generic decision (no rules in force, untyped objects), command v4, state v3, event v4, rejection v4";
+pub const SPEC: &str = "generic decision of untyped objects (with or without rules in force), command v4, state v3, \
+                        event v4, rejection v4";

@@ -43,6 +43,8 @@ pub struct Command<'a> {
     pub groups: Vec<&'a str>,
     pub issuer: Option<&'a str>,
     pub jti: Option<&'a str>,
+    /// a create naming an object type: the team's rules decide it (commands.rules), not this core
+    pub typed: bool,
 }
 
 /// Decode a command v4 body (after the 5-byte header); `None` for anything the core does not decide.
@@ -71,18 +73,15 @@ pub fn decode_command(data: &[u8]) -> Option<Command<'_>> {
         return None;
     }
     let payload = match kind {
-        Kind::Create => {
-            if object_type.is_some() {
-                return None; // a typed create: the team's rules decide (commands.rules), not this core
-            }
-            document?
-        }
+        Kind::Create => document?,
         Kind::Update => patch?,
         Kind::Delete => "",
         Kind::GrantEditor | Kind::RevokeEditor => editor?,
         Kind::GrantReader | Kind::RevokeReader => reader?,
     };
-    Some(Command { kind, command_id, object_id, principal, issued_at, expected_version, payload, groups, issuer, jti })
+    let typed = kind == Kind::Create && object_type.is_some();
+    Some(Command { kind, command_id, object_id, principal, issued_at, expected_version, payload, groups, issuer, jti,
+                   typed })
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -263,7 +262,7 @@ pub struct Rejection {
     pub original: Option<(String, i64)>,
 }
 
-pub fn encode_event(out: &mut Vec<u8>, ev: &Event, c: &Command) {
+pub fn encode_event(out: &mut Vec<u8>, ev: &Event, c: &Command, rules_version: Option<i64>) {
     avro::write_string(out, &ev.event_id);
     out.push((ev.etype as u8) << 1);
     avro::write_string(out, c.object_id);
@@ -278,11 +277,11 @@ pub fn encode_event(out: &mut Vec<u8>, ev: &Event, c: &Command) {
     avro::write_opt_string(out, ev.reader);
     avro::write_opt_string(out, c.issuer);
     avro::write_opt_string(out, c.jti);
-    out.push(0); // object_type
-    out.push(0); // rules_version
+    out.push(0); // object_type: untyped (typed objects go to the Python path)
+    avro::write_opt_long(out, rules_version);
 }
 
-pub fn encode_rejection(out: &mut Vec<u8>, rej: &Rejection, c: &Command) {
+pub fn encode_rejection(out: &mut Vec<u8>, rej: &Rejection, c: &Command, rules_version: Option<i64>) {
     avro::write_string(out, &rej.rejection_id);
     out.push((rej.reason as u8) << 1);
     avro::write_string(out, &rej.message);
@@ -296,7 +295,7 @@ pub fn encode_rejection(out: &mut Vec<u8>, rej: &Rejection, c: &Command) {
     out.push(0); // original record: only for records that never decoded (the Python path)
     avro::write_opt_string(out, c.issuer);
     avro::write_opt_string(out, c.jti);
-    out.push(0); // rules_version
+    avro::write_opt_long(out, rules_version); // decide() names the rules version on every rejection under rules
     out.push(0); // rule
     out.push(0); // rule_message
     out.push(0); // rule_pointers: empty array

@@ -39,6 +39,7 @@ fn config(d: &Bound<PyDict>) -> PyResult<Config> {
         state_header: header(d, "state_header")?,
         event_header: header(d, "event_header")?,
         rejection_header: header(d, "rejection_header")?,
+        rules_version: get(d, "rules_version")?,
     })
 }
 
@@ -67,6 +68,12 @@ fn decide_batch<'py>(py: Python<'py>, cfg: &Bound<'py, PyDict>, keys: &Bound<'py
     let content = PyTuple::new(py, ["content-type".into_pyobject(py)?.into_any(),
                                     PyBytes::new(py, b"application/avro").into_any()])?;
     let source_pair = PyTuple::new(py, ["ce_source".into_pyobject(py)?.into_any(), PyBytes::new(py, &source).into_any()])?;
+    // app.validator.headers: ce_rulesversion (decimal) before content-type, only for decisions under rules
+    let rules_pair = match c.rules_version {
+        None => None,
+        Some(v) => Some(PyTuple::new(py, ["ce_rulesversion".into_pyobject(py)?.into_any(),
+                                          PyBytes::new(py, v.to_string().as_bytes()).into_any()])?),
+    };
     let n = keys.len();
     if states.len() != n || starts.len() != n + 1 || values.len() != starts[n] || signatures.len() != starts[n]
         || traceparents.len() != starts[n] {
@@ -91,7 +98,7 @@ fn decide_batch<'py>(py: Python<'py>, cfg: &Bound<'py, PyDict>, keys: &Bound<'py
                 let subject = PyTuple::new(py, ["ce_subject".into_pyobject(py)?.into_any(), key_obj.clone()])?;
                 let outs = PyList::empty(py);
                 for o in &d.outputs {
-                    let headers = PyTuple::new(py, [
+                    let mut pairs = vec![
                         spec.clone().into_any(),
                         PyTuple::new(py, ["ce_id".into_pyobject(py)?.into_any(),
                                           PyBytes::new(py, o.id.as_bytes()).into_any()])?.into_any(),
@@ -102,8 +109,12 @@ fn decide_batch<'py>(py: Python<'py>, cfg: &Bound<'py, PyDict>, keys: &Bound<'py
                         PyTuple::new(py, ["ce_time".into_pyobject(py)?.into_any(),
                                           PyBytes::new(py, crate::model::ce_time(o.at).as_bytes()).into_any()])?
                             .into_any(),
-                        content.clone().into_any(),
-                    ])?;
+                    ];
+                    if let Some(r) = &rules_pair {
+                        pairs.push(r.clone().into_any());
+                    }
+                    pairs.push(content.clone().into_any());
+                    let headers = PyTuple::new(py, pairs)?;
                     let topic = if o.event { events.clone() } else { rejections.clone() };
                     outs.append(PyTuple::new(py, [topic, key_obj.clone(), PyBytes::new(py, &o.value).into_any(),
                                                   o.partition.into_pyobject(py)?.into_any(), headers.into_any()])?)?;

@@ -76,7 +76,8 @@ GENERIC = {ReasonCode.ALREADY_EXISTS, ReasonCode.NOT_FOUND, ReasonCode.DELETED, 
 
 @needs_core
 def test_the_core_itself_decides_every_generic_reason_and_limit_exactly() -> None:
-    # Only signed records and payloads the core decides (valid, or refused for a reason it computes): no fallback.
+    # Only signed records, untyped creates and payloads the core decides (valid, or refused for a reason it computes):
+    # no fallback.
     docs = documents(size_limits(MESSAGE_BYTES).max_document_bytes)
     unsure = {i for i, d in enumerate(docs) if any(m in d for m in ("NaN", "1e400", "Infinity", "\\u0000", "\\ud8",
                                                                   "\xa0", "0" * 5000))}
@@ -84,7 +85,7 @@ def test_the_core_itself_decides_every_generic_reason_and_limit_exactly() -> Non
     events = 0
     for seed in range(12):
         stream = [s for s in random_steps(random.Random(seed), 500)  # noqa: S311
-                  if s.payload % len(docs) not in unsure or s.kind not in (0, 1)]
+                  if s.kind not in (0, 1) or (s.payload % len(docs) not in unsure and not (s.kind == 0 and s.payload % 7 == 3))]
         stream = [Step(s.kind, s.obj, s.principal, s.cid, s.seconds, s.version, s.payload, s.groups, 0, s.cut)
                   for s in stream]
         with tempfile.TemporaryDirectory() as d:
@@ -126,3 +127,19 @@ def test_the_core_follows_the_settings_the_fold_reads(extra: dict[str, object]) 
         assert compiled[3]["core_fallback_record"] > 100
     else:
         assert compiled[3]["core_records"] > 100
+
+
+@needs_core
+def test_under_rules_in_force_the_core_decides_untyped_objects_and_names_the_version() -> None:
+    deploy = MANGLES.index("rules deployed before it")
+    stream = [Step(0, 0, 0, 6, 0, 0, 0, 0, deploy, True)]  # rules v1, then an untyped create: the batch switches
+    stream += [Step(1, 0, 0, 7 + i % 4, 1, 0, 0, 0, 0, i % 3 == 0) for i in range(12)]  # updates under v1
+    stream += [Step(0, 1, 0, 6, 0, 0, 3, 0, 0, True)]  # a typed create ("note"): the fold's
+    with tempfile.TemporaryDirectory() as d:
+        pure, compiled = both(CORE, stream, Path(d))
+    assert compiled[:3] == pure[:3]
+    counters = compiled[3]
+    assert counters["core_records"] == 12 and counters["core_fallback_rules"] == 1 and counters["core_fallback_typed"] == 1
+    decided = [o for batch in compiled[0][1:-1] for o in batch]
+    assert all(("ce_rulesversion", b"1") in headers for _, _, _, _, headers in decided)
+    assert all(codec.decode_outcome(value).rules_version == 1 for _, _, value, _, _ in decided)

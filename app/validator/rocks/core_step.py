@@ -24,7 +24,7 @@ from schemas.wire import header
 CORE_SCHEMAS = {COMMAND: 4, EVENT: 4, REJECTION: 4, STATE: 3}
 # batch::Fallback in core/src/batch.rs: why a key went back to the Python fold (the shard counts them, and
 # ``rules`` for every record of a batch decided under rules, ``no_key`` for keyless records).
-FALLBACKS = {1: "record", 2: "payload", 3: "state", 4: "too_large", 5: "traced"}
+FALLBACKS = {1: "record", 2: "payload", 3: "state", 4: "too_large", 5: "traced", 6: "typed"}
 
 KeyResult = int | tuple[list[Any], bytes | None, bool]
 
@@ -38,8 +38,9 @@ def unusable(catalog: SchemaCatalog = default_codec.catalog) -> str | None:
     return None
 
 
-def core_config(settings: Settings, partition: int, now_ms: int) -> dict[str, Any]:
-    """Return what the core needs of ``settings`` for one partition's batch decided at ``now_ms``."""
+def core_config(settings: Settings, partition: int, now_ms: int, rules_version: int | None) -> dict[str, Any]:
+    """Return what the core needs of ``settings`` for one partition's batch decided at ``now_ms`` under the team's
+    rules ``rules_version`` (None: none in force)."""
     limits = limits_for(settings)
     sizes = size_limits(settings.max_message_bytes)
     catalog = default_codec.catalog
@@ -56,7 +57,7 @@ def core_config(settings: Settings, partition: int, now_ms: int) -> dict[str, An
         "command_header": header(catalog.latest(COMMAND).schema_id), "state_header": header(catalog.latest(STATE).schema_id),
         "event_header": header(catalog.latest(EVENT).schema_id),
         "rejection_header": header(catalog.latest(REJECTION).schema_id),
-        "topic_events": settings.topic_events, "topic_rejections": settings.topic_rejections,
+        "rules_version": rules_version, "topic_events": settings.topic_events, "topic_rejections": settings.topic_rejections,
         "ce_source": source(settings.topic_commands_source or settings.topic_commands),
     }
 

@@ -307,9 +307,10 @@ class Shard:
         cache = self.cache
         cached: dict[bytes, tuple[int, ObjectState]] = {}
         keys: list[bytes] = []
-        # Rules in force, or deployed or withdrawn within this batch (records tagged with a version): every key in Python.
+        # Rules deployed or withdrawn within this batch (records tagged with two versions): every key in Python. Under
+        # rules in force for the whole batch the core decides untyped objects (typed ones come back as "typed"/"state").
         core = self._core(settings)
-        if core is not None and (rules.active is not None or self._switched):
+        if core is not None and self._switched:
             core = None
             held_back = sum(len(group[1]) for group in by_key.values())
             self.counters["core_fallback_records"] += held_back
@@ -320,7 +321,7 @@ class Shard:
             keys = [k for k in by_key if k is not None]
             raw_states = self.db.get([STATE + k for k in keys]) if keys else []
             partition = next(iter(by_key.values()))[1][0].partition if by_key else 0
-            results = decide_keys(core, core_config(settings, partition, now_ms), keys, raw_states,
+            results = decide_keys(core, core_config(settings, partition, now_ms, rules.active), keys, raw_states,
                                   [by_key[k][1] for k in keys])
             by_core = dict(zip(keys, results, strict=True))
         else:
