@@ -1,7 +1,8 @@
 """The shard's decision step through the compiled core (``core/``, ``app.native.core``): one call per batch.
 
-The core decides the keys it can (no rules in force, untyped objects, records that decode into commands) and
-hands the others back by reason; the shard folds those in Python, so every output is the pure domain's.
+The core decides the keys it can (untyped objects, records that decode into signed commands; under the rules in
+force, if any, for the whole batch) and hands the others back by reason; the shard folds those in Python, so every
+output is the pure domain's.
 """
 
 from __future__ import annotations
