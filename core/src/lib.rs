@@ -1,7 +1,8 @@
 //! Arbiter's compiled decision core: the generic checks of `commands.decide` over a partition batch in one call.
 //!
 //! The pure-Python domain (`commands/`) is the specification; this crate implements the part of it that holds
-//! for untyped objects with no rules in force and hands every other key back (`batch::Fallback`). The
+//! for untyped objects (under rules in force it names their version and nothing else changes) and hands every
+//! other key back (`batch::Fallback`). The
 //! differential test `tests/unit/test_core_differential.py` holds the two to the same bytes.
 
 pub mod avro;
