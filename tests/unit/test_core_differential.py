@@ -8,6 +8,7 @@ suite (tests/conftest.py).
 
 from __future__ import annotations
 
+import json
 import random
 import tempfile
 from pathlib import Path
@@ -25,14 +26,19 @@ from app.native.core_check import (
     OBJECTS,
     PRINCIPALS,
     SECONDS,
+    T0,
     VERSIONS,
     Step,
     both,
     documents,
     random_steps,
+    run,
+    settings_for,
 )
 from app.native.core_check import MAX_MESSAGE_BYTES as MESSAGE_BYTES
-from commands import ReasonCode, Rejection
+from app.signing import signer_for
+from app.validator.fold import InputRecord
+from commands import CreateObject, ReasonCode, Rejection, UpdateObject
 from schemas import codec
 
 pytestmark = pytest.mark.unit
@@ -143,3 +149,32 @@ def test_under_rules_in_force_the_core_decides_untyped_objects_and_names_the_ver
     decided = [o for batch in compiled[0][1:-1] for o in batch]
     assert all(("ce_rulesversion", b"1") in headers for _, _, _, _, headers in decided)
     assert all(codec.decode_outcome(value).rules_version == 1 for _, _, value, _, _ in decided)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4), max_leaves=12)
+documents_texts = st.one_of(
+    json_values.map(lambda v: json.dumps({"v": v})),  # NaN and Infinity as Python writes them
+    json_values.map(lambda v: json.dumps(v, ensure_ascii=False, indent=1)),
+    st.text(alphabet=st.sampled_from('{}[]":,.-+eE0123456789 \t\n\\u0adfnrtlsNIy\x00\x1fé€😀'), max_size=40))
+
+
+@needs_core
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(documents_texts, min_size=1, max_size=12))
+def test_the_cores_json_check_answers_as_json_text_for_generated_documents(texts: list[str]) -> None:
+    # Each document as a create and then a patch of its own object: MALFORMED's message, or accepted, as the fold.
+    with tempfile.TemporaryDirectory() as d:
+        base = Path(d)
+        pure_settings = settings_for(base / "pure", "off")
+        signer = signer_for(pure_settings)
+        records = []
+        for i, text in enumerate(texts):
+            for j, cmd in enumerate((CreateObject(f"c{i}", f"o{i}", "alice", T0, document=text),
+                                     UpdateObject(f"u{i}", f"o{i}", "alice", T0, patch=text))):
+                k, v = cmd.object_id.encode(), codec.encode_command(cmd)
+                records.append(InputRecord(k, v, "commands", 0, 2 * i + j, signer.sign(k, v)))
+        pure = run(pure_settings, str(base / "pc"), [records], None)
+        compiled = run(settings_for(base / "core", "auto"), str(base / "cc"), [records], CORE)
+    assert compiled[:3] == pure[:3]
