@@ -166,6 +166,11 @@ class Settings(BaseSettings):
         "the slowest legitimate request: a restore from a snapshot plus the largest micro-batch.")
     shard_server_idle_s: float = Field(
         default=300.0, gt=0, description="A shard server with no request for this long closes its shards and exits.")
+    core: Literal["auto", "off"] = Field(
+        default="auto", description="Where the shard servers decide commands: auto = through the compiled core "
+        "(core/, Rust) when a build of its current sources exists and passed its corpus check (arbiter native build), "
+        "keys it does not decide (rules in force, undecodable records, ...) by the Python fold; off = the Python fold "
+        "only. Both write the same bytes (tests/unit/test_core_differential.py).")
     shard_state_cache_mb: int = Field(
         default=64, ge=0, description="Decoded object states an open shard keeps in memory (least recently used go "
         "first; size estimated as 4x the stored bytes), so a hot object's state is not decoded again for each "

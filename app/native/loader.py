@@ -63,14 +63,20 @@ def _mypy_release() -> bytes:
         return b""
 
 
-def sources_digest(root: str = ROOT) -> str:
-    """Return 16 hex digits of sha256 over both packages' files under ``root``, the Python version and mypy's."""
+def files_digest(root: str, files: Sequence[str]) -> hashlib._Hash:
+    """Return a sha256 fed with each of ``files`` (relative to ``root``): its path, its length, its bytes."""
     h = hashlib.sha256()
-    for rel in _source_files(root):
+    for rel in files:
         with open(os.path.join(root, rel), "rb") as f:
             data = f.read()
         h.update(b"%s\0%d\0" % (rel.encode(), len(data)))
         h.update(data)
+    return h
+
+
+def sources_digest(root: str = ROOT) -> str:
+    """Return 16 hex digits of sha256 over both packages' files under ``root``, the Python version and mypy's."""
+    h = files_digest(root, _source_files(root))
     h.update(f"\0python {sys.version} {SUFFIX}\0compiled {COMPILED} but {INTERPRETED}\0mypy ".encode())
     h.update(_mypy_release())
     return h.hexdigest()[:16]

@@ -69,7 +69,8 @@ def state_line(progress: dict[str, Any]) -> str:
     memory = (f"{rocks['block_cache_usage_bytes']}/{rocks['block_cache_limit_bytes']}" if rocks["servers_live"]
               else "unknown")
     return (f"state_rows={rocks['rows_estimate']} state_sst_bytes={rocks['live_sst_bytes']} "
-            f"state_memory_bytes={memory} ttl_evictions_total={rocks['ttl_evictions']}")
+            f"state_memory_bytes={memory} ttl_evictions_total={rocks['ttl_evictions']} "
+            f"core_records_total={rocks.get('core_records', 0)}/{rocks.get('records', 0)}")
 
 
 def summary(progress: dict[str, Any]) -> str:

@@ -14,6 +14,7 @@ compared record by record, byte for byte, in each partition's topic order, and e
 from __future__ import annotations
 
 import random
+import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, replace
@@ -26,12 +27,14 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from app.limits import size_limits
+from app.native import core as core_loader
 from app.settings import Settings
 from app.signing import signer_for
 from app.topics import ensure_topics
 from app.validator.fold import limits_for
 from app.validator.job import drain
 from app.validator.murmur2 import partition_for
+from app.validator.rocks.stats import rocks_state
 from app.validator.topic_io import producer, read_all
 from commands import (
     Command,
@@ -299,6 +302,13 @@ def test_both_backends_write_the_same_records_in_the_same_order_as_the_oracle(
             _send(b, items)
         drain(spark, b, timeout=180)
         runs[backend] = topic_outputs(b)
+        if backend == "rocksdb" and core_loader.load(b.core) is not None:
+            # The compiled path decided (app.native.core): its shard servers count the core's records (figures
+            # written at most once a second, so wait a few).
+            deadline = time.monotonic() + 15
+            while (rocks_state(b) or {}).get("core_records", 0) == 0 and time.monotonic() < deadline:
+                time.sleep(0.5)
+            assert (rocks_state(b) or {}).get("core_records", 0) > 0, rocks_state(b)
     parked: list[Out] = []
     oracle = expected_from_records(read_all(s, s.topic_commands), s.model_copy(update={
         "topic_events": f"events-{tag}", "topic_rejections": f"rejections-{tag}"}), parked)

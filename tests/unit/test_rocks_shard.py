@@ -281,6 +281,12 @@ def held_run(settings: Settings, ckpt: str, batches: list[list[InputRecord]], no
     return outputs, logs, contents
 
 
+def python_fold(settings: Settings) -> Settings:
+    """Return ``settings`` deciding by the Python fold only: the state cache serves that path (the compiled core
+    reads stored bytes, app.validator.rocks.core_step), so its tests count hits there."""
+    return settings.model_copy(update={"core": "off"})
+
+
 def assert_cache_matches_storage(shard: Shard) -> None:
     for key, written, state in shard.cache.items():
         raw = shard.db.get(STATE + key)
@@ -298,6 +304,7 @@ def test_state_cache_gives_the_bytes_of_decoding_every_state(settings: Settings,
 
 
 def test_state_cache_replay_and_restore_after_hits_give_the_same_bytes(settings: Settings, ckpt: str) -> None:
+    settings = python_fold(settings)
     batches = [random_commands(100, 8, seed=s, start=s * 1000) for s in range(4)]
     expected = reference(batches, settings)
     shard = open_shard(shard_dir(settings, ckpt, 0), ShardStore(ckpt, 0), 0, settings)
@@ -320,6 +327,7 @@ def test_state_cache_replay_and_restore_after_hits_give_the_same_bytes(settings:
 
 def test_state_cache_is_forgotten_when_a_changelog_is_applied(settings: Settings, tmp_path: Path) -> None:
     """A shard that catches up by changelogs must not decide against the states it had cached before."""
+    settings = python_fold(settings)
     create = rec(CreateObject("c1", "o1", "alice", T0, document="{}"), 0)
     update = rec(UpdateObject("c2", "o1", "alice", T0, patch='{"a": 1}'), 1)
     after = rec(UpdateObject("c3", "o1", "alice", T0, expected_version=2, patch='{"a": 2}'), 2)
@@ -342,6 +350,7 @@ def test_state_cache_is_forgotten_when_a_changelog_is_applied(settings: Settings
 
 
 def test_state_cache_forgets_a_swept_tombstone(settings: Settings, ckpt: str) -> None:
+    settings = python_fold(settings)
     s = settings.model_copy(update={"tombstone_ttl_ms": 1000})
     create = rec(CreateObject("c1", "o1", "alice", T0, document="{}"), 0)
     delete = rec(DeleteObject("c2", "o1", "alice", T0), 1)
@@ -358,6 +367,7 @@ def test_state_cache_forgets_a_swept_tombstone(settings: Settings, ckpt: str) ->
 
 
 def test_state_cache_hit_still_forgets_dedup_entries_after_their_ttl(settings: Settings, tmp_path: Path) -> None:
+    settings = python_fold(settings)
     s = settings.model_copy(update={"dedup_ttl_ms": 1000})
     update = rec(UpdateObject("u1", "o1", "alice", T0, patch='{"a": 1}'), 1)
     batches = [[rec(CreateObject("c1", "o1", "alice", T0, document="{}"), 0), update],

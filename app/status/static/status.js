@@ -42,6 +42,9 @@ function renderState(st) {
   set("s_ttl_evictions", lastBatch ? st.ttl_evictions_last_batch : st.ttl_evictions);
   set("s_ttl_label", lastBatch ? "TTL evictions (last batch)" : "TTL evictions (since the servers started)");
   set("s_servers", st.servers_live === undefined ? null : st.servers_live + " (" + st.shards + ")");
+  // Which path decides (app.native.core): records through the compiled core, the rest by the Python fold.
+  set("s_core", st.core_records === undefined ? null : st.core_records + " of " + st.records +
+    (st.records ? " (" + (100 * st.core_records / st.records).toFixed(0) + " %)" : ""));
 }
 
 // The parking lot: counts by status and the last parked records with their coordinates (null: not readable).

@@ -14,7 +14,7 @@ from app.validator.rocks.metrics import shard_metrics
 from app.validator.rocks.stats import rocks_state
 
 _COUNTED = ("batches", "records", "replays", "restores", "restore_ms", "restore_bytes", "changelog_bytes", "snapshots",
-            "snapshot_ms", "snapshot_bytes", "ttl_evictions")
+            "snapshot_ms", "snapshot_bytes", "ttl_evictions", "core_records", "core_fallback_records")
 
 
 class RocksBackend:

@@ -26,6 +26,9 @@ SHARD_COUNTERS = (
     ("snapshot_ms", "arbiter_shard_snapshot_seconds", "Time spent taking and uploading snapshots", 0.001),
     ("snapshot_bytes", "arbiter_shard_snapshot_bytes", "Snapshot bytes uploaded", 1),
     ("ttl_evictions", "arbiter_shard_ttl_evictions", "States deleted by TTL (expired tombstones)", 1),
+    ("core_records", "arbiter_shard_core_records", "Command records decided by the compiled core (core/)", 1),
+    ("core_fallback_records", "arbiter_shard_core_fallback_records", "Command records the compiled core handed "
+     "back to the Python fold (rules in force, undecodable or traced records, ...)", 1),
 )
 SHARD_GAUGES = (
     ("rows_estimate", "arbiter_shard_state_rows", "Keys in the shard's RocksDB (rocksdb.estimate-num-keys)"),

@@ -24,17 +24,21 @@ from dataclasses import dataclass, replace
 from datetime import UTC
 from functools import partial
 from pathlib import Path
+from types import ModuleType
 
 import rocksdict
 
 from app.errors import ArbiterError
 from app.limits import size_limits
+from app.native.core import load as core_module
 from app.rules.control import is_control
 from app.settings import Settings
 from app.validator.fold import InputRecord, OutputRecord, fold, limits_for
 from app.validator.lock import FileLock, rocks_root
 from app.validator.outputs import outcome_record, source_topic
 from app.validator.rocks.checkpoint import Changelog, CheckpointCorrupt, Entry, ShardStore, encode_changelog
+from app.validator.rocks.core_step import FALLBACKS, KeyResult, core_config, decide_keys
+from app.validator.rocks.core_step import unusable as core_unusable
 from app.validator.rocks.frames import chunk_entries, decode_outputs, encode_outputs, read_chunked
 from app.validator.rocks.memory import shard_options
 from app.validator.rules import ShardRules, control_step, decode_shard_rules, encode_shard_rules, rules_checker
@@ -189,6 +193,7 @@ class Shard:
         self.cache = StateCache(cache_mb << 20)
         self._rules: ShardRules | None = None  # as stored under M_RULES, read on first use
         self._switched = False
+        self._core_module: ModuleType | None | bool = False  # False: not looked up yet
 
     def close(self) -> None:
         self.db.close()
@@ -301,19 +306,56 @@ class Shard:
         cache = self.cache
         cached: dict[bytes, tuple[int, ObjectState]] = {}
         keys: list[bytes] = []
-        for k in by_key:
-            if k is not None:
-                hit = cache.get(k)
-                if hit is None:
-                    keys.append(k)
-                else:
-                    cached[k] = hit
-        raw_states = self.db.get([STATE + k for k in keys]) if keys else []
+        # Rules deployed or withdrawn within this batch (records tagged with two versions): every key in Python. Under
+        # rules in force for the whole batch the core decides untyped objects (typed ones come back as "typed"/"state").
+        core = self._core(settings)
+        if core is not None and self._switched:
+            core = None
+            held_back = sum(len(group[1]) for group in by_key.values())
+            self.counters["core_fallback_records"] += held_back
+            self.counters["core_fallback_rules"] += held_back
+        by_core: dict[bytes, KeyResult] = {}
+        if core is not None:
+            # The core reads stored bytes, never the Python cache (equal by the cache's invariant).
+            keys = [k for k in by_key if k is not None]
+            raw_states = self.db.get([STATE + k for k in keys]) if keys else []
+            partition = next(iter(by_key.values()))[1][0].partition if by_key else 0
+            results = decide_keys(core, core_config(settings, partition, now_ms, rules.active), keys, raw_states,
+                                  [by_key[k][1] for k in keys])
+            by_core = dict(zip(keys, results, strict=True))
+        else:
+            for k in by_key:
+                if k is not None:
+                    hit = cache.get(k)
+                    if hit is None:
+                        keys.append(k)
+                    else:
+                        cached[k] = hit
+            raw_states = self.db.get([STATE + k for k in keys]) if keys else []
         stored = dict(zip(keys, raw_states, strict=True))
         limits = limits_for(settings)
         parked: list[OutputRecord] = []  # full copies of records that did not decode (app.validator.parking)
         stamp = _Q.pack(now_ms)
+        counters = self.counters
+        forget = len(cache) > 0  # with the core always on the cache stays empty: no discard per key
         for key, (idx, recs) in by_key.items():
+            decided_here = by_core.get(key) if key is not None and core is not None else None
+            if type(decided_here) is tuple:
+                outs, value, deleted = decided_here
+                for i, o in zip(idx, outs, strict=True):
+                    outputs[i] = o
+                counters["core_records"] += len(idx)
+                if value is not None:
+                    entries.append((STATE + key, value))
+                    if forget:
+                        cache.discard(key)  # decided without it: a later Python fold decodes the stored bytes
+                    if deleted:
+                        entries.append((TOMB + _Q.pack(now_ms + settings.tombstone_ttl_ms) + key, b""))
+                continue
+            if core is not None:
+                counters["core_fallback_records"] += len(idx)
+                why = FALLBACKS.get(decided_here, "other") if type(decided_here) is int else "no_key"
+                counters[f"core_fallback_{why}"] += len(idx)
             hit = cached.get(key) if key is not None else None
             if hit is not None:
                 load = partial(aged_state, hit[1], hit[0], now_ms, settings)
@@ -338,6 +380,13 @@ class Shard:
                 if new_state.deleted:
                     entries.append((TOMB + _Q.pack(now_ms + settings.tombstone_ttl_ms) + key, b""))
         return [o for o in outputs if o is not None] + parked
+
+    def _core(self, settings: Settings) -> ModuleType | None:
+        """Return the compiled core when ``settings.core`` allows it, a verified build exists and the schemas fit."""
+        if self._core_module is False:
+            module = core_module(settings.core)
+            self._core_module = module if module is not None and core_unusable() is None else None
+        return self._core_module or None
 
     def _apply_controls(self, records: Sequence[InputRecord], settings: Settings, entries: list[Entry],
                         outputs: list[OutputRecord | None]) -> tuple[list[InputRecord | None], ShardRules]:

@@ -18,7 +18,8 @@ from app.settings import Settings, checkpoint_uri
 MIB = 1024 * 1024
 # Counters a server keeps per shard (absent when zero), summed over shards.
 COUNTERS = ("batches", "records", "events_out", "rejections_out", "replays", "opens", "restores", "restore_ms",
-            "restore_bytes", "changelog_bytes", "snapshots", "snapshot_ms", "snapshot_bytes", "ttl_evictions")
+            "restore_bytes", "changelog_bytes", "snapshots", "snapshot_ms", "snapshot_bytes", "ttl_evictions",
+            "core_records", "core_fallback_records")
 # RocksDB's own estimates per open shard (rocksdb.estimate-num-keys, live-sst-files-size, cur-size-all-mem-tables).
 GAUGES = ("rows_estimate", "live_sst_bytes", "memtable_bytes")
 

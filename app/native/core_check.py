@@ -1,0 +1,214 @@
+"""Command streams run through a shard twice, by the Python fold and through the compiled core: every byte compared.
+
+``app.native.core_build`` runs ``report`` under a fresh build and installs it only when nothing differs;
+``tests/unit/test_core_differential.py`` draws its streams with Hypothesis from the same pools (``Step``). A stream
+covers every generic reason code, the id, payload and grant limits at the boundary and one past, the dedup window
+(duplicates, reused keys, expiry), deletes and tombstone expiry, groups, and the records the core hands back:
+unsigned, mis-signed, undecodable, keyless, misaddressed and traced ones.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import tempfile
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from app.limits import size_limits
+from app.rules.control import CONTROL_KEY, RULES_CONTROL, Deploy, encode_control
+from app.settings import Settings
+from app.signing import signer_for
+from app.validator.fold import InputRecord
+from app.validator.rocks.checkpoint import ShardStore
+from app.validator.rocks.shard import open_shard, shard_dir
+from commands import CreateObject, DeleteObject, GrantEditor, GrantReader, RevokeEditor, RevokeReader, UpdateObject
+from commands.rules import canonical_rules, rules_digest
+from schemas import codec
+
+T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+NOW = 1_800_000_000_000
+TOPIC = "commands"
+MAX_MESSAGE_BYTES = 65_536  # the smallest allowed, so documents at the size limit stay cheap
+KINDS = (CreateObject, UpdateObject, DeleteObject, GrantEditor, RevokeEditor, GrantReader, RevokeReader)
+OBJECTS = ("o1", "o2", "o3", "ø-é", "x" * 256, "x" * 257, "", "a\x00b")
+PRINCIPALS = ("alice", "bob", "carol", "dave", "", "p" * 256, "p" * 257, "n\x00")
+GROUPS = ((), ("team",), ("team", "other"))
+GRANTEES = ("bob", "carol", "group:team", "alice", "", "g" * 256, "g" * 257, "z\x00", *(f"e{i}" for i in range(66)))
+SECONDS = (0, 0, 1, 1, 60, 1800, 3600, 3601, 8000)  # under and past a dedup TTL of 1 h
+VERSIONS = (None, None, None, 0, 1, 2, 3, 40)
+
+
+def documents(limit: int) -> tuple[str, ...]:
+    """Return the documents and patches a stream picks from: valid, invalid, and at the size limit and one past it."""
+    def sized(n: int) -> str:
+        return '{"p": "' + "x" * (n - 9) + '"}'
+    deep = '{"d":' * 32 + "1" + "}" * 32
+    return ('{"title": "first"}', '{"a": [1, 2.5, -0, 1e5, {"b": null}], "ü": "ö€😀"}', "[]", "not json", '{"a": 1',
+            '{"x": "\\ud800"}', '{"x": "\\u00e9\\ud83d\\ude00"}', '{"z": "\\u0000"}', "", " {}", "\t{}\n", "\xa0{}",
+            '{"n": NaN}', '{"n": 1e400}', '{"n": -Infinity}', '{"n": 1' + "0" * 5000 + "}", '{"a": 1,}', '{"a": 01}',
+            '{"s": "tab\there"}', '{"a": 1} x', deep, '{"d":' + deep + "}", '{"k": "\\q"}', "{}", sized(limit),
+            sized(limit + 1), '{"é": "' + "é" * 100 + '"}')
+
+
+MANGLES = ("signed",) * 12 + ("unsigned", "missigned", "junk", "no value", "other key", "traced", "unknown schema",
+                              "rules deployed before it")
+# A rules document with one type, deployed by a control record (app.rules.control) in front of a step's command.
+RULES_DOCUMENT = canonical_rules('{"rules": 1, "types": {"note": {"create_schema": {"type": "object"}}}}')
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command record of a stream, as indices into the pools above (Hypothesis draws them)."""
+
+    kind: int
+    obj: int
+    principal: int
+    cid: int  # < 6: one of a few ids shared by all requests; else the request's own
+    seconds: int
+    version: int
+    payload: int
+    groups: int
+    mangle: int
+    cut: bool  # end the batch after this record
+
+
+def settings_for(var_dir: Path, core: str, **extra: Any) -> Settings:  # noqa: ANN401
+    fields: dict[str, Any] = {"partitions": 1, "snapshot_every": 1000, "rocks_memory_mb": 16, "rocks_write_buffer_mb": 4,
+                              "dedup_ttl_ms": 3_600_000, "tombstone_ttl_ms": 7_200_000,
+                              "max_message_bytes": MAX_MESSAGE_BYTES}
+    return Settings(var_dir=var_dir, core=core, **{**fields, **extra})
+
+
+def batches_of(steps: list[Step], settings: Settings) -> list[list[InputRecord]]:
+    """Return the records of ``steps`` cut into batches, offsets rising from 0 (a step may add a control record)."""
+    signer = signer_for(settings)
+    docs = documents(size_limits(settings.max_message_bytes).max_document_bytes)
+    at, out, batch = T0, [], []
+    deployed = 0
+    offset = 0
+    for s in steps:
+        at += timedelta(seconds=SECONDS[s.seconds % len(SECONDS)])
+        kind = KINDS[s.kind % len(KINDS)]
+        oid, who = OBJECTS[s.obj % len(OBJECTS)], PRINCIPALS[s.principal % len(PRINCIPALS)]
+        # < 6: a few ids every request shares; else one per request but its payload, so a resend is a retry (or, with
+        # another payload, a reused key)
+        cid = f"c{s.cid}" if s.cid < 6 else f"u{s.cid}-{s.kind}-{s.obj}-{s.principal}-{s.version}"
+        common: dict[str, Any] = {"groups": GROUPS[s.groups % len(GROUPS)], "jti": "j" if s.groups == 2 else None}
+        version = VERSIONS[s.version % len(VERSIONS)]
+        if kind is CreateObject:
+            typed = "note" if s.payload % 7 == 3 else None  # the rules' type (RULES_DOCUMENT): the fold decides it
+            cmd: Any = kind(cid, oid, who, at, version, document=docs[s.payload % len(docs)], object_type=typed, **common)
+        elif kind is UpdateObject:
+            cmd = kind(cid, oid, who, at, version, patch=docs[s.payload % len(docs)], **common)
+        elif kind is DeleteObject:
+            cmd = kind(cid, oid, who, at, version, **common)
+        elif kind in (GrantEditor, RevokeEditor):
+            cmd = kind(cid, oid, who, at, version, editor=GRANTEES[s.payload % len(GRANTEES)], **common)
+        else:
+            cmd = kind(cid, oid, who, at, version, reader=GRANTEES[s.payload % len(GRANTEES)], **common)
+        key, value = oid.encode(), codec.encode_command(cmd)
+        mangle = MANGLES[s.mangle % len(MANGLES)]
+        sig: bytes | None = signer.sign(key, value)
+        trace = None
+        if mangle == "unsigned":
+            sig = None
+        elif mangle == "missigned":
+            sig = signer.sign(key, value + b"!")
+        elif mangle == "junk":
+            value = b"\x00\x00\x00\x00\x01junk"
+        elif mangle == "no value":
+            value = None  # type: ignore[assignment]
+        elif mangle == "other key":
+            key = b"o1" if oid != "o1" else b"o2"
+        elif mangle == "traced":
+            trace = b"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        elif mangle == "unknown schema":
+            value = b"\x00\x00\x00\x99\x99" + value[5:]
+        elif mangle == "rules deployed before it":
+            deployed += 1
+            control = encode_control(Deploy(deployed, rules_digest(RULES_DOCUMENT), RULES_DOCUMENT, "ops", T0))
+            batch.append(InputRecord(CONTROL_KEY, control, TOPIC, 0, offset, signer.sign(CONTROL_KEY, control), None,
+                                     None, RULES_CONTROL))
+            offset += 1
+        batch.append(InputRecord(key, value, TOPIC, 0, offset, sig, trace))
+        offset += 1
+        if s.cut:
+            out.append(batch)
+            batch = []
+    if batch:
+        out.append(batch)
+    return out
+
+
+def random_steps(rng: random.Random, n: int) -> list[Step]:
+    """Return ``n`` steps drawn with ``rng``: mostly few objects and principals, so states build up; one in ten
+    resends an earlier step (a retry: DUPLICATE while remembered), some with another payload (a reused key)."""
+    steps = [Step(rng.choice((0, 0, 0, 1, 1, 1, 1, 2, 3, 4, 5, 6)), rng.choice((0, 0, 0, 1, 1, 2, 3, rng.randrange(8))),
+                 rng.choice((0, 0, 0, 1, 2, rng.randrange(8))), rng.randrange(12), rng.randrange(len(SECONDS)),
+                 rng.randrange(len(VERSIONS)), rng.randrange(120), rng.randrange(3),
+                 0 if rng.random() < 0.95 else rng.randrange(len(MANGLES)), rng.random() < 0.15) for _ in range(n)]
+    for i in range(1, n):
+        if rng.random() < 0.1:
+            steps[i] = replace(steps[rng.randrange(max(0, i - 3), i)], seconds=rng.randrange(4), cut=steps[i].cut)
+            if rng.random() < 0.3:  # the same id for another request: IDEMPOTENCY_KEY_REUSED
+                steps[i] = replace(steps[i], payload=rng.randrange(120))
+    return steps
+
+
+Run = tuple[list[list[Any]], list[bytes], dict[bytes, bytes], dict[str, int]]
+
+
+def run(settings: Settings, checkpoint: str, batches: list[list[InputRecord]], core: ModuleType | None,
+        gap_ms: int = 1_000_000) -> Run:
+    """Run ``batches`` on one held shard (a shard server's way), deciding through ``core`` or the Python fold only.
+
+    Returns the outputs, each batch's changelog bytes, the database's contents and the shard's counters.
+    Batch ``b`` is decided at ``NOW + b * gap_ms``: with the default, states age past the TTLs now and then.
+    """
+    shard = open_shard(shard_dir(settings, checkpoint, 0), ShardStore(checkpoint, 0), 0, settings)
+    shard._core_module = core  # noqa: SLF001  (the build check runs a build not yet installed)
+    outputs, logs = [], []
+    try:
+        for b, batch in enumerate(batches):
+            outputs.append(shard.run(b, batch, settings, NOW + b * gap_ms).outputs)
+            logs.append(bytes(shard.db[b"m:log"]))
+        contents = {bytes(k): bytes(v) for k, v in shard.db.items()
+                    if not bytes(k).startswith((b"m:lineage", b"m:seed"))}
+        counters = dict(shard.counters)
+    finally:
+        shard.close()
+    return outputs, logs, contents, counters
+
+
+def both(core: ModuleType, steps: list[Step], base: Path, **extra: Any) -> tuple[Run, Run]:  # noqa: ANN401
+    """Return what the Python fold alone and the core (with its fallback) wrote for ``steps``, in fresh shards
+    (``extra``: other settings for both)."""
+    pure_settings, core_settings = settings_for(base / "pure", "off", **extra), settings_for(base / "core", "auto", **extra)
+    batches = batches_of(steps, pure_settings)
+    return (run(pure_settings, str(base / "pure-ckpt"), batches, None),
+            run(core_settings, str(base / "core-ckpt"), batches, core))
+
+
+def compare(core: ModuleType, steps: list[Step], base: Path) -> tuple[bool, dict[str, int]]:
+    """Return (whether both paths wrote the same bytes for ``steps``, the compiled path's counters)."""
+    pure, compiled = both(core, steps, base)
+    return pure[:3] == compiled[:3], compiled[3]
+
+
+def report(core: ModuleType, streams: int = 12, length: int = 400) -> dict[str, int]:
+    """Run ``streams`` seeded streams through both paths; return how many differ and what the core decided."""
+    tmp = Path(tempfile.mkdtemp(prefix="arbiter-core-check-"))
+    totals: dict[str, int] = {"streams": streams, "differences": 0, "core_records": 0, "core_fallback_records": 0}
+    try:
+        for seed in range(streams):
+            same, counters = compare(core, random_steps(random.Random(seed), length), tmp / str(seed))  # noqa: S311
+            totals["differences"] += not same
+            totals["core_records"] += counters.get("core_records", 0)
+            totals["core_fallback_records"] += counters.get("core_fallback_records", 0)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return totals

@@ -1,0 +1,82 @@
+"""The shard's decision step through the compiled core (``core/``, ``app.native.core``): one call per batch.
+
+The core decides the keys it can (untyped objects, records that decode into signed commands; under the rules in
+force, if any, for the whole batch) and hands the others back by reason; the shard folds those in Python, so every
+output is the pure domain's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+from app.limits import size_limits
+from app.settings import Settings
+from app.signing import checker_for
+from app.validator.fold import InputRecord, limits_for
+from app.validator.headers import source
+from schemas.catalog import COMMAND, EVENT, REJECTION, STATE, SchemaCatalog
+from schemas.codec import default_codec
+from schemas.compiled import COMPILED
+from schemas.wire import header
+
+# The schema versions the core reads and writes (core/src/model.rs); another newest version turns the core off.
+CORE_SCHEMAS = {COMMAND: 4, EVENT: 4, REJECTION: 4, STATE: 3}
+# batch::Fallback in core/src/batch.rs: why a key went back to the Python fold (the shard counts them, and
+# ``rules`` for every record of a batch decided under rules, ``no_key`` for keyless records).
+FALLBACKS = {1: "record", 2: "payload", 3: "state", 4: "too_large", 5: "traced", 6: "typed"}
+
+KeyResult = int | tuple[list[Any], bytes | None, bool]
+
+
+def unusable(catalog: SchemaCatalog = default_codec.catalog) -> str | None:
+    """Return why the core cannot decide with this codec's schemas (not the versions it implements), or None."""
+    for subject, version in CORE_SCHEMAS.items():
+        latest = catalog.latest(subject)
+        if latest.version != version or COMPILED[subject].schema != latest.schema:
+            return f"{subject}'s newest schema is v{latest.version}, the core implements v{version}"
+    return None
+
+
+def core_config(settings: Settings, partition: int, now_ms: int, rules_version: int | None) -> dict[str, Any]:
+    """Return what the core needs of ``settings`` for one partition's batch decided at ``now_ms`` under the team's
+    rules ``rules_version`` (None: none in force)."""
+    limits = limits_for(settings)
+    sizes = size_limits(settings.max_message_bytes)
+    catalog = default_codec.catalog
+    checker = checker_for(settings)  # validates the key set as the Python path does
+    keys = None if checker is None else [(kid.encode(), secret.encode("utf-8"))
+                                         for kid, secret in settings.record_secrets().items()]
+    assert limits.dedup_ttl is not None  # noqa: S101  (limits_for always sets it)
+    return {
+        "partition": partition, "partitions": settings.partitions, "output_partitions": settings.output_partitions,
+        "now_ms": now_ms, "dedup_ttl_ms": settings.dedup_ttl_ms, "tombstone_ttl_ms": settings.tombstone_ttl_ms,
+        "record_bound": sizes.max_record_bytes, "max_editors": limits.max_editors, "max_recent": limits.max_recent,
+        "max_document_bytes": limits.max_document_bytes, "max_readers": limits.max_readers,
+        "max_id_bytes": limits.max_id_bytes, "max_json_depth": limits.max_json_depth, "record_keys": keys,
+        "command_header": header(catalog.latest(COMMAND).schema_id), "state_header": header(catalog.latest(STATE).schema_id),
+        "event_header": header(catalog.latest(EVENT).schema_id),
+        "rejection_header": header(catalog.latest(REJECTION).schema_id),
+        "rules_version": rules_version, "topic_events": settings.topic_events, "topic_rejections": settings.topic_rejections,
+        "ce_source": source(settings.topic_commands_source or settings.topic_commands),
+    }
+
+
+def decide_keys(core: ModuleType, config: dict[str, Any], keys: Sequence[bytes], raw_states: Sequence[bytes | None],
+                groups: Sequence[Sequence[InputRecord]]) -> list[KeyResult]:
+    """Return, per key, the core's ``(outputs, stored value or None, deleted)`` or the int reason it declined."""
+    starts = [0]
+    values: list[bytes | None] = []
+    signatures: list[bytes | None] = []
+    traces: list[bytes | None] = []
+    for recs in groups:
+        for r in recs:
+            v, s = r.value, r.signature
+            values.append(v if v is None or type(v) is bytes else bytes(v))
+            signatures.append(s if s is None or type(s) is bytes else bytes(s))
+            traces.append(r.traceparent)
+        starts.append(len(values))
+    raws = [r if r is None or type(r) is bytes else bytes(r) for r in raw_states]
+    result: list[KeyResult] = core.decide_batch(config, list(keys), raws, starts, values, signatures, traces)
+    return result
