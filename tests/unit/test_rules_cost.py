@@ -117,3 +117,12 @@ def test_a_comprehension_variable_named_like_a_variable_is_not_a_read() -> None:
     rules = with_rules(rules_with("caller.groups.all(caller, caller != '')"))
     assert rules.types["t"].reads["caller"] == ("groups",)
     assert create(rules, {}) is None
+
+
+def test_the_docs_say_the_bounds_through_generated_names() -> None:
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "concepts" / "rules.md").read_text("utf-8")
+    for name in ("MAX_GUARD_COST", "CEL_MAX_ITERATIONS", "MAX_DOCUMENT_DEPTH", "PRECHECK_DEADLINE_S"):
+        assert "{{gen rules." + name + "}}" in page, name
+    assert f"{MAX_GUARD_COST:,}" not in page  # (10,000 is in the worked example: an amount, not the budget)
