@@ -213,3 +213,39 @@ def worst_case(cost: CostFunction, bounds: InputBounds, tracked_bytes: int, trac
     """Return a guard's bound at the largest inputs ``bounds`` allow (every weight at its largest: the bound only
     grows with each weight)."""
     return cost(bounds.weights(tracked_bytes, tracked))
+
+
+def ranges(tree: Node) -> set[str]:
+    """Return every ``var.member`` a comprehension of ``tree`` iterates over directly (whose length is priced)."""
+    found: set[str] = set()
+
+    def visit(node: Node, scope: frozenset[str]) -> None:
+        if node.kind == COMPREHENSION:
+            member = _member(node.children[0], dict.fromkeys(scope, ""))
+            if member is not None:
+                found.add(member)
+            scope = scope | {node.name, node.accu}
+        for child in node.children:
+            visit(child, scope)
+
+    visit(tree, frozenset())
+    return found
+
+
+def uniform_cap(costs: list[CostFunction], names: list[str]) -> int:
+    """Return the largest weight K such that the guards fit the budget when every member in ``names`` weighs K (and
+    is K long), or 0 when not even weights of 1 fit: a command whose every weight is at most K needs no more check
+    (the bound only grows with each weight), so ``decide`` prices exactly only the commands with a larger input."""
+    def fits(k: int) -> bool:
+        return over_budget(costs, {n: k for name in names for n in (name, name + "#")}) is None
+
+    if not fits(1):
+        return 0
+    low, high = 1, MAX_GUARD_COST + 1  # no member weighing over the budget fits (each read costs its weight at least)
+    while low < high:  # the largest k that fits, in [low, high)
+        mid = (low + high + 1) // 2
+        if fits(mid):
+            low = mid
+        else:
+            high = mid - 1
+    return low

@@ -161,7 +161,10 @@ def _guards_verdict(rules: TypeRules, state: ObjectState | None, command: Comman
     if not runs:
         return None
     chosen = [g for guards, _ in runs for g in guards]
-    over = over_budget([g.cost for g in chosen], _weights(rules, state, command, kind, old, new))
+    weights = _weights(rules, state, command, kind, old, new)
+    # Within the uniform cap every guard surely fits (the bound grows with each weight): priced only past it.
+    over = over_budget([g.cost for g in chosen], weights) \
+        if max(weights.values(), default=1) > rules.cost_caps.get(kind, 0) else None
     if over is not None:  # before any evaluator runs, so every path (and every replay) refuses it alike
         index, total = over
         g = chosen[index]
@@ -277,33 +280,27 @@ def _command_member(member: str, rules: TypeRules, command: Command, kind: str, 
 
 def _weights(rules: TypeRules, state: ObjectState | None, command: Command, kind: str,
              old: dict[str, Any], new: dict[str, Any]) -> dict[str, int]:  # noqa: ANN401
-    """Return the weight (``commands.rules.cost``) of every member the type's guards read: a document or patch by
-    its UTF-8 size (never less than its parsed weight, and not walked), anything else by its value."""
+    """Return the weight (``commands.rules.cost``) of every member the type's guards read, and the length of those a
+    comprehension iterates over ("var.member#"): a document or patch by its UTF-8 size (never less than its parsed
+    weight, and not walked), anything else by its value."""
     out: dict[str, int] = {}
-    reads = rules.reads
-    if not any(reads.values()):
-        return out
-    pointers = {name: ptr for name, ptr, _ in rules.tracked}
     live = state if state is not None and state.exists else None
-    for m in reads["state"]:
-        _weigh(out, "state." + m,
-               old.get(pointers[m]) if m in pointers else _STATE[m](live) if live is not None else _NO_STATE[m])
-    for m in reads["next"]:
-        _weigh(out, "next." + m, new.get(pointers[m]))
-    for m in reads["command"]:
-        if m in ("document", "patch"):
-            size = command.size if kind == ("create" if m == "document" else "update") else 1
-            out["command." + m] = out["command." + m + "#"] = size
+    for key, var, m, iterated, ptr in rules.weighed:
+        if ptr is not None:  # a tracked field
+            value = old.get(ptr) if var == "state" else new.get(ptr)
+        elif var == "command" and m in ("document", "patch"):
+            out[key] = out[key + "#"] = command.size if kind == ("create" if m == "document" else "update") else 1
+            continue
+        elif var == "state":
+            value = _STATE[m](live) if live is not None else _NO_STATE[m]
+        elif var == "command":
+            value = _command_member(m, rules, command, kind, None)
         else:
-            _weigh(out, "command." + m, _command_member(m, rules, command, kind, None))
-    for m in reads["caller"]:
-        _weigh(out, "caller." + m, _CALLER[m](command))
+            value = _CALLER[m](command)
+        w = out[key] = weight(value)
+        if iterated:
+            out[key + "#"] = length(value, w)
     return out
-
-
-def _weigh(out: dict[str, int], name: str, value: Any) -> None:  # noqa: ANN401
-    w = out[name] = weight(value)
-    out[name + "#"] = length(value, w)
 
 
 def _variables(rules: TypeRules, state: ObjectState | None, command: Command, kind: str,

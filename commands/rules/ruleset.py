@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from commands.rules.bounds import DEFAULT_MAX_TRACKED_BYTES, MAX_GUARD_COST
-from commands.rules.cost import CostFunction, InputBounds, cost_function, over_budget
+from commands.rules.checked_ast import Node
+from commands.rules.cost import CostFunction, InputBounds, cost_function, over_budget, ranges, uniform_cap
 from commands.rules.document import RulesInvalid, canonical_json, parse_rules, pointer, rules_digest
 from commands.rules.expression import (
     STATE_MEMBERS,
@@ -87,6 +88,12 @@ class TypeRules:
     # Per command kind: its guards (all runs, in order) translated to Python, or None where one is not
     # (``commands.rules.python_guards``): the index of the first false guard, or -1; cel-cpp decides where it defers.
     in_python: dict[str, Run | None] = field(default_factory=dict)
+    # What decide weighs before the guards run (``commands.rules.cost``): each member read, as ("var.member", var,
+    # member, whether a comprehension iterates over it, its tracked pointer or None), and per command kind the
+    # largest weight every member may have with the kind's guards surely within the budget (``uniform_cap``): past
+    # it they are priced exactly.
+    weighed: tuple[tuple[str, str, str, bool, str | None], ...] = ()
+    cost_caps: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +202,7 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, env: Any,
         transitions.append(Transition(rule, t["field"], tracked_spec.get(t["field"], ""),
                                       frozenset(t["initial"]) if "initial" in t else None, allowed, t.get("message")))
     guards = []
+    trees: list[Node] = []
     field_names = tuple(tracked_spec)
     read: set[tuple[str, str]] = set()
     for i, g in enumerate(spec.get("guards", [])):
@@ -207,6 +215,7 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, env: Any,
         pointers = tuple(g["pointers"]) if "pointers" in g else tuple(
             p for n, p, _ in tracked if ("next", n) in reads_of or ("state", n) in reads_of)
         cost = cost_function(tree) if tree is not None else _free
+        trees += [tree] if tree is not None else []
         guards.append(Guard(rule, program, g["message"], frozenset(g.get("kinds", DEFAULT_KINDS)), pointers, cost))
     needs_document = ("command", "document") in read
     needs_patch = ("command", "patch") in read
@@ -222,9 +231,16 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, env: Any,
             runs = [tuple(chosen[i:i + CHAIN]) for i in range(0, len(chosen), CHAIN)]
             by_kind[kind] = tuple((run, _chain(env, [exprs[g.rule] for g in run])) for run in runs)
             in_python[kind] = translate([g.program for g in chosen], reads, name, by_name) if chosen else None
+    iterated = set().union(*(ranges(t) for t in trees))
+    tracked_at = {n: p for n, p, _ in tracked}
+    weighed = tuple((f"{v}.{m}", v, m, f"{v}.{m}" in iterated, tracked_at.get(m) if v in ("state", "next") else None)
+                    for v in VARIABLES for m in reads.get(v, ()))
+    members = [key for key, *_ in weighed]
+    cost_caps = {kind: uniform_cap([g.cost for g in guards if kind in g.kinds], members) for kind in by_kind}
     return TypeRules(name, create, patch, tracked, spec.get("max_tracked_bytes", default_bound), tuple(transitions),
                      tuple(guards), needs_document, needs_patch, needs_times, by_kind, reads,
-                     frozenset(p for _, p, _ in tracked), frozenset(t[0] for _, _, t in tracked), in_python)
+                     frozenset(p for _, p, _ in tracked), frozenset(t[0] for _, _, t in tracked), in_python,
+                     weighed, cost_caps)
 
 
 def _free(weights: Mapping[str, int]) -> int:

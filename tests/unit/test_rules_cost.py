@@ -128,3 +128,19 @@ def test_the_docs_say_the_bounds_through_generated_names() -> None:
     for name in ("MAX_GUARD_COST", "CEL_MAX_ITERATIONS", "MAX_DOCUMENT_DEPTH", "PRECHECK_DEADLINE_S"):
         assert "{{gen rules." + name + "}}" in page, name
     assert f"{MAX_GUARD_COST:,}" not in page  # (10,000 is in the worked example: an amount, not the budget)
+
+
+def test_the_uniform_cap_is_the_largest_weight_within_the_budget() -> None:
+    """decide prices a command exactly only when a weight passes the cap: at the cap the guards fit, one past they
+    do not (so the shortcut never lets through what the exact price would refuse)."""
+    rules = with_rules(rules_with(QUADRATIC, "caller.groups.exists(g, g == 'x')"))
+    t = rules.types["t"]
+    names = [key for key, *_ in t.weighed]
+    cap = t.cost_caps["create"]
+
+    def at(k: int) -> dict[str, int]:
+        return {n: k for name in names for n in (name, name + "#")}
+
+    costs = [g.cost for g in t.guards]
+    assert 1 < cap < MAX_GUARD_COST
+    assert over_budget(costs, at(cap)) is None and over_budget(costs, at(cap + 1)) is not None
