@@ -93,6 +93,7 @@ class RulesView:
             found = await asyncio.to_thread(current, self.settings)
             if found is not None and (self.deploy is None or found.version >= self.deploy.version):
                 self.deploy = found  # never older than a deploy this API made meanwhile (``seen``)
+                self._compile(found)  # now, not at the first typed write
         except Exception as e:  # noqa: BLE001 - advisory: a broker hiccup must not fail a write
             log.warning("cannot read the rules catalog %s: %s", self.settings.rules_topic, e)
         self.read_at = time.monotonic()
@@ -101,6 +102,7 @@ class RulesView:
         """Take a deploy this API made as the newest at once."""
         if self.deploy is None or deploy.version >= self.deploy.version:
             self.deploy, self.read_at = deploy, time.monotonic()
+            self._compile(deploy)
 
     async def ruleset(self) -> RuleSet | None:
         """Return the newest deployed rules compiled, or None: none deployed, or the newest still compiling (begun
@@ -114,6 +116,9 @@ class RulesView:
         return None
 
     def _compile(self, d: Deploy) -> None:
+        """Compile ``d`` in the background unless it is compiled, under way, or failed already."""
+        if self._rules is not None and self._rules.version >= d.version:
+            return
         if self._compiling is not None and self._compiling[0] == d.version:
             return  # under way, or failed (logged once: a version that does not compile stays unchecked)
         future = _COMPILER.submit(compiled, d.version, d.document)
