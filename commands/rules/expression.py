@@ -24,7 +24,18 @@ from __future__ import annotations
 from typing import Any
 
 from commands.rules.bounds import MAX_EXPRESSION_CHARS, MAX_EXPRESSION_DEPTH
-from commands.rules.checked_ast import CALL, COMPREHENSION, CONST, IDENT, SELECT, Node, Unreadable, checked_expr, read
+from commands.rules.checked_ast import (
+    CALL,
+    COMPREHENSION,
+    CONST,
+    IDENT,
+    LIST,
+    SELECT,
+    Node,
+    Unreadable,
+    checked_expr,
+    read,
+)
 
 #: Members of ``state`` besides the tracked fields (a tracked field may not take one of these names).
 STATE_MEMBERS = ("exists", "deleted", "version", "owner", "editors", "readers", "type", "created_at", "updated_at")
@@ -102,7 +113,11 @@ def _macro(node: Node) -> str:
         return "exists"
     if init.kind == CONST and init.value == 0 and type(init.value) is int:
         return "exists_one"
-    return "filter" if step.kind == CALL and step.name == "_?_:_" else "map"
+    if step.kind == CALL and step.name == "_?_:_":  # filter(x, p): p ? accu + [x] : accu; map(x, p, f) adds [f(x)]
+        added = step.children[1].children[-1] if step.children[1].children else step.children[1]
+        element = added.children[0] if added.kind == LIST and added.children else added
+        return "filter" if element.kind == IDENT and element.name == node.name else "map"
+    return "map"
 
 
 def tree_problems(tree: Node, tracked: tuple[str, ...]) -> list[str]:

@@ -107,6 +107,7 @@ def test_each_guard_of_a_chain_has_its_own_iteration_budget() -> None:
     ("true // '''\n&& state.colour == 1 // '''", "state.colour: unknown field"),
     ("true // '''\n&& caller.groups.map(g, g).size() > 0 // '''", "map() macro"),
     ("true // '''\n&& caller.groups.filter(g, g == 'a').size() > 0 // '''", "filter() macro"),
+    ("true // '''\n&& caller.groups.map(g, g != '', g + 'x').size() > 0 // '''", "map() macro"),
     ("true // '''\n&& next['x'] == 1 // '''", "not indexed"),
 ])
 def test_a_comment_hides_nothing_from_the_compile_time_checks(expr: str, words: str) -> None:
