@@ -164,10 +164,12 @@ def settings_page() -> str:
 def values() -> dict[str, str]:
     """Return every ``{{gen NAME}}`` the pages may use and its value, computed from the code at its defaults."""
     from app import limits
+    from app.api import rules as api_rules
     from app.api.http.body_limit import object_body_limit
     from app.settings import Settings
     from app.validator.fold import limits_for
     from commands import KEEP_BYTES
+    from commands.rules import bounds
 
     s = Settings()
     lim = limits.for_settings(s)
@@ -199,6 +201,10 @@ def values() -> dict[str, str]:
     out["rules.MAX_CASES"], out["rules.MAX_CASE_STEPS"] = _n(MAX_CASES), _n(MAX_CASE_STEPS)
     from app.cli.rescale import DEFAULT_WAIT_S
     out["rescale.default_wait_s"] = f"{DEFAULT_WAIT_S:g} s"
+    for name, value in vars(bounds).items():  # the rules language's bounds (commands/rules/bounds.py)
+        if name.isupper() and isinstance(value, int):
+            out[f"rules.{name}"] = _n(value)
+    out["rules.PRECHECK_DEADLINE_S"] = str(api_rules.PRECHECK_DEADLINE_S)
     domain = limits_for(s)
     for f in dataclasses.fields(domain):
         value = getattr(domain, f.name)

@@ -155,13 +155,17 @@ class BatchRequest(_Strict):
 class BatchResult(_Strict):
     command_id: str
     object_id: str
-    status: int = Field(description="202 when queued, 413 when too large (not stored), 503 when the broker did not "
-                        "take it (retry it).")
+    status: int = Field(description="202 when queued, 413 when too large (not stored), 422 when the rules' "
+                        "pre-check refused it (not stored), 503 when the broker did not take it (retry it).")
     partition: int | None = None
     offset: int | None = None
-    code: str | None = Field(default=None, description="Why it was not stored: TOO_LARGE, BROKER_UNAVAILABLE or "
-                             "WRITES_PAUSED (a rescale is cutting the commands topic over).")
+    code: str | None = Field(default=None, description="Why it was not stored: TOO_LARGE, BROKER_UNAVAILABLE, "
+                             "WRITES_PAUSED (a rescale is cutting the commands topic over), RULE_VIOLATED or "
+                             "RULE_ERROR (the rules' pre-check).")
     error: str | None = None
+    rule: str | None = Field(default=None, description="The rule that refused it (RULE_VIOLATED, RULE_ERROR).")
+    rule_message: str | None = None
+    rules_version: int | None = None
 
 
 class BatchResponse(_Strict):

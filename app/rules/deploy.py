@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from app.errors import ArbiterError
-from app.limits import size_limits
+from app.limits import GROUP_NAME_BYTES, ISSUER_BYTES, MAX_GROUPS, size_limits
 from app.rules.catalog import CLAIM_KEY, ensure_rules_topic, placed_versions, winners
 from app.rules.control import (
     CONTROL_KEY,
@@ -26,9 +26,11 @@ from app.rules.control import (
     encode_placed,
     placed_headers,
 )
-from app.settings import Settings
+from app.settings import Settings, get_settings
 from app.validator.topic_io import produce_with_headers, read_all
 from commands.rules import RuleSet, RulesInvalid, canonical_rules, compile_rules, rules_digest
+from commands.rules.cost import InputBounds
+from commands.rules.ruleset import worst_case_problems
 
 
 class RulesConflict(ArbiterError):
@@ -46,12 +48,26 @@ class Deployed:
     offsets: dict[int, int]
 
 
-def check(text: str | bytes) -> RuleSet:
+def input_bounds(settings: Settings) -> InputBounds:
+    """Return the largest inputs this deployment's API lets a command carry (what a guard's worst case assumes)."""
+    from app.validator.fold import limits_for
+
+    lim = limits_for(settings)
+    return InputBounds(document_bytes=lim.max_document_bytes, id_bytes=lim.max_id_bytes, editors=lim.max_editors,
+                       readers=lim.max_readers, groups=MAX_GROUPS, group_bytes=GROUP_NAME_BYTES,
+                       issuer_bytes=ISSUER_BYTES)
+
+
+def check(text: str | bytes, settings: Settings | None = None) -> RuleSet:
     """Return the compiled rules of a document (as version 1: a version does not change what compiles); raise
-    ``RulesInvalid`` naming each problem, a failing case of its own ``tests`` among them (``commands.rules.cases``)."""
+    ``RulesInvalid`` naming each problem: a guard that could cost more than the budget with the largest inputs the
+    API accepts (``commands.rules.cost``), and a failing case of the document's own ``tests`` (``commands.rules.cases``)."""
     from commands.rules.cases import check_cases
 
     rules = compile_rules(canonical_rules(text), version=1)
+    problems = worst_case_problems(rules, input_bounds(settings if settings is not None else get_settings()))
+    if problems:
+        raise RulesInvalid(problems)
     check_cases(rules.document, rules)
     return rules
 
@@ -61,7 +77,7 @@ def deploy(settings: Settings, text: str | bytes, *, principal: str, issuer: str
     """Check ``text``, claim the next version, and write its control record to every partition of ``commands``."""
     from app.rescale.generation import current_generation_settings
 
-    canonical = check(text).document  # refuse before anything is written
+    canonical = check(text, settings).document  # refuse before anything is written
     current_generation_settings(settings)  # and during a rescale's cut-over (WRITES_PAUSED), before the claim
     digest = rules_digest(canonical)
     ensure_rules_topic(settings)

@@ -6,7 +6,10 @@ every later command on that object is decided under its type's rules too. Exact 
 
 - ``commands.rules.document``: parsing, the published JSON Schema, the canonical text and its digest;
 - ``commands.rules.ruleset``: compiling (what is refused at deploy, with JSON pointers into the document);
-- ``commands.rules.expression``: what a CEL guard may be (the static cost bounds) and what it sees;
+- ``commands.rules.expression``: what a CEL guard may be, checked on cel-cpp's checked AST
+  (``commands.rules.checked_ast``), and what it sees;
+- ``commands.rules.cost``: what a guard may cost (the budget checked before any guard runs, the worst case a deploy
+  refuses);
 - ``commands.rules.tracked``: tracked fields under merge-patch semantics;
 - ``commands.rules.evaluate``: the order in which rules run and what each outcome is (RULE_VIOLATED, RULE_ERROR,
   TOO_LARGE), the variables of a guard;

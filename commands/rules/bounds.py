@@ -43,3 +43,12 @@ MAX_EXPRESSION_CHARS = 1024
 MAX_EXPRESSION_DEPTH = 16
 #: The highest ``max_tracked_bytes`` a document may set.
 MAX_TRACKED_BYTES_BOUND = 64 * 1024
+#: The most a command's guards may cost together, in the units of ``commands.rules.cost`` (about a list element
+#: compared, or a string's character read): past it the command is RULE_ERROR naming the guard that passed it, and
+#: a guard whose worst case under the API's input limits passes it alone is refused at deploy.
+MAX_GUARD_COST = 10_000_000
+#: cel-cpp's comprehension budget per evaluation (``RuntimeOptions.comprehension_max_iterations``, cel-expr-python's
+#: default): counted across every comprehension of one guard, the 10,000th iteration is an error.
+CEL_MAX_ITERATIONS = 10_000
+#: The deepest nesting of lists and maps in a rules document (a deeper one is refused before it is walked).
+MAX_DOCUMENT_DEPTH = 64

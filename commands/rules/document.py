@@ -1,7 +1,8 @@
 """The rules document as text: parse (YAML or JSON), check against its published JSON Schema, canonicalise, digest.
 
-A document is YAML 1.1 (PyYAML's ``safe_load``, so JSON text is read too) whose value must be plain JSON: string
-keys only, no timestamps, no NaN or infinities. Its canonical form is JSON with sorted keys, no spaces and
+A document is YAML 1.1 (PyYAML's safe loader, so JSON text is read too) whose value must be plain JSON: string
+keys only, no timestamps, no NaN or infinities; no anchors or aliases, and lists and maps nested at most
+``MAX_DOCUMENT_DEPTH`` deep. Its canonical form is JSON with sorted keys, no spaces and
 unescaped Unicode: the text that travels in the control record and whose SHA-256 is the version's digest.
 """
 
@@ -13,6 +14,7 @@ import math
 from typing import Any
 
 from commands.errors import ArbiterError
+from commands.rules.bounds import MAX_DOCUMENT_DEPTH
 from commands.rules.meta_schema import META_SCHEMA
 
 #: The most bytes a rules document may have (its canonical JSON must fit a control record).
@@ -66,6 +68,45 @@ def _validator() -> Any:  # noqa: ANN401 - a jsonschema_rs validator
 _META_VALIDATOR = _validator()
 
 
+_LOADER: list[Any] = []
+
+
+def _loader() -> Any:  # noqa: ANN401 - a yaml.SafeLoader subclass, built once (PyYAML is imported when first used)
+    """Return PyYAML's safe loader refusing anchors and aliases and nesting deeper than ``MAX_DOCUMENT_DEPTH``.
+
+    Why: an alias is composed once but walked per reference (nine levels of ten in 570 bytes are hours of CPU for
+    every walk after), and the composer recurses per level (a 10 KB ``[[[...`` body was a RecursionError). Both
+    are refused while composing, before anything walks the value.
+    """
+    if _LOADER:
+        return _LOADER[0]
+    import yaml
+
+    class Loader(yaml.SafeLoader):  # type: ignore[misc] # PyYAML has no annotations
+        depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: ANN401
+            event = self.peek_event()
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+                raise RulesInvalid([f"(document): line {event.start_mark.line + 1}: YAML anchors and aliases "
+                                    "(&name, *name, <<: *name) are not allowed in a rules document: write the "
+                                    "value out"])
+            collection = isinstance(event, yaml.SequenceStartEvent | yaml.MappingStartEvent)
+            if collection:
+                self.depth += 1
+                if self.depth > MAX_DOCUMENT_DEPTH:
+                    raise RulesInvalid([f"(document): line {event.start_mark.line + 1}: lists and maps nested "
+                                        f"deeper than {MAX_DOCUMENT_DEPTH}"])
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                if collection:
+                    self.depth -= 1
+
+    _LOADER.append(Loader)
+    return Loader
+
+
 def parse_rules(document: str | bytes) -> dict[str, Any]:
     """Return the parsed rules document checked against the published JSON Schema; raise RulesInvalid."""
     import yaml
@@ -80,7 +121,7 @@ def parse_rules(document: str | bytes) -> dict[str, Any]:
     if len(document) > MAX_DOCUMENT_BYTES:
         raise RulesInvalid([f"(document): over {MAX_DOCUMENT_BYTES} characters"])
     try:
-        value = yaml.safe_load(document)
+        value = yaml.load(document, Loader=_loader())  # noqa: S506 - a SafeLoader, refusing aliases and depth
     except yaml.YAMLError as e:
         raise RulesInvalid([f"(document): not YAML or JSON text: {e}"]) from e
     problems = _plain_json_problems(value)

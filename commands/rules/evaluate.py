@@ -61,7 +61,8 @@ from commands.command import (
     utf8_size,
 )
 from commands.errors import ReasonCode
-from commands.rules.bounds import MAX_MESSAGE_BYTES, MAX_POINTER_BYTES, MAX_POINTERS
+from commands.rules.bounds import MAX_GUARD_COST, MAX_MESSAGE_BYTES, MAX_POINTER_BYTES, MAX_POINTERS
+from commands.rules.cost import length, over_budget, weight
 from commands.rules.document import pointer
 from commands.rules.ruleset import Guard, RuleSet, Transition, TypeRules
 from commands.rules.tracked import decode_tracked, encode_tracked, loads, patched_value, value_at
@@ -159,6 +160,17 @@ def _guards_verdict(rules: TypeRules, state: ObjectState | None, command: Comman
     runs = rules.by_kind.get(kind)
     if not runs:
         return None
+    chosen = [g for guards, _ in runs for g in guards]
+    weights = _weights(rules, state, command, kind, old, new)
+    # Within the uniform cap every guard surely fits (the bound grows with each weight): priced only past it.
+    over = over_budget([g.cost for g in chosen], weights) \
+        if max(weights.values(), default=1) > rules.cost_caps.get(kind, 0) else None
+    if over is not None:  # before any evaluator runs, so every path (and every replay) refuses it alike
+        index, total = over
+        g = chosen[index]
+        return _violated(g.rule, f"not evaluated: the {kind} guards up to this one could cost {total:,} units with "
+                         f"this command's inputs, over the budget of {MAX_GUARD_COST:,} (commands.rules.cost)",
+                         g.pointers, ReasonCode.RULE_ERROR)
     in_python = rules.in_python.get(kind)
     if in_python is not None:  # the guards in Python (commands.rules.python_guards): cel-cpp's outcome, or Defer
         try:
@@ -168,7 +180,7 @@ def _guards_verdict(rules: TypeRules, state: ObjectState | None, command: Comman
         else:
             if index < 0:
                 return None
-            guard = [g for guards, _ in runs for g in guards][index]
+            guard = chosen[index]
             return _violated(guard.rule, guard.message, guard.pointers)
     data = _variables(rules, state, command, kind, old, new, payload)
     for guards, chain in runs:
@@ -179,30 +191,39 @@ def _guards_verdict(rules: TypeRules, state: ObjectState | None, command: Comman
 
 
 def _cel_verdict(guards: tuple[Guard, ...], chain: Any, data: dict[str, Any]) -> Verdict | None:  # noqa: ANN401
-    """Return the verdict of a run of guards evaluated by cel-cpp (``chain``, then one by one on an error)."""
+    """Return the verdict of a run of guards evaluated by cel-cpp (``chain``, then one by one on an error).
+
+    cel-cpp raises (rather than answering an error value) for a value it cannot hold (an integer over 64 bits) and
+    past its iteration budget, which is per evaluation: a chain raising is evaluated one by one too, so each guard
+    gets its own budget and an error names the guard that raised it.
+    """
     cel = _cel()
-    try:
-        if chain is not None:  # one evaluation for the run: the index of its first false guard, or -1
+    if chain is not None:  # one evaluation for the run: the index of its first false guard, or -1
+        try:
             result = chain.eval(data=data)
+        except Exception:  # noqa: BLE001, S110 - evaluated one by one below, naming the guard
+            pass
+        else:
             if result.type() == cel.Type.INT:
                 index = result.value()
                 if index < 0:
                     return None
                 return _violated(guards[index].rule, guards[index].message, guards[index].pointers)
             # an error somewhere: evaluate one by one, in order, to name the guard (as if there were no chain)
-        for g in guards:
+    for g in guards:
+        try:
             result = g.program.eval(data=data)
-            kind_of = result.type()
-            if kind_of == cel.Type.BOOL:
-                if result.value() is True:
-                    continue
-                return _violated(g.rule, g.message, g.pointers)
-            if kind_of == cel.Type.ERROR:
-                return _violated(g.rule, f"evaluation failed: {result.value()}", g.pointers, ReasonCode.RULE_ERROR)
-            return _violated(g.rule, f"evaluation gave a {kind_of.name()}, not a bool", g.pointers,
-                             ReasonCode.RULE_ERROR)
-    except Exception as e:  # noqa: BLE001 - a value CEL cannot hold (an integer over 64 bits): the first guard's error
-        return _violated(guards[0].rule, f"evaluation failed: {e}", guards[0].pointers, ReasonCode.RULE_ERROR)
+        except Exception as e:  # noqa: BLE001 - this guard's failure rejects the command naming it
+            return _violated(g.rule, f"evaluation failed: {e}", g.pointers, ReasonCode.RULE_ERROR)
+        kind_of = result.type()
+        if kind_of == cel.Type.BOOL:
+            if result.value() is True:
+                continue
+            return _violated(g.rule, g.message, g.pointers)
+        if kind_of == cel.Type.ERROR:
+            return _violated(g.rule, f"evaluation failed: {result.value()}", g.pointers, ReasonCode.RULE_ERROR)
+        return _violated(g.rule, f"evaluation gave a {kind_of.name()}, not a bool", g.pointers,
+                         ReasonCode.RULE_ERROR)
     return None
 
 
@@ -255,6 +276,31 @@ def _command_member(member: str, rules: TypeRules, command: Command, kind: str, 
     if member == "patch":
         return payload if kind == "update" else None
     return _COMMAND[member](command)
+
+
+def _weights(rules: TypeRules, state: ObjectState | None, command: Command, kind: str,
+             old: dict[str, Any], new: dict[str, Any]) -> dict[str, int]:  # noqa: ANN401
+    """Return the weight (``commands.rules.cost``) of every member the type's guards read, and the length of those a
+    comprehension iterates over ("var.member#"): a document or patch by its UTF-8 size (never less than its parsed
+    weight, and not walked), anything else by its value."""
+    out: dict[str, int] = {}
+    live = state if state is not None and state.exists else None
+    for key, var, m, iterated, ptr in rules.weighed:
+        if ptr is not None:  # a tracked field
+            value = old.get(ptr) if var == "state" else new.get(ptr)
+        elif var == "command" and m in ("document", "patch"):
+            out[key] = out[key + "#"] = command.size if kind == ("create" if m == "document" else "update") else 1
+            continue
+        elif var == "state":
+            value = _STATE[m](live) if live is not None else _NO_STATE[m]
+        elif var == "command":
+            value = _command_member(m, rules, command, kind, None)
+        else:
+            value = _CALLER[m](command)
+        w = out[key] = weight(value)
+        if iterated:
+            out[key + "#"] = length(value, w)
+    return out
 
 
 def _variables(rules: TypeRules, state: ObjectState | None, command: Command, kind: str,

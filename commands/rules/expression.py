@@ -1,28 +1,41 @@
 """CEL guards: compile-time checks of an expression's text and its compilation with cel-expr-python (cel-cpp).
 
-What a guard may be, enforced at compile time (``RulesInvalid`` otherwise), so that its worst-case cost is linear
-in its inputs, which Arbiter bounds (ids, groups, editors, readers, tracked bytes, document size):
+What a guard may be, enforced at compile time (``RulesInvalid`` otherwise):
 
-- at most ``MAX_EXPRESSION_CHARS`` characters and ``MAX_EXPRESSION_DEPTH`` nested brackets;
-- the comprehension macros ``all``, ``exists`` and ``exists_one`` are allowed but never nested (no comprehension in
-  another's arguments), so each is one pass over one bounded list or map; ``map`` and ``filter`` are refused (they
-  build lists whose order over a map is not defined, and a guard is a yes/no question);
+- at most ``MAX_EXPRESSION_CHARS`` characters and ``MAX_EXPRESSION_DEPTH`` nested brackets (counted outside string
+  literals and ``//`` comments; checked before cel-cpp parses it);
 - it must type-check in cel-cpp with ``state``, ``next``, ``command`` and ``caller`` declared as maps of string to
   dyn (so an unknown variable or function, or a syntax error, is refused) and its static type must be bool or dyn;
-- the four variables are read only as ``<variable>.<member>`` (not indexed or whole, so what a guard reads is known);
-- every ``next.<name>`` and ``state.<name>`` names a tracked field (or, for ``state``, one of its own members);
-  ``caller.<name>`` and ``command.<name>`` name members those maps have (``STATE_MEMBERS`` and below).
+- then, on cel-cpp's checked AST (``commands.rules.checked_ast``: what will run, whatever the text's comments and
+  strings say): the comprehension macros ``all``, ``exists`` and ``exists_one`` are allowed but never nested (no
+  comprehension in another's condition or step); ``map`` and ``filter`` are refused (they build lists whose order
+  over a map is not defined, and a guard is a yes/no question); the four variables are read only as
+  ``<variable>.<member>`` (not indexed or whole, so what a guard reads is known); every ``next.<name>`` and
+  ``state.<name>`` names a tracked field (or, for ``state``, one of its own members); ``caller.<name>`` and
+  ``command.<name>`` name members those maps have (``STATE_MEMBERS`` and below).
 
-cel-cpp offers no cost estimate through its Python binding, hence these static bounds. Regular expressions
-(``matches``) are RE2: linear time. There is no clock (no ``now``): ``command.issued_at`` is the only time.
+What a guard costs is bounded apart, on the same AST: ``commands.rules.cost`` (the budget every evaluation path
+checks before a guard runs, and the worst case a deploy refuses). Regular expressions (``matches``) are RE2. There
+is no clock (no ``now``): ``command.issued_at`` is the only time.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from commands.rules.bounds import MAX_EXPRESSION_CHARS, MAX_EXPRESSION_DEPTH
+from commands.rules.checked_ast import (
+    CALL,
+    COMPREHENSION,
+    CONST,
+    IDENT,
+    LIST,
+    SELECT,
+    Node,
+    Unreadable,
+    checked_expr,
+    read,
+)
 
 #: Members of ``state`` besides the tracked fields (a tracked field may not take one of these names).
 STATE_MEMBERS = ("exists", "deleted", "version", "owner", "editors", "readers", "type", "created_at", "updated_at")
@@ -33,68 +46,136 @@ COMMAND_MEMBERS = ("kind", "id", "object_id", "expected_version", "issued_at", "
                    "reader", "type")
 VARIABLES = ("state", "next", "command", "caller")
 _COMPREHENSIONS = ("all", "exists", "exists_one")
-_REFUSED_MACROS = ("map", "filter")
-
-_STRING = re.compile(r"""(?:[rR]?[bB]?|[bB]?[rR]?)('''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\\n])*'|"(?:\\.|[^"\\\n])*")""",
-                     re.DOTALL)
-_MEMBER = re.compile(r"(?<![\w.])(state|next|command|caller)\s*\.\s*([A-Za-z_]\w*)")
-_BARE = re.compile(r"(?<![\w.])(state|next|command|caller)\b(?!\s*\.\s*[A-Za-z_])")
-_MACRO = re.compile(r"\.\s*([A-Za-z_]\w*)\s*\(")
 
 
-def _without_strings(text: str) -> str:
-    return _STRING.sub(lambda m: "''", text)
+def _raw_prefix(expr: str, quote_at: int) -> bool:
+    """Return True if the quote at ``quote_at`` opens a raw string (``r'...'``, ``rb'...'``, ``BR'...'``, ...)."""
+    start = quote_at
+    while start > 0 and quote_at - start < 2 and expr[start - 1] in "rRbB":
+        start -= 1
+    prefix = expr[start:quote_at].lower()
+    return "r" in prefix and not (start > 0 and (expr[start - 1].isalnum() or expr[start - 1] == "_"))
 
 
-def text_problems(expr: str, tracked: tuple[str, ...]) -> list[str]:
-    """Return what is wrong with the text of a guard (bounds, macros, unknown members); [] if nothing."""
+def _depth(expr: str) -> int:
+    """Return the deepest nesting of brackets in ``expr`` outside string literals and ``//`` comments (CEL's lexis:
+    quotes ' " and their triples, the r/b prefixes, backslash escapes outside raw strings)."""
+    deepest = depth = i = 0
+    n = len(expr)
+    while i < n:
+        ch = expr[i]
+        if ch == "/" and expr.startswith("//", i):
+            end = expr.find("\n", i)
+            i = n if end < 0 else end + 1
+            continue
+        if ch in "'\"":
+            quote = ch * 3 if expr.startswith(ch * 3, i) else ch
+            raw = _raw_prefix(expr, i)
+            i += len(quote)
+            while i < n and not expr.startswith(quote, i):
+                i += 2 if expr[i] == "\\" and not raw else 1
+            i += len(quote)
+            continue
+        if ch in "([{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in ")]}" and depth:
+            depth -= 1
+        i += 1
+    return deepest
+
+
+def text_problems(expr: str) -> list[str]:
+    """Return what is wrong with the text of a guard before cel-cpp parses it (its length, its nesting); [] if
+    nothing. Everything else is checked on the checked AST (``tree_problems``)."""
     if len(expr) > MAX_EXPRESSION_CHARS:
         return [f"expression is longer than {MAX_EXPRESSION_CHARS} characters"]
-    code = _without_strings(expr)
-    problems = []
-    macro_at = {m.end() - 1: m.group(1) for m in _MACRO.finditer(code)}  # position of "(" -> macro name
-    open_brackets: list[bool] = []  # per open bracket: is it a comprehension's argument list?
-    deepest = 0
-    for i, ch in enumerate(code):
-        if ch in "([{":
-            name = macro_at.get(i)
-            if name in _REFUSED_MACROS:
-                problems.append(f"the {name}() macro is not allowed in a guard (use all, exists or exists_one)")
-            comprehension = name in _COMPREHENSIONS
-            if comprehension and any(open_brackets):
-                problems.append(f"{name}() inside another comprehension: nested comprehensions are not allowed")
-            open_brackets.append(comprehension)
-            deepest = max(deepest, len(open_brackets))
-        elif ch in ")]}" and open_brackets:
-            open_brackets.pop()
-    if deepest > MAX_EXPRESSION_DEPTH:
-        problems.append(f"brackets nested deeper than {MAX_EXPRESSION_DEPTH}")
-    problems += [f"{m.group(1)}: read its members as {m.group(1)}.<name> (not indexed, not whole)"
-                 for m in _BARE.finditer(code)]
-    for m in _MEMBER.finditer(code):
-        var, member = m.group(1), m.group(2)
-        known: tuple[str, ...]
-        if var == "next":
-            known = tracked
-        elif var == "state":
-            known = (*STATE_MEMBERS, *tracked)
-        elif var == "caller":
-            known = CALLER_MEMBERS
-        else:
-            known = COMMAND_MEMBERS
-        if member not in known:
-            problems.append(f"{var}.{member}: unknown field (known: {', '.join(known) or 'none'})")
-    return problems
+    if _depth(expr) > MAX_EXPRESSION_DEPTH:
+        return [f"brackets nested deeper than {MAX_EXPRESSION_DEPTH}"]
+    return []
 
 
-def references(expr: str) -> set[tuple[str, str]]:
-    """Return every (variable, member) the guard's text reads (outside string literals)."""
-    return {(m.group(1), m.group(2)) for m in _MEMBER.finditer(_without_strings(expr))}
+def _known(var: str, tracked: tuple[str, ...]) -> tuple[str, ...]:
+    if var == "next":
+        return tracked
+    if var == "state":
+        return (*STATE_MEMBERS, *tracked)
+    return CALLER_MEMBERS if var == "caller" else COMMAND_MEMBERS
 
 
-def uses(expr: str, var: str, member: str) -> bool:
-    """Return True if the guard's text mentions ``var.member`` (outside string literals)."""
-    return any(m.group(1) == var and m.group(2) == member for m in _MEMBER.finditer(_without_strings(expr)))
+def _macro(node: Node) -> str:
+    """Return which macro a comprehension node came from: ``all``, ``exists``, ``exists_one``, ``map`` or ``filter``
+    (``map`` for anything else: a guard has no other way to write a comprehension)."""
+    init, step = node.children[1], node.children[3]
+    if init.kind == CONST and init.value is True:
+        return "all"
+    if init.kind == CONST and init.value is False:
+        return "exists"
+    if init.kind == CONST and init.value == 0 and type(init.value) is int:
+        return "exists_one"
+    if step.kind == CALL and step.name == "_?_:_":  # filter(x, p): p ? accu + [x] : accu; map(x, p, f) adds [f(x)]
+        added = step.children[1].children[-1] if step.children[1].children else step.children[1]
+        element = added.children[0] if added.kind == LIST and added.children else added
+        return "filter" if element.kind == IDENT and element.name == node.name else "map"
+    return "map"
+
+
+def tree_problems(tree: Node, tracked: tuple[str, ...]) -> list[str]:
+    """Return what is wrong with a guard's checked AST (macros, nesting, what it reads); [] if nothing."""
+    problems: list[str] = []
+
+    def visit(node: Node, bound: frozenset[str], in_loop: bool) -> None:
+        if node.kind == COMPREHENSION:
+            macro = _macro(node)
+            if macro not in _COMPREHENSIONS or node.two_variables:
+                problems.append(f"the {macro}() macro is not allowed in a guard (use all, exists or exists_one)")
+            elif in_loop:
+                problems.append(f"{macro}() inside another comprehension: nested comprehensions are not allowed")
+            rng, init, *body = node.children
+            visit(rng, bound, in_loop)
+            visit(init, bound, in_loop)
+            inner = bound | {node.name, node.accu}
+            for part in body:
+                visit(part, inner, True)
+            return
+        if node.kind == SELECT and node.children[0].kind == IDENT and node.children[0].name in VARIABLES \
+                and node.children[0].name not in bound:
+            var, member = node.children[0].name, node.name
+            known = _known(var, tracked)
+            if member not in known:
+                problems.append(f"{var}.{member}: unknown field (known: {', '.join(known) or 'none'})")
+            return
+        if node.kind == IDENT and node.name in VARIABLES and node.name not in bound:
+            problems.append(f"{node.name}: read its members as {node.name}.<name> (not indexed, not whole)")
+            return
+        for child in node.children:
+            visit(child, bound, in_loop)
+
+    visit(tree, frozenset(), False)
+    return list(dict.fromkeys(problems))
+
+
+def references(tree: Node) -> set[tuple[str, str]]:
+    """Return every (variable, member) a guard's checked AST reads (a comprehension's own variables are not read)."""
+    found: set[tuple[str, str]] = set()
+
+    def visit(node: Node, bound: frozenset[str]) -> None:
+        if node.kind == SELECT and node.children[0].kind == IDENT and node.children[0].name in VARIABLES \
+                and node.children[0].name not in bound:
+            found.add((node.children[0].name, node.name))
+            return
+        if node.kind == COMPREHENSION:
+            rng, init, *body = node.children
+            visit(rng, bound)
+            visit(init, bound)
+            for part in body:
+                visit(part, bound | {node.name, node.accu})
+            return
+        for child in node.children:
+            visit(child, bound)
+
+    visit(tree, frozenset())
+    return found
 
 
 def new_environment() -> Any:  # noqa: ANN401 - a cel_expr_python Env
@@ -119,3 +200,18 @@ def compile_expression(env: Any, expr: str, *, int_result: bool = False) -> tupl
     if kind != cel.Type.BOOL and kind != cel.Type.DYN:
         return None, f"the expression's type is {kind.name()}, not bool"
     return compiled, None
+
+
+def compile_guard(env: Any, expr: str, tracked: tuple[str, ...]) -> tuple[Any, Node | None, list[str]]:  # noqa: ANN401
+    """Return a guard's program, its checked AST and its problems (its text's, then cel-cpp's, then the AST's)."""
+    problems = text_problems(expr)
+    if problems:
+        return None, None, problems
+    program, why = compile_expression(env, expr)
+    if why is not None:
+        return None, None, [why]
+    try:
+        tree = read(checked_expr(program))
+    except Unreadable as e:
+        return None, None, [f"cel-cpp's checked expression could not be read: {e}"]
+    return program, tree, tree_problems(tree, tracked)

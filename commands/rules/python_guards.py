@@ -14,7 +14,9 @@ value CEL could not take as it is (an integer beyond 64 bits, a string that is n
 exactly as before, so the outcome (and its bytes) is cel-cpp's in every case; ``tests/unit/test_rules_python_guards.py``
 holds both to each other on generated values and expressions. Where CEL short-circuits (``||``, ``&&``, ``?:``)
 Python evaluates left to right and defers on the first error, which is never a different answer: CEL's
-result for ``true || <error>`` is true, and an error on the left is handed to cel-cpp.
+result for ``true || <error>`` is true, and an error on the left is handed to cel-cpp. Comprehensions count their
+iterations as cel-cpp does and defer at its budget (``CEL_MAX_ITERATIONS``), where cel-cpp's answer is an error.
+What a guard may cost is checked before either runs (``commands.rules.cost``).
 
 A translated run is ``run(O, N, L, C, K, P) -> int``: the index of its first false guard, or -1; ``O`` and ``N`` are
 the tracked fields before and after (pointer to value), ``L`` the object's state (None unless it exists), ``C`` the
@@ -26,6 +28,11 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from typing import Any
+
+from commands.rules.bounds import CEL_MAX_ITERATIONS
+from commands.rules.checked_ast import Unreadable, checked_expr
+from commands.rules.checked_ast import fields as _fields
+from commands.rules.checked_ast import one as _one
 
 JSON = Any
 #: A translated run of guards: the index of the first false guard, or -1 (raises ``Defer`` where CEL must decide).
@@ -39,56 +46,6 @@ class Defer(Exception):  # noqa: N818 - not an error: cel-cpp decides this one
 
 class _Untranslatable(Exception):  # noqa: N818
     pass
-
-
-# --- the protobuf wire format of cel.expr.CheckedExpr, only the fields read here ------------------------------------
-
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        b = buf[i]
-        i += 1
-        result |= (b & 0x7F) << shift
-        shift += 7
-        if b < 0x80:
-            return result, i
-
-
-def _fields(buf: bytes) -> dict[int, list[Any]]:
-    """Return a message's fields: number -> values (int for varints, bytes for fixed64 and length-delimited)."""
-    out: dict[int, list[Any]] = {}
-    i, n = 0, len(buf)
-    while i < n:
-        key, i = _varint(buf, i)
-        number, wire = key >> 3, key & 7
-        value: Any
-        if wire == 0:
-            value, i = _varint(buf, i)
-        elif wire == 1:
-            value, i = buf[i:i + 8], i + 8
-        elif wire == 2:
-            length, i = _varint(buf, i)
-            value, i = buf[i:i + length], i + length
-        elif wire == 5:
-            value, i = buf[i:i + 4], i + 4
-        else:
-            raise _Untranslatable(f"wire type {wire}")
-        out.setdefault(number, []).append(value)
-    return out
-
-
-def _one(fields: dict[int, list[Any]], number: int, default: Any = None) -> Any:  # noqa: ANN401
-    values = fields.get(number)
-    return values[-1] if values else default
-
-
-def checked_expr(program: Any) -> bytes:  # noqa: ANN401 - a cel_expr_python Expression
-    """Return the ``cel.expr.Expr`` (bytes) of a compiled program, out of its ``google.protobuf.Any`` wrapper."""
-    wrapper = _fields(program.serialize())
-    if not _one(wrapper, 1, b"").endswith(b"cel.expr.CheckedExpr"):
-        raise _Untranslatable("not a CheckedExpr")
-    expr: bytes = _one(_fields(_one(wrapper, 2, b"")), 4, b"")  # CheckedExpr.expr
-    return expr
 
 
 # --- the operations, each answering only where CEL's answer is certain -----------------------------------------------
@@ -164,18 +121,23 @@ def _text(method: str) -> Callable[[JSON, JSON], bool]:
     return op
 
 
-def _fold(items: JSON, accu: JSON, condition: Callable[[JSON], bool], step: Callable[[JSON, JSON], JSON],
-          result: Callable[[JSON], JSON]) -> JSON:
+def _fold(count: list[int], items: JSON, accu: JSON, condition: Callable[[JSON], bool],
+          step: Callable[[JSON, JSON], JSON], result: Callable[[JSON], JSON]) -> JSON:
     """CEL's comprehension: over a list's elements or a map's keys, while ``condition(accu)``, ``accu = step(...)``.
 
     A map's keys come in Python's order, maybe not cel-cpp's: ``all`` and ``exists`` give one answer in every order
-    when no element is an error, and an error here defers.
+    when no element is an error, and an error here defers. ``count`` is the guard's iterations so far, over all its
+    comprehensions, counted as cel-cpp does: one per element reached, before its condition is checked; the
+    ``CEL_MAX_ITERATIONS``-th is cel-cpp's error, so it defers (cel-cpp then answers it).
     """
     if type(items) is dict:
         items = list(items)
     elif type(items) is not list:
         raise Defer
     for item in items:
+        count[0] += 1
+        if count[0] >= CEL_MAX_ITERATIONS:
+            raise Defer
         go = condition(accu)
         if go is False:
             break
@@ -300,7 +262,7 @@ class _Translator:
         self.bound = {accu: "acc", item: "item"}
         step = self.expr(_one(f, 6))[0]
         self.bound = {}
-        return (f"_fold({iter_range}, {init}, lambda acc: {condition}, lambda item, acc: {step}, "
+        return (f"_fold(it, {iter_range}, {init}, lambda acc: {condition}, lambda item, acc: {step}, "
                 f"lambda acc: {result})"), None
 
     def const(self, f: dict[int, list[Any]]) -> Code:
@@ -456,11 +418,13 @@ def translate(programs: list[Any], reads: dict[str, tuple[str, ...]], type_name:
         translator.local = True
         for index, program in enumerate(programs):
             code, kind = translator.expr(checked_expr(program))
+            if "_fold(" in code:  # the guard's iterations (cel-cpp's budget is per evaluation of one guard)
+                lines.append("    it = [0]")
             if kind == "bool":
                 lines += [f"    if not {code}:", f"        return {index}"]
             else:
                 lines += [f"    r = {code}", "    if r is not True:", f"        return {index} if r is False else _defer()"]
-    except (_Untranslatable, IndexError, UnicodeDecodeError, struct.error):
+    except (_Untranslatable, Unreadable, IndexError, UnicodeDecodeError, struct.error):
         return None
     lines.append("    return -1")
     namespace = {**_HELPERS, **constants, "cel_ready": cel_ready}

@@ -12,19 +12,21 @@ guard that does not compile or breaks the bounds in ``commands.rules.expression`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from commands.rules.bounds import DEFAULT_MAX_TRACKED_BYTES
+from commands.rules.bounds import DEFAULT_MAX_TRACKED_BYTES, MAX_GUARD_COST
+from commands.rules.checked_ast import Node
+from commands.rules.cost import CostFunction, InputBounds, cost_function, over_budget, ranges, uniform_cap
 from commands.rules.document import RulesInvalid, canonical_json, parse_rules, pointer, rules_digest
 from commands.rules.expression import (
     STATE_MEMBERS,
     VARIABLES,
     compile_expression,
+    compile_guard,
     new_environment,
     references,
-    text_problems,
-    uses,
 )
 from commands.rules.meta_schema import COMMAND_KINDS
 from commands.rules.python_guards import Run, translate
@@ -57,6 +59,7 @@ class Guard:
     message: str
     kinds: frozenset[str]
     pointers: tuple[str, ...]
+    cost: CostFunction  # its bound on the weights of what it reads (``commands.rules.cost``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,12 @@ class TypeRules:
     # Per command kind: its guards (all runs, in order) translated to Python, or None where one is not
     # (``commands.rules.python_guards``): the index of the first false guard, or -1; cel-cpp decides where it defers.
     in_python: dict[str, Run | None] = field(default_factory=dict)
+    # What decide weighs before the guards run (``commands.rules.cost``): each member read, as ("var.member", var,
+    # member, whether a comprehension iterates over it, its tracked pointer or None), and per command kind the
+    # largest weight every member may have with the kind's guards surely within the budget (``uniform_cap``): past
+    # it they are priced exactly.
+    weighed: tuple[tuple[str, str, str, bool, str | None], ...] = ()
+    cost_caps: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,30 +202,27 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, env: Any,
         transitions.append(Transition(rule, t["field"], tracked_spec.get(t["field"], ""),
                                       frozenset(t["initial"]) if "initial" in t else None, allowed, t.get("message")))
     guards = []
-    needs_document = needs_patch = needs_times = False
+    trees: list[Node] = []
     field_names = tuple(tracked_spec)
+    read: set[tuple[str, str]] = set()
     for i, g in enumerate(spec.get("guards", [])):
         where = f"{at}/guards/{i}"
         rule = rule_name(g["name"], where + "/name")
-        expr = g["expr"]
-        text = text_problems(expr, field_names)
-        problems += [f"{where}/expr: {p}" for p in text]
-        program = None
-        if not text:
-            program, why = compile_expression(env, expr)
-            if why is not None:
-                problems.append(f"{where}/expr: {why}")
-        needs_document = needs_document or uses(expr, "command", "document")
-        needs_patch = needs_patch or uses(expr, "command", "patch")
-        needs_times = needs_times or any(uses(expr, v, m) for v, m in (("state", "created_at"), ("state", "updated_at"),
-                                                                        ("command", "issued_at")))
+        program, tree, why = compile_guard(env, g["expr"], field_names)
+        problems += [f"{where}/expr: {p}" for p in why]
+        reads_of = references(tree) if tree is not None else set()
+        read |= reads_of
         pointers = tuple(g["pointers"]) if "pointers" in g else tuple(
-            p for n, p, _ in tracked if uses(expr, "next", n) or uses(expr, "state", n))
-        guards.append(Guard(rule, program, g["message"], frozenset(g.get("kinds", DEFAULT_KINDS)), pointers))
+            p for n, p, _ in tracked if ("next", n) in reads_of or ("state", n) in reads_of)
+        cost = cost_function(tree) if tree is not None else _free
+        trees += [tree] if tree is not None else []
+        guards.append(Guard(rule, program, g["message"], frozenset(g.get("kinds", DEFAULT_KINDS)), pointers, cost))
+    needs_document = ("command", "document") in read
+    needs_patch = ("command", "patch") in read
+    needs_times = not read.isdisjoint({("state", "created_at"), ("state", "updated_at"), ("command", "issued_at")})
     by_kind: dict[str, tuple[tuple[tuple[Guard, ...], Any], ...]] = {}
     in_python: dict[str, Run | None] = {}
     exprs = {g.rule: e["expr"] for g, e in zip(guards, spec.get("guards", []), strict=True)}
-    read = set().union(*(references(g["expr"]) for g in spec.get("guards", [])))
     reads = {var: tuple(sorted(m for v, m in read if v == var)) for var in VARIABLES}
     if not problems:
         by_name = {n: p for n, p, _ in tracked}
@@ -225,9 +231,47 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, env: Any,
             runs = [tuple(chosen[i:i + CHAIN]) for i in range(0, len(chosen), CHAIN)]
             by_kind[kind] = tuple((run, _chain(env, [exprs[g.rule] for g in run])) for run in runs)
             in_python[kind] = translate([g.program for g in chosen], reads, name, by_name) if chosen else None
+    iterated = set().union(*(ranges(t) for t in trees))
+    tracked_at = {n: p for n, p, _ in tracked}
+    weighed = tuple((f"{v}.{m}", v, m, f"{v}.{m}" in iterated, tracked_at.get(m) if v in ("state", "next") else None)
+                    for v in VARIABLES for m in reads.get(v, ()))
+    members = [key for key, *_ in weighed]
+    cost_caps = {kind: uniform_cap([g.cost for g in guards if kind in g.kinds], members) for kind in by_kind}
     return TypeRules(name, create, patch, tracked, spec.get("max_tracked_bytes", default_bound), tuple(transitions),
                      tuple(guards), needs_document, needs_patch, needs_times, by_kind, reads,
-                     frozenset(p for _, p, _ in tracked), frozenset(t[0] for _, _, t in tracked), in_python)
+                     frozenset(p for _, p, _ in tracked), frozenset(t[0] for _, _, t in tracked), in_python,
+                     weighed, cost_caps)
+
+
+def _free(weights: Mapping[str, int]) -> int:
+    return 0  # the cost of a guard that did not compile: never used (the document is refused)
+
+
+def worst_case_problems(rules: RuleSet, bounds: InputBounds) -> list[str]:
+    """Return a problem for every command kind whose guards together could cost more than ``MAX_GUARD_COST`` with
+    the largest inputs ``bounds`` allow (naming the guard at which the sum passes it); [] if none could.
+
+    Deploys check this (``app.rules.deploy``); a shard does not (a version deployed under other limits must still
+    switch): there the runtime budget decides (``commands.rules.evaluate``).
+    """
+    problems: list[str] = []
+    for t in rules.types.values():
+        weights = bounds.weights(t.max_tracked_bytes, tuple(name for name, _, _ in t.tracked))
+        for kind in COMMAND_KINDS:
+            chosen = [g for g in t.guards if kind in g.kinds]
+            over = over_budget([g.cost for g in chosen], weights)
+            if over is None:
+                continue
+            index, total = over
+            at = pointer("types", t.name, "guards", t.guards.index(chosen[index]), "expr")
+            alone = chosen[index].cost(weights)
+            problems.append(f"{at}: with the largest inputs the API accepts (a document of {bounds.document_bytes} "
+                            f"bytes, {t.max_tracked_bytes} tracked bytes) this guard costs up to {alone:,} units"
+                            f"{f' and the {kind} guards up to it {total:,}' if total != alone else ''}, over the "
+                            f"budget of {MAX_GUARD_COST:,} (a loop over one input that scans or compares another "
+                            "for each element is quadratic: bound it, e.g. by comparing sizes first, or check a "
+                            "tracked field)")
+    return list(dict.fromkeys(problems))
 
 
 #: The most guards one chained program holds (cel-cpp refuses an expression nested deeper than 32).
@@ -239,7 +283,8 @@ def _chain(env: Any, exprs: list[str]) -> Any:  # noqa: ANN401
     or a chain too deep for cel-cpp: then they are evaluated one by one)."""
     if len(exprs) < 2:
         return None
-    program, _ = compile_expression(env, " : ".join(f"!({e}) ? {i}" for i, e in enumerate(exprs)) + " : -1",
+    # Each expression ends its line: a trailing ``//`` comment must not swallow the rest of the chain.
+    program, _ = compile_expression(env, " : ".join(f"!({e}\n) ? {i}" for i, e in enumerate(exprs)) + " : -1",
                                     int_result=True)
     return program
 

@@ -30,6 +30,7 @@ ORDER = {"title": "Laptops", "priority": 2, "customer": "acme", "amount": 12000,
 def view(document: str = DOC, version: int = 4) -> RulesView:
     v = RulesView(Settings())
     v.seen(Deploy(version, rules_digest(document), document, "ops", T0))
+    asyncio.run(v.compiled_newest())  # compiled in the background: a pre-check before that is skipped
     return v
 
 

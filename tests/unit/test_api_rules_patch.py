@@ -45,6 +45,7 @@ def view(latest: Event | None, rules: RuleSet = RULES) -> RulesView:
     v = RulesView(Settings(), latest=lambda object_id: latest if latest is not None and latest.object_id == object_id
                   else None)
     v.seen(Deploy(rules.version, rules.digest, rules.document, "ops", T0))
+    asyncio.run(v.compiled_newest())  # compiled in the background: a pre-check before that is skipped
     return v
 
 
@@ -156,6 +157,7 @@ def test_a_patch_no_types_patch_schema_refuses_costs_no_lookup() -> None:
 
     v = RulesView(Settings(), latest=latest)
     v.seen(Deploy(RULES.version, RULES.digest, RULES.document, "ops", T0))
+    asyncio.run(v.compiled_newest())
     assert asyncio.run(precheck(v, patch({"priority": 2, "status": "approved"}))) is None
     assert asked == []  # most patches: no thread hop, no read of the audit trail
     assert asyncio.run(precheck(v, patch({"priority": 9}))) is not None and asked == ["o1"]

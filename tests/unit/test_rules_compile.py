@@ -114,7 +114,7 @@ def test_a_rule_that_cannot_be_compiled_is_refused_with_its_pointer(document: di
 def test_an_expression_at_its_length_bound_compiles_and_one_more_character_is_refused() -> None:
     at_bound = "true" + " " * (MAX_EXPRESSION_CHARS - 4)
     compile_rules(json.dumps(guard(at_bound)), version=1)
-    assert text_problems(at_bound + " ", ()) == [f"expression is longer than {MAX_EXPRESSION_CHARS} characters"]
+    assert text_problems(at_bound + " ") == [f"expression is longer than {MAX_EXPRESSION_CHARS} characters"]
     problems_of(guard(at_bound + " "))
 
 

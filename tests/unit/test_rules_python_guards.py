@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from commands import Command
-from commands.rules.expression import compile_expression, new_environment, references, text_problems
+from commands.rules.expression import compile_guard, new_environment, references
 from commands.rules.python_guards import Defer, translate
 from commands.rules.ruleset import RuleSet
 from tests.unit.rules_support import with_rules
@@ -83,12 +83,10 @@ def check(expr: str, a: Any, b: Any, old_a: Any, owner: str = "alice", exists: b
     """Assert Python's answer for ``expr`` is cel-cpp's, or that Python defers; return whether Python answered
     (None: ``expr`` is not a guard, or not translated)."""
     groups = groups if groups is not None else ["finance"]
-    if text_problems(expr, tuple(POINTERS)):
+    program, tree, problems = compile_guard(ENV, expr, tuple(POINTERS))
+    if problems or program is None or tree is None:
         return None
-    program, why = compile_expression(ENV, expr)
-    if program is None:
-        return None
-    read = references(expr) | {("next", "b")}  # b is read by another guard of the type: it must convert too
+    read = references(tree) | {("next", "b")}  # b is read by another guard of the type: it must convert too
     reads = {var: tuple(sorted(m for v, m in read if v == var)) for var in ("state", "next", "command", "caller")}
     run = translate([program], reads, "t", POINTERS)
     if run is None:
@@ -137,9 +135,9 @@ def test_what_is_not_translated_stays_with_cel_cpp() -> None:
     """Timestamps, arithmetic, regexes and comprehensions are cel-cpp's alone: no Python run for them."""
     for expr in ("command.issued_at > timestamp('2025-01-01T00:00:00Z')", "next.a + 1 > 2", "next.a.matches('^x')",
                  "caller.groups.exists_one(g, g == 'x')"):
-        program, why = compile_expression(ENV, expr)
-        assert why is None, why
-        read = references(expr)
+        program, tree, why = compile_guard(ENV, expr, tuple(POINTERS))
+        assert not why and tree is not None, why
+        read = references(tree)
         reads = {var: tuple(sorted(m for v, m in read if v == var)) for var in ("state", "next", "command", "caller")}
         assert translate([program], reads, "t", POINTERS) is None, expr
 

@@ -28,6 +28,7 @@ from app.api.models import (
     compact_json,
 )
 from app.api.problems import PROBLEM_RESPONSES, RATE_LIMITED_RESPONSE, ApiError, status_of
+from app.api.rules import PRECHECK_DEADLINE_S, precheck
 from app.api.writes.outcomes import durable_lookup
 from app.api.writes.producer import Delivered
 from app.api.writes.quota import refusal
@@ -40,6 +41,7 @@ from commands import (
     DeleteObject,
     GrantEditor,
     GrantReader,
+    Rejection,
     RevokeEditor,
     RevokeReader,
     UpdateObject,
@@ -83,10 +85,13 @@ BUILD_CHUNK = 256
              responses={**PROBLEM_RESPONSES, **RATE_LIMITED_RESPONSE, 503: PROBLEM_RESPONSES[503] | {
                  "description": "Some commands were not stored: `results` says which; retry those with their ids"},
                  413: PROBLEM_RESPONSES[413] | {
-                 "description": "Too many commands, or some were too large and not stored: `results` says which"}},
+                 "description": "Too many commands, or some were too large and not stored: `results` says which"},
+                 422: {"description": "Some typed updates were refused by the newest rules (the advisory pre-check of "
+                       "`PATCH /objects/{id}`) and not stored: `results` says which; the others were stored"}},
              summary="Queue many commands in one request; one result per command, in order")
 async def batch(body: BatchRequest, caller: CallerDep, ctx: ContextDep) -> JSONResponse:
-    """One result per command (202 stored, 413 too large, 503 not acknowledged); never a bare 500."""
+    """One result per command (202 stored, 413 too large, 422 refused by the rules' pre-check, 503 not
+    acknowledged); never a bare 500."""
     principal = caller.principal
     sharing = (BatchGrant, BatchRevoke, BatchGrantReader, BatchRevokeReader)
     for scope in sorted({SHARE if isinstance(c, sharing) else WRITE for c in body.commands}):
@@ -108,6 +113,7 @@ async def batch(body: BatchRequest, caller: CallerDep, ctx: ContextDep) -> JSONR
     results: list[dict[str, Any] | None] = []
     records: list[tuple[str, bytes]] = []
     queued: list[int] = []  # index in cmds of each record
+    deadline = time.monotonic() + PRECHECK_DEADLINE_S  # one for the batch's pre-checks: past it, the rest go unchecked
     for i, item in enumerate(body.commands):
         if i and not i % BUILD_CHUNK:
             await asyncio.sleep(0)
@@ -121,6 +127,10 @@ async def batch(body: BatchRequest, caller: CallerDep, ctx: ContextDep) -> JSONR
         if c.size > largest:  # what POST /objects answers 413: the validator would reject it TOO_LARGE
             results.append(_refused(c, ApiError(f"the document or patch is {c.size} bytes, over the {largest} whose "
                                                 "event fits a Kafka record", code="TOO_LARGE")))
+            continue
+        early = await precheck(ctx.rules, c, deadline)  # what PATCH /objects/{id} answers 422: not produced
+        if early is not None:
+            results.append(_rule_refused(c, early))
             continue
         results.append(None)
         queued.append(i)
@@ -138,7 +148,7 @@ async def batch(body: BatchRequest, caller: CallerDep, ctx: ContextDep) -> JSONR
         if r["status"] != 202:
             metrics.produce_failures.labels(r["code"]).inc()
     metrics.produced.inc(statuses.count(202))
-    unavailable, too_large = statuses.count(503), statuses.count(413)
+    unavailable, too_large, refused = statuses.count(503), statuses.count(413), statuses.count(422)
     if unavailable:
         raise ApiError(f"{unavailable + too_large} of {len(cmds)} commands were not stored ({unavailable} not "
                        f"acknowledged by the broker, {too_large} too large); retry the 503 ones with their command ids "
@@ -147,7 +157,16 @@ async def batch(body: BatchRequest, caller: CallerDep, ctx: ContextDep) -> JSONR
     if too_large:
         raise ApiError(f"{too_large} of {len(cmds)} commands were too large and not stored; the others were",
                        code="TOO_LARGE", results=answers)
+    if refused:
+        raise ApiError(f"{refused} of {len(cmds)} commands were refused by the newest rules the API has seen (an "
+                       "advisory pre-check) and not stored; the others were", code="RULE_VIOLATED", results=answers)
     return JSONResponse({"results": answers}, status_code=202)
+
+
+def _rule_refused(c: Command, early: Rejection) -> dict[str, Any]:
+    return {"command_id": c.command_id, "object_id": c.object_id, "status": status_of(early.reason.value),
+            "code": early.reason.value, "error": early.message, "rule": early.rule, "rule_message": early.rule_message,
+            "rules_version": early.rules_version}
 
 
 def _refused(c: Command, e: ApiError | BrokerUnavailable) -> dict[str, Any]:
