@@ -21,7 +21,7 @@ from typing import Any
 from app.limits import size_limits
 from app.rules.control import CONTROL_KEY, RULES_CONTROL, Deploy, encode_control
 from app.settings import Settings
-from app.signing import signer_for
+from app.signing import CONTROL_DOMAIN, signer_for
 from app.validator.fold import InputRecord
 from app.validator.rocks.checkpoint import ShardStore
 from app.validator.rocks.shard import open_shard, shard_dir
@@ -34,7 +34,7 @@ NOW = 1_800_000_000_000
 TOPIC = "commands"
 MAX_MESSAGE_BYTES = 65_536  # the smallest allowed, so documents at the size limit stay cheap
 KINDS = (CreateObject, UpdateObject, DeleteObject, GrantEditor, RevokeEditor, GrantReader, RevokeReader)
-OBJECTS = ("o1", "o2", "o3", "ø-é", "x" * 256, "x" * 257, "", "a\x00b")
+OBJECTS = ("o1", "o2", "o3", "ø-é", "x" * 256, "x" * 257, "", "a\x00b", "arbiter:rules", "arbiter")  # reserved, and not
 PRINCIPALS = ("alice", "bob", "carol", "dave", "", "p" * 256, "p" * 257, "n\x00")
 GROUPS = ((), ("team",), ("team", "other"))
 GRANTEES = ("bob", "carol", "group:team", "alice", "", "g" * 256, "g" * 257, "z\x00", *(f"e{i}" for i in range(66)))
@@ -86,6 +86,7 @@ def settings_for(var_dir: Path, core: str, **extra: Any) -> Settings:  # noqa: A
 def batches_of(steps: list[Step], settings: Settings) -> list[list[InputRecord]]:
     """Return the records of ``steps`` cut into batches, offsets rising from 0 (a step may add a control record)."""
     signer = signer_for(settings)
+    controls = signer_for(settings, CONTROL_DOMAIN)  # control records are signed in their own domain (app.signing)
     docs = documents(size_limits(settings.max_message_bytes).max_document_bytes)
     at, out, batch = T0, [], []
     deployed = 0
@@ -131,7 +132,7 @@ def batches_of(steps: list[Step], settings: Settings) -> list[list[InputRecord]]
         elif mangle == "rules deployed before it":
             deployed += 1
             control = encode_control(Deploy(deployed, rules_digest(RULES_DOCUMENT), RULES_DOCUMENT, "ops", T0))
-            batch.append(InputRecord(CONTROL_KEY, control, TOPIC, 0, offset, signer.sign(CONTROL_KEY, control), None,
+            batch.append(InputRecord(CONTROL_KEY, control, TOPIC, 0, offset, controls.sign(CONTROL_KEY, control), None,
                                      None, RULES_CONTROL))
             offset += 1
         batch.append(InputRecord(key, value, TOPIC, 0, offset, sig, trace))

@@ -76,8 +76,15 @@ fn ids_problem(c: &Command, limits: &Limits) -> Option<String> {
             return Some(format!("{name} holds U+0000, which PostgreSQL cannot store"));
         }
     }
+    // `commands.ids.reserved`: the namespace of Arbiter's own records' keys.
+    if c.object_id.starts_with(RESERVED_PREFIX) {
+        return Some(format!("object ids starting '{RESERVED_PREFIX}' are reserved for Arbiter's own records"));
+    }
     None
 }
+
+/// `commands.ids.RESERVED_PREFIX`.
+const RESERVED_PREFIX: &str = "arbiter:";
 
 fn dedup(st: &State, c: &Command, limits: &Limits) -> Option<Outcome<'static>> {
     let seen = st.recent.iter().find(|e| {

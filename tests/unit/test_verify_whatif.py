@@ -18,7 +18,7 @@ from app.verify.whatif import WhatIfReport, flips
 from commands import CreateObject, UpdateObject
 from commands.rules import canonical_rules, rules_digest
 from schemas import codec
-from tests.unit.record_strategies import signature
+from tests.unit.record_strategies import control_signature, signature
 
 pytestmark = pytest.mark.unit
 
@@ -52,7 +52,7 @@ def test_a_loosened_candidate_flips_rejected_to_accepted_and_a_tightened_one_the
     commands, switch_ms = command_rows(), 1000  # the candidate is in force from the first command on
     # the rules in force: IN_FORCE deployed as v1 at offset 5, before the commands
     control = encode_control(Deploy(1, rules_digest(IN_FORCE), IN_FORCE, "ops", T0))
-    now = build_timeline([(S.topic_commands, PART, 5, CONTROL_KEY, control, signature(CONTROL_KEY, control))], S)
+    now = build_timeline([(S.topic_commands, PART, 5, CONTROL_KEY, control, control_signature(CONTROL_KEY, control))], S)
     assert now.version_at(S.topic_commands, PART, 10) == 1
 
     loose = flips(commands, now, now.with_candidate(rules(100), switch_ms), S)
