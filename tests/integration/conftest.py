@@ -1,9 +1,9 @@
 """The running Arbiter that integration tests share: one validator query (on the session's Spark), one DB
 projection and one API, on topics of their own, started on first use and stopped at the end of the session.
 
-A test that only needs a running Arbiter takes ``arbiter`` (or ``arbiter_on``, parametrized with ``READ_MODELS``
-and ``indirect=True``, to run on each read-model backend: the same validator's events are projected into a
-PostgreSQL read model too, with an API reading it, started on first use) and names its objects, idempotency keys and principals
+A test that only needs a running Arbiter takes ``arbiter`` (or, to run on each read-model backend, the session
+fixture ``SHARED_ON[kind]`` names: on PostgreSQL the same validator's events are projected into a database of its
+own, with an API reading it, started on first use) and names its objects, idempotency keys and principals
 with ``arbiter.tag`` (or a uuid of its own), so tests never meet each other's objects. A test that kills, restarts
 or reconfigures a component (the broker, the validator, the API's limits, the rules) starts its own stack, as
 before: the shared one must stay as every other test expects it.
@@ -57,14 +57,6 @@ def shared_arbiter_on_postgresql(shared_arbiter: tuple[Settings, Any],
 def arbiter(shared_arbiter: tuple[Settings, Any]) -> RunningArbiter:
     """The shared running Arbiter, with a tag for this test's object ids, keys and principals."""
     s, client = shared_arbiter
-    return RunningArbiter(s, client, uuid.uuid4().hex[:8])
-
-
-@pytest.fixture
-def arbiter_on(request: pytest.FixtureRequest) -> RunningArbiter:
-    """The shared running Arbiter on the read model ``request.param`` names ("rocksdb" or "postgresql"), with a tag
-    for this test's object ids, keys and principals."""
-    s, client = request.getfixturevalue(SHARED_ON[request.param])
     return RunningArbiter(s, client, uuid.uuid4().hex[:8])
 
 
