@@ -18,6 +18,7 @@ class Relay:
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
         self.accepted = 0
+        self.answered = bytearray()  # every byte the target sent back, over every connection: what to wait on
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -34,12 +35,14 @@ class Relay:
             with self._lock:
                 self._open |= {client, upstream}
                 self.accepted += 1
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            for a, b, keep in ((client, upstream, None), (upstream, client, self.answered)):
+                threading.Thread(target=self._pump, args=(a, b, keep), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, keep: bytearray | None) -> None:
         try:
             while data := src.recv(65536):
+                if keep is not None:
+                    keep += data
                 dst.sendall(data)
         except OSError:
             pass

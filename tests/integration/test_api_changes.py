@@ -18,6 +18,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from app.api.main import create_app
 from app.settings import Settings
 from tests.integration.test_api_support import (
+    RunningArbiter,
     audit_projection_running,
     auth,
     db_projection_running,
@@ -87,43 +88,48 @@ def until(condition: Any, what: str, timeout: float = 60.0) -> None:  # noqa: AN
         time.sleep(0.05)
 
 
-def test_changes_live_resume_access_and_limits(spark, settings: Settings) -> None:  # noqa: ANN001
+def test_changes_live_resume_access_and_limits(arbiter: RunningArbiter) -> None:
     """Alice's /changes stream leaves after 15 frames while 60 patches and 10 creates flow, and resumes with its
     Last-Event-ID: over both connections she sees every one of those events exactly once. An object stream
     resumed from its 10th id gets exactly the rest. Eve, an outsider, gets the unknown id's 404 byte for byte on
     /objects/{id}/changes and no event of alice's on /changes (her first is the grant alice then gives her). Bob,
-    a reader, gets access-revoked when alice revokes him, and his stream ends. A principal's third stream is 429."""
-    s = settings.model_copy(update={"changes_max_per_principal": 3, "changes_heartbeat_s": 1.0})
+    a reader, gets access-revoked when alice revokes him, and his stream ends. A principal's third stream is 429.
+
+    On the shared running Arbiter's validator and DB projection (objects and principals carry the test's tag), with
+    an audit projection and an API of its own (its stream limit and heartbeat; its own count of open streams)."""
+    s = arbiter.settings.model_copy(update={"changes_max_per_principal": 3, "changes_heartbeat_s": 1.0})
+    tag = arbiter.tag
+    doc, dox, bob_name, eve_name = (f"{x}-{tag}" for x in ("doc", "dox", "bob", "eve"))
     app = create_app(s)
-    with validator_running(spark, s), db_projection_running(s), audit_projection_running(s), served(app) as url, \
-            httpx.Client(base_url=url, timeout=60) as c:
-        alice, bob, eve = auth(s, "alice"), auth(s, "bob"), auth(s, "eve")
+    with audit_projection_running(s), served(app) as url, httpx.Client(base_url=url, timeout=60) as c:
+        alice, bob, eve = auth(s, f"alice-{tag}"), auth(s, bob_name), auth(s, eve_name)
         paths = c.get("/openapi.json").json()["paths"]
         for route in ("/changes", "/objects/{object_id}/changes"):
-            doc = paths[route]["get"]
-            assert "text/event-stream" in doc["responses"]["200"]["content"]
-            assert doc["security"] == [{"bearer": []}, {"ticket": []}]  # a bearer token, or a browser's ticket
-            assert {"400", "401", "410", "429", "503"} <= set(doc["responses"]), doc["responses"].keys()
+            spec = paths[route]["get"]
+            assert "text/event-stream" in spec["responses"]["200"]["content"]
+            assert spec["security"] == [{"bearer": []}, {"ticket": []}]  # a bearer token, or a browser's ticket
+            assert {"400", "401", "410", "429", "503"} <= set(spec["responses"]), spec["responses"].keys()
         operator = auth(s, "operator")
 
         def open_streams() -> int:
             return int(c.get("/status.json", headers=operator).json()["change_subscribers"])
-        decided(c.post("/objects", json={"id": "doc", "document": {"n": 0}}, headers={**alice, **WAIT}), 201, '"1"')
-        decided(c.put("/objects/doc/readers/bob", headers={**alice, **WAIT}), 200, '"2"')
-        until(lambda: c.get("/objects/doc", headers=bob).status_code == 200, "the read model to hold doc")
+        decided(c.post("/objects", json={"id": doc, "document": {"n": 0}}, headers={**alice, **WAIT}), 201, '"1"')
+        decided(c.put(f"/objects/{doc}/readers/{bob_name}", headers={**alice, **WAIT}), 200, '"2"')
+        until(lambda: c.get(f"/objects/{doc}", headers=bob).status_code == 200, "the read model to hold doc")
 
-        hidden = c.get("/objects/doc/changes", headers=eve)
-        unknown = c.get("/objects/dox/changes", headers=eve)
-        plain = c.get("/objects/dox", headers=eve)
+        hidden = c.get(f"/objects/{doc}/changes", headers=eve)
+        unknown = c.get(f"/objects/{dox}/changes", headers=eve)
+        plain = c.get(f"/objects/{dox}", headers=eve)
         is_problem(hidden, 404, "NOT_FOUND")
-        assert hidden.content == unknown.content.replace(b"dox", b"doc")
+        assert hidden.content == unknown.content.replace(dox.encode(), doc.encode())
         # and GET /objects/{id}'s own 404, but for the problem's instance (the path asked)
-        assert hidden.content == plain.content.replace(b"dox", b"doc").replace(b'/objects/doc"', b'/objects/doc/changes"')
+        assert hidden.content == plain.content.replace(dox.encode(), doc.encode()).replace(
+            f'/objects/{doc}"'.encode(), f'/objects/{doc}/changes"'.encode())
         assert {**hidden.headers, "date": ""} == {**unknown.headers, "date": ""}
 
         everything = Stream(url, "/changes", alice, stop_after=15)
-        one = Stream(url, "/objects/doc/changes", alice)
-        reader = Stream(url, "/objects/doc/changes", bob)
+        one = Stream(url, f"/objects/{doc}/changes", alice)
+        reader = Stream(url, f"/objects/{doc}/changes", bob)
         outsider = Stream(url, "/changes", eve)
         extra = Stream(url, "/changes", alice)
         until(lambda: all(x.comments for x in (everything, one, reader, outsider, extra)), "five streams to go live")
@@ -134,34 +140,34 @@ def test_changes_live_resume_access_and_limits(spark, settings: Settings) -> Non
         until(lambda: open_streams() == 4, "the server to see alice's extra stream leave")
 
         for i in range(60):  # answered 202 at once: the writes keep flowing while alice's stream leaves
-            assert c.patch("/objects/doc", json={"n": i + 1}, headers={**alice, **MERGE}).status_code == 202
+            assert c.patch(f"/objects/{doc}", json={"n": i + 1}, headers={**alice, **MERGE}).status_code == 202
             if i % 6 == 0:
-                assert c.post("/objects", json={"id": f"other-{i}", "document": {}}, headers=alice).status_code == 202
+                assert c.post("/objects", json={"id": f"other-{i}-{tag}", "document": {}}, headers=alice).status_code == 202
         assert everything.ended.wait(60), "alice's first /changes stream did not get its 15 frames"
         until(lambda: open_streams() == 3, "the server to see alice's first stream leave")
         resumed = Stream(url, "/changes", {**alice, "Last-Event-ID": everything.last_id()})
-        wanted = {("doc", v) for v in range(3, 63)} | {(f"other-{i}", 1) for i in range(0, 60, 6)}
+        wanted = {(doc, v) for v in range(3, 63)} | {(f"other-{i}-{tag}", 1) for i in range(0, 60, 6)}
         until(lambda: set(everything.changes() + resumed.changes()) >= wanted, "every event over both connections")
         seen = everything.changes() + resumed.changes()
         assert len(seen) == len(set(seen)) == len(wanted) and set(seen) == wanted  # once each: no gap, no duplicate
-        assert [v for o, v in seen if o == "doc"] == list(range(3, 63))  # in order, across the reconnect
+        assert [v for o, v in seen if o == doc] == list(range(3, 63))  # in order, across the reconnect
 
-        until(lambda: ("doc", 62) in one.changes(), "alice's object stream to reach version 62")
-        assert one.changes() == [("doc", v) for v in range(3, 63)]
-        again = Stream(url, "/objects/doc/changes", {**alice, "Last-Event-ID": one.frames[9][1]}, stop_after=50)
+        until(lambda: (doc, 62) in one.changes(), "alice's object stream to reach version 62")
+        assert one.changes() == [(doc, v) for v in range(3, 63)]
+        again = Stream(url, f"/objects/{doc}/changes", {**alice, "Last-Event-ID": one.frames[9][1]}, stop_after=50)
         assert again.ended.wait(60)
-        assert again.changes() == [("doc", v) for v in range(13, 63)]
+        assert again.changes() == [(doc, v) for v in range(13, 63)]
 
-        decided(c.delete("/objects/doc/readers/bob", headers={**alice, **WAIT}), 200, '"63"')
+        decided(c.delete(f"/objects/{doc}/readers/{bob_name}", headers={**alice, **WAIT}), 200, '"63"')
         assert reader.ended.wait(30), f"bob's stream did not end after access-revoked: {reader.frames[-3:]}"
-        assert reader.changes() == [("doc", v) for v in range(3, 63)]
-        assert reader.frames[-1][0] == "access-revoked" and reader.frames[-1][2] == {"object_id": "doc", "version": 63}
+        assert reader.changes() == [(doc, v) for v in range(3, 63)]
+        assert reader.frames[-1][0] == "access-revoked" and reader.frames[-1][2] == {"object_id": doc, "version": 63}
 
-        decided(c.put("/objects/other-0/readers/eve", headers={**alice, **WAIT}), 200, '"2"')
+        decided(c.put(f"/objects/other-0-{tag}/readers/{eve_name}", headers={**alice, **WAIT}), 200, '"2"')
         until(lambda: bool(outsider.frames), "eve's first frame")
-        assert outsider.frames[0][0] == "change" and outsider.frames[0][2]["object_id"] == "other-0"
+        assert outsider.frames[0][0] == "change" and outsider.frames[0][2]["object_id"] == f"other-0-{tag}"
         assert outsider.frames[0][2]["type"] == "READER_GRANTED"
-        assert not [d for _, _, d in outsider.frames if d["object_id"] == "doc"]
+        assert not [d for _, _, d in outsider.frames if d["object_id"] == doc]
 
         until(lambda: open_streams() == 3, "the open streams to be alice's two and eve's")  # bob's was ended
         for x in (resumed, one, outsider):
@@ -179,7 +185,10 @@ def test_resumed_streams_replay_only_what_may_be_read_now_and_a_deleted_object_l
       ``access-revoked``; eve sending bob's id, and a hand-made ``c1.AQAA``, are 400 INVALID_CURSOR;
     - alice's object stream ends with the DELETED change; resumed with that frame's id it is 204 (EventSource
       stops), resumed from the id before it it is that last frame and the end; without an id 410 DELETED;
-    - once retention has deleted the topic's records, resuming from an id before them is 410 CHANGES_EXPIRED."""
+    - once retention has deleted the topic's records, resuming from an id before them is 410 CHANGES_EXPIRED.
+
+    A stack of its own: deleting the events topic's records would cut the shared one's history from under
+    every projection that starts on it later."""
     s = settings.model_copy(update={"changes_heartbeat_s": 1.0})
     app = create_app(s)
     with validator_running(spark, s), db_projection_running(s), audit_projection_running(s), served(app) as url, \

@@ -2,7 +2,9 @@
 no proxy injecting a token. The browser's own EventSource survives two cut connections by its own reconnect
 (Last-Event-ID, the same ticket, admitted as a resume) and gets every change exactly once, in order. A reused and an
 expired ticket, and a page on an origin not in ARBITER_CORS_ALLOW_ORIGINS, are refused; no ticket reaches the
-access log. Behind it the live pipeline: the real validator, DB and audit projections."""
+access log. Behind it the live pipeline: the real validator and DB projection (the shared running Arbiter; the
+test's objects and principal carry its tag), an audit projection and an API of this test's (its CORS origin,
+ticket lifetime and heartbeat) on the shared topics."""
 
 from __future__ import annotations
 
@@ -20,17 +22,10 @@ import pytest
 
 from app.api.main import create_app
 from app.local.kafka_broker import free_port
-from app.settings import Settings
 from arbiter_client import Client
 from tests.integration.browser import chromium
-from tests.integration.tcp_cut import group_coordinator_ready, relay_to
-from tests.integration.test_api_support import (
-    audit_projection_running,
-    db_projection_running,
-    served,
-    token,
-    validator_running,
-)
+from tests.integration.tcp_cut import relay_to
+from tests.integration.test_api_support import RunningArbiter, audit_projection_running, served, token
 
 pytestmark = pytest.mark.integration
 
@@ -126,13 +121,13 @@ def until(condition: Any, what: str, timeout: float = 60.0) -> Any:  # noqa: ANN
 
 
 def test_a_page_on_another_origin_subscribes_resumes_and_is_refused_what_it_should_be(
-        spark, settings: Settings, tmp_path: Path) -> None:  # noqa: ANN001
+        arbiter: RunningArbiter, tmp_path: Path) -> None:
+    doc, other = f"doc-{arbiter.tag}", f"other-{arbiter.tag}"
     with page_origin() as origin, page_origin() as foreign:
-        s = settings.model_copy(update={"changes_heartbeat_s": 1.0, "cors_allow_origins": [origin],
-                                        "changes_ticket_ttl_s": 5.0})
-        group_coordinator_ready(s.kafka_bootstrap)
-        bearer = token(s, "alice")
-        with validator_running(spark, s), db_projection_running(s), audit_projection_running(s), \
+        s = arbiter.settings.model_copy(update={"changes_heartbeat_s": 1.0, "cors_allow_origins": [origin],
+                                                "changes_ticket_ttl_s": 5.0})
+        bearer = token(s, f"alice-{arbiter.tag}")
+        with audit_projection_running(s), \
                 served_with_access_log(create_app(s)) as (url, access_log), relay_to(url) as (api, relay), \
                 Client(url, bearer, wait_s=30) as alice, chromium(tmp_path / "profile") as driver:
             driver.get(f"{origin}/#api={api}&token={bearer}")
@@ -140,43 +135,43 @@ def test_a_page_on_another_origin_subscribes_resumes_and_is_refused_what_it_shou
             assert ticket.startswith("t1."), ticket
             driver.execute_script("window.subscribe(arguments[0])", ticket)
             until(lambda: driver.execute_script("return window.log.opens") == 1, "the EventSource to open")
-            time.sleep(1.5)  # subscribed (the stream's ": live") before the first write
+            until(lambda: b": live\n\n" in relay.answered, "the stream to be live")  # before the first write
 
             def seen() -> list[dict[str, Any]]:
                 return driver.execute_script("return window.log.events")  # type: ignore[no-any-return]
 
-            alice.create({"n": 0}, "doc")
-            alice.create({"n": 0}, "other")
+            alice.create({"n": 0}, doc)
+            alice.create({"n": 0}, other)
             for i in range(4):
-                alice.update("doc", {"n": i + 1})
+                alice.update(doc, {"n": i + 1})
             until(lambda: len(seen()) >= 6, "6 changes in the page")
             relay.cut()  # the browser reconnects by itself, with Last-Event-ID and the same URL (ticket)
             for i in range(6):
-                alice.update("other", {"n": i + 1})
+                alice.update(other, {"n": i + 1})
             until(lambda: len(seen()) >= 12 and driver.execute_script("return window.log.opens") == 2,
                   "12 changes over two connections")
             relay.cut()
             for i in range(10):
-                alice.update("doc" if i % 2 else "other", {"m": i})
+                alice.update(doc if i % 2 else other, {"m": i})
             until(lambda: len(seen()) >= 22, "22 changes over three connections")
             time.sleep(1.0)  # nothing more may come
             events = seen()
             assert driver.execute_script("return window.log.opens") == 3 and relay.accepted >= 3
             got = [(e["data"]["object_id"], e["data"]["version"]) for e in events]
             assert len(got) == len(set(got)) == 22, got  # no duplicate
-            for oid, last in (("doc", 10), ("other", 12)):
+            for oid, last in ((doc, 10), (other, 12)):
                 assert [v for o, v in got if o == oid] == list(range(1, last + 1)), got  # no gap, in order
             assert len({e["id"] for e in events}) == 22
 
             # the page's fallback when a resume is refused: closed, two changes missed, a new ticket with its last id
             driver.execute_script("window.es.close()")
-            alice.update("doc", {"gap": 1})
-            alice.update("other", {"gap": 1})
+            alice.update(doc, {"gap": 1})
+            alice.update(other, {"gap": 1})
             driver.execute_async_script("window.resubscribe().then(arguments[0])")
             until(lambda: len(seen()) >= 24, "the two changes made while the page was away")
             time.sleep(1.0)
             got = [(e["data"]["object_id"], e["data"]["version"]) for e in seen()]
-            assert got[22:] == [("doc", 11), ("other", 13)] and len(got) == 24, got
+            assert got[22:] == [(doc, 11), (other, 13)] and len(got) == 24, got
 
             # a reused ticket (a fresh open, no Last-Event-ID) and an expired one: the browser is refused for good
             def probe(t: str) -> str:

@@ -314,10 +314,24 @@ def _watch_status_page(api: str, shots: Path, settings: Settings) -> list[tuple[
     with chromium(shots / "profile") as driver:
         driver.get(f"{api}/#token={operator}")
         ids = ("total_commands", "total_events", "commands_in_per_s", "v_batch_id", "s_rows")
-        for i in range(6):
-            time.sleep(2.0)
-            driver.save_screenshot(str(shots / f"status-{i}.png"))
-            seen.append(tuple(driver.find_element(By.ID, k).text for k in ids))
+
+        def figures() -> tuple[str, ...]:
+            return tuple(driver.find_element(By.ID, k).text for k in ids)
+
+        # Watched until what the caller asserts holds: the page showed figures, then other figures while the load
+        # runs, the rocksdb backend's state rows among them, and hot keys. The page refreshes every second or two.
+        deadline = time.monotonic() + 60
+        while not seen or seen[0][0].strip() in ("", "–") or seen[-1] == seen[0] or seen[-1][-1] in ("", "–", "0") \
+                or not driver.find_element(By.ID, "hot").text.strip():
+            if time.monotonic() > deadline:
+                break  # the assertions below say what the page never showed
+            if seen and seen[0][0].strip() in ("", "–"):
+                seen.clear()  # not loaded yet: the first figures are the first the page showed
+            figure = figures()
+            if not seen or figure != seen[-1]:
+                driver.save_screenshot(str(shots / f"status-{len(seen)}.png"))
+                seen.append(figure)
+            time.sleep(0.2)
         assert not console_errors(driver), console_errors(driver)
         assert driver.find_element(By.ID, "hot").text.strip(), "no hot keys shown"
     assert seen[-1][-1] not in ("–", "0"), f"the rocksdb backend's state rows are not shown: {seen[-1]}"
