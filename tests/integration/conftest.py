@@ -28,7 +28,7 @@ from tests.integration.test_api_support import (
 )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # torn down when the integration tests are done: no thread of it runs under the unit tier
 def shared_arbiter(spark: Any, base_settings: Settings,  # noqa: ANN401 - a SparkSession
                    tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, Any]]:
     """Start the shared stack once: validator query, DB projection, API (``live_pipeline`` and ``api_client``)."""
@@ -38,7 +38,7 @@ def shared_arbiter(spark: Any, base_settings: Settings,  # noqa: ANN401 - a Spar
         yield s, client
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def shared_arbiter_on_postgresql(shared_arbiter: tuple[Settings, Any],
                                  postgres: Any) -> Iterator[tuple[Settings, Any]]:  # noqa: ANN401 - LocalPostgres
     """The shared validator's events projected by a second DB projection into a fresh PostgreSQL database, and an

@@ -34,7 +34,7 @@ from app.signing import SIGNATURE_HEADER, checker_for
 from app.topics import ensure_topics
 from app.validator.decode import decode_record
 from app.validator.fold import limits_for
-from app.validator.rules import NO_RULES, ShardRules, control_step
+from app.validator.rules import NO_RULES, ShardRules, control_step, rules_checker
 from app.validator.topic_io import produce_with_headers, read_all
 from commands import Event, ObjectState, Rejection, decide
 from commands.rules import canonical_rules, compile_rules
@@ -136,8 +136,8 @@ def _hand_flips(settings: Settings, candidate: str) -> Counter[tuple[str, str, s
         headers = dict(r.headers)
         if is_control(headers.get(CONTROL_HEADER)):
             shards[r.partition] = control_step(shards.get(r.partition, NO_RULES), r.key, r.value,
-                                               headers.get(SIGNATURE_HEADER), r.topic, r.partition, r.offset, checker,
-                                               sizes.keep_bytes).rules
+                                               headers.get(SIGNATURE_HEADER), r.topic, r.partition, r.offset,
+                                               rules_checker(settings), sizes.keep_bytes).rules
             continue
         item, _ = decode_record(r.key, r.value, r.topic, r.partition, r.offset, partitions=settings.partitions,
                                 keep=sizes.keep_bytes, id_bytes=sizes.max_id_bytes,
