@@ -47,6 +47,12 @@ def _read(path: Path) -> bytes | None:
         return None
 
 
+def _print_problems(path: Path, e: Exception) -> None:
+    """Print each problem of a refused document (``RulesInvalid.problems``), one line each, to stderr."""
+    for problem in getattr(e, "problems", None) or (str(e),):
+        print(f"{path}: {problem}", file=sys.stderr)
+
+
 def _check(args: argparse.Namespace) -> int:
     from app.rules.deploy import check
     from commands.rules import RulesInvalid
@@ -57,8 +63,7 @@ def _check(args: argparse.Namespace) -> int:
     try:
         rules = check(text)
     except RulesInvalid as e:
-        for problem in e.problems or (str(e),):
-            print(f"{args.file}: {problem}", file=sys.stderr)
+        _print_problems(args.file, e)
         print(f"{args.file}: {len(e.problems or (1,))} problem(s); not deployable", file=sys.stderr)
         return 1
     print(f"{args.file}: OK, digest {rules.digest}")
@@ -75,8 +80,7 @@ def _test(args: argparse.Namespace) -> int:
     try:
         report = run_cases(text)
     except RulesInvalid as e:
-        for problem in e.problems or (str(e),):
-            print(f"{args.file}: {problem}", file=sys.stderr)
+        _print_problems(args.file, e)
         return 1
     for line in report.lines():
         print(line)
@@ -94,8 +98,7 @@ def _deploy(args: argparse.Namespace) -> int:
     try:
         done = deploy(get_settings(), text, principal=operator)
     except RulesInvalid as e:
-        for problem in e.problems or (str(e),):
-            print(f"{args.file}: {problem}", file=sys.stderr)
+        _print_problems(args.file, e)
         return 1
     d = done.deploy
     what = "deployed" if done.new else "already the newest version; its control records were written again"
