@@ -133,6 +133,9 @@ class Settings(BaseSettings):
     topic_rules: str = Field(default="", description="One-partition catalog of deployed rules versions (who, what, "
                              "when); empty = <topic_commands>-rules (README \"Rules\").")
     topic_validator_leases: str = Field(default="arbiter-validator-leases", description="One-partition lease topic.")
+    topic_claims: str = Field(default="", description="The API's claims of Idempotency-Keys, keyed by (principal, key): "
+                              "the first claim names the one object a key may change (app/api/writes/claims.py); "
+                              "empty = <topic_commands>-claims.")
     lease_session_timeout_ms: int = Field(
         default=10_000, ge=1000, description="A lease holder that sends no heartbeat for this long (crash, network "
         "partition) loses the lease; another driver gets it this long after the holder's last heartbeat.")
@@ -402,6 +405,10 @@ class Settings(BaseSettings):
     @property
     def rules_topic(self) -> str:
         return self.topic_rules or f"{self.topic_commands}-rules"
+
+    @property
+    def claims_topic(self) -> str:
+        return self.topic_claims or f"{self.topic_commands}-claims"
 
     @property
     def generations_topic(self) -> str:

@@ -11,6 +11,7 @@ from app.api.callers.auth import METRICS, OPERATE, READ, Caller, authenticate_be
 from app.api.problems import ApiError
 from app.api.rules import RulesView
 from app.api.telemetry.metrics import ApiMetrics
+from app.api.writes.claims import KeyClaims
 from app.api.writes.outcomes import OutcomeCache
 from app.api.writes.producer import CommandProducer
 from app.api.writes.quota import Quotas, refusal
@@ -55,6 +56,7 @@ class ApiContext:
     metrics: ApiMetrics
     quotas: Quotas
     rules: RulesView | None = None  # the newest deployed rules, for the advisory pre-check of creates
+    claims: KeyClaims | None = None  # Idempotency-Key claims (None: not checked, as in tests without a broker)
 
 
 

@@ -32,6 +32,7 @@ from app.api.routes import status as status_routes
 from app.api.rules import RulesView
 from app.api.telemetry.metrics import ApiMetrics, RequestMetrics, mark_dead
 from app.api.telemetry.traces import TraceWrites
+from app.api.writes.claims import KeyClaims
 from app.api.writes.fast_writes import FastWrites
 from app.api.writes.memo import Memo
 from app.api.writes.outcomes import OutcomeCache, OutcomeConsumer
@@ -118,8 +119,10 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
         app.state.durable_outcomes = AuditOutcomes(audit_root(settings))
         # the pre-check of a patch learns the object's type and owner from the audit trail (app.api.rules)
         app.state.rules.latest = partial(app.state.durable_outcomes.latest_event, events_topic=settings.topic_events)
+        # one principal's Idempotency-Key names one object, across workers and restarts (app.api.writes.claims)
+        app.state.claims = await asyncio.to_thread(KeyClaims, settings)
         app.state.ctx = ApiContext(settings, app.state.producer, app.state.outcomes, metrics, app.state.quotas,
-                                   app.state.rules)
+                                   app.state.rules, app.state.claims)
         app.state.status.start_sampling()  # the status page's charts: a point a second whether or not anyone looks
         gauges = asyncio.create_task(_set_gauges(metrics, app.state.outcomes))
         try:
@@ -129,6 +132,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
             app.state.generation.stop()
             mark_dead(os.getpid())  # its live gauges leave the merged /metrics of `arbiter api --workers N`
             app.state.outcome_consumer.close()
+            app.state.claims.close()
             app.state.status.close()
             left = app.state.producer.close()
             if left:

@@ -29,6 +29,7 @@ from app.api.models import (
 )
 from app.api.problems import PROBLEM_RESPONSES, RATE_LIMITED_RESPONSE, ApiError, status_of
 from app.api.rules import PRECHECK_DEADLINE_S, precheck
+from app.api.writes.claims import KeyClaims
 from app.api.writes.outcomes import durable_lookup
 from app.api.writes.producer import Delivered
 from app.api.writes.quota import refusal
@@ -87,7 +88,8 @@ BUILD_CHUNK = 256
                  413: PROBLEM_RESPONSES[413] | {
                  "description": "Too many commands, or some were too large and not stored: `results` says which"},
                  422: {"description": "Some typed updates were refused by the newest rules (the advisory pre-check of "
-                       "`PATCH /objects/{id}`) and not stored: `results` says which; the others were stored"}},
+                       "`PATCH /objects/{id}`), or some items' idempotency keys already name another object "
+                       "(IDEMPOTENCY_KEY_REUSED), and were not stored: `results` says which; the others were stored"}},
              summary="Queue many commands in one request; one result per command, in order")
 async def batch(body: BatchRequest, caller: CallerDep, ctx: ContextDep) -> JSONResponse:
     """One result per command (202 stored, 413 too large, 422 refused by the rules' pre-check, 503 not
@@ -111,7 +113,6 @@ async def batch(body: BatchRequest, caller: CallerDep, ctx: ContextDep) -> JSONR
     encode = codec.encode_command
     cmds: list[Command] = []
     results: list[dict[str, Any] | None] = []
-    records: list[tuple[str, bytes]] = []
     queued: list[int] = []  # index in cmds of each record
     deadline = time.monotonic() + PRECHECK_DEADLINE_S  # one for the batch's pre-checks: past it, the rest go unchecked
     for i, item in enumerate(body.commands):
@@ -134,7 +135,10 @@ async def batch(body: BatchRequest, caller: CallerDep, ctx: ContextDep) -> JSONR
             continue
         results.append(None)
         queued.append(i)
-        records.append((c.object_id, encode(c)))
+    if ctx.claims is not None:  # each keyed item's key must name its object (app.api.writes.claims), as on POST /objects
+        queued = await _claimed(ctx.claims, [(i, cmds[i]) for i in queued if body.commands[i].idempotency_key],
+                                queued, results)
+    records = [(cmds[i].object_id, encode(cmds[i])) for i in queued]
     start = time.perf_counter()
     delivered = await producer.send_many(records) if records else []
     metrics.produce_seconds.labels("batch").observe(time.perf_counter() - start)
@@ -157,6 +161,11 @@ async def batch(body: BatchRequest, caller: CallerDep, ctx: ContextDep) -> JSONR
     if too_large:
         raise ApiError(f"{too_large} of {len(cmds)} commands were too large and not stored; the others were",
                        code="TOO_LARGE", results=answers)
+    reused = sum(1 for r in answers if r.get("code") == "IDEMPOTENCY_KEY_REUSED")
+    if reused:
+        raise ApiError(f"{reused} of {len(cmds)} commands reuse an Idempotency-Key that names another object and were "
+                       f"not stored{f', {refused - reused} were refused by the newest rules' if refused > reused else ''};"
+                       " the others were", code="IDEMPOTENCY_KEY_REUSED", results=answers)
     if refused:
         raise ApiError(f"{refused} of {len(cmds)} commands were refused by the newest rules the API has seen (an "
                        "advisory pre-check) and not stored; the others were", code="RULE_VIOLATED", results=answers)
@@ -167,6 +176,20 @@ def _rule_refused(c: Command, early: Rejection) -> dict[str, Any]:
     return {"command_id": c.command_id, "object_id": c.object_id, "status": status_of(early.reason.value),
             "code": early.reason.value, "error": early.message, "rule": early.rule, "rule_message": early.rule_message,
             "rules_version": early.rules_version}
+
+
+async def _claimed(claims: KeyClaims, keyed: list[tuple[int, Command]], queued: list[int],
+                   results: list[dict[str, Any] | None]) -> list[int]:
+    """Return ``queued`` without the keyed items whose key another object holds (their results say why)."""
+    refused: set[int] = set()
+    checks = await asyncio.gather(*(claims.check(c) for _, c in keyed), return_exceptions=True)
+    for (i, c), e in zip(keyed, checks, strict=True):
+        if isinstance(e, ApiError):
+            results[i] = _refused(c, e)
+            refused.add(i)
+        elif e is not None:
+            raise e
+    return [i for i in queued if i not in refused]
 
 
 def _refused(c: Command, e: ApiError | BrokerUnavailable) -> dict[str, Any]:

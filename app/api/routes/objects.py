@@ -84,9 +84,10 @@ _WRITE_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-async def _write(request: Request, cmd: Command, ctx: ApiContext) -> Response:
+async def _write(request: Request, cmd: Command, ctx: ApiContext, idempotency_key: str | None) -> Response:
     cmd = for_caller(cmd, caller_of(request))  # 403 INSUFFICIENT_SCOPE before anything is produced
-    return await submit(cmd, ctx, prefer_wait(request.headers.getlist("prefer"), ctx.settings.wait_max_s))
+    return await submit(cmd, ctx, prefer_wait(request.headers.getlist("prefer"), ctx.settings.wait_max_s),
+                        keyed=idempotency_key is not None)
 
 
 
@@ -95,7 +96,8 @@ async def _write(request: Request, cmd: Command, ctx: ApiContext) -> Response:
 async def create_object(request: Request, body: CreateRequest, principal: PrincipalDep, ctx: ContextDep,
                         idempotency_key: IdempotencyKey = None, if_match: IfMatch = None,
                         prefer: Prefer = None) -> Response:
-    return await _write(request, create_command(principal, body, idempotency_key, if_match), ctx)
+    return await _write(request, create_command(principal, body, idempotency_key, if_match), ctx,
+                        idempotency_key)
 
 
 @router.patch("/{object_id}", status_code=202, responses={**_WRITE_RESPONSES, 200: _DECIDED},
@@ -104,7 +106,8 @@ async def update_object(request: Request, object_id: ObjectIdPath,
                         patch: Annotated[Document, Body(media_type="application/merge-patch+json")],
                         principal: PrincipalDep, ctx: ContextDep, idempotency_key: IdempotencyKey = None,
                         if_match: IfMatch = None, prefer: Prefer = None) -> Response:
-    return await _write(request, update_command(principal, object_id, patch, idempotency_key, if_match), ctx)
+    return await _write(request, update_command(principal, object_id, patch, idempotency_key, if_match), ctx,
+                        idempotency_key)
 
 
 @router.delete("/{object_id}", status_code=202,
@@ -113,19 +116,20 @@ async def update_object(request: Request, object_id: ObjectIdPath,
 async def delete_object(request: Request, object_id: ObjectIdPath, principal: PrincipalDep, ctx: ContextDep,
                         idempotency_key: IdempotencyKey = None, if_match: IfMatch = None,
                         prefer: Prefer = None) -> Response:
-    return await _write(request, delete_command(principal, object_id, idempotency_key, if_match), ctx)
+    return await _write(request, delete_command(principal, object_id, idempotency_key, if_match), ctx,
+                        idempotency_key)
 
 
 async def _editor(request: Request, kind: type[GrantEditor] | type[RevokeEditor], object_id: str, editor: str,
                   principal: str, ctx: ContextDep, idempotency_key: str | None, if_match: str | None) -> Response:
     cmd = kind(command_id(idempotency_key), object_id, principal, now(), expected_version(if_match), editor=editor)
-    return await _write(request, cmd, ctx)
+    return await _write(request, cmd, ctx, idempotency_key)
 
 
 async def _reader(request: Request, kind: type[GrantReader] | type[RevokeReader], object_id: str, reader: str,
                   principal: str, ctx: ContextDep, idempotency_key: str | None, if_match: str | None) -> Response:
     cmd = kind(command_id(idempotency_key), object_id, principal, now(), expected_version(if_match), reader=reader)
-    return await _write(request, cmd, ctx)
+    return await _write(request, cmd, ctx, idempotency_key)
 
 
 @router.put("/{object_id}/editors/{editor}", status_code=202,

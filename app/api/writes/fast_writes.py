@@ -173,7 +173,8 @@ class FastWrites:
                 raise _NotCommon from e
         cmd = for_caller(cmd, caller)  # 403 INSUFFICIENT_SCOPE, as on the routes; groups, issuer, jti copied in
         ctx = state.ctx
-        response = await submit(cmd, ctx, prefer_wait(prefer, ctx.settings.wait_max_s))
+        response = await submit(cmd, ctx, prefer_wait(prefer, ctx.settings.wait_max_s),
+                                keyed=idempotency_key is not None)
         await response(scope, receive, send)
 
 

@@ -27,7 +27,15 @@ from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime
 
-from confluent_kafka import OFFSET_END, TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaException, TopicPartition
+from confluent_kafka import (
+    OFFSET_END,
+    TIMESTAMP_NOT_AVAILABLE,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
 
 from app.api.writes.summary import OutcomeSummary, summarize
 from commands import DEFAULT_LIMITS, Event, Rejection
@@ -251,6 +259,23 @@ def durable_lookup(audit: AuditOutcomes, principal: str, command_id: str) -> Out
     return max(summaries, key=lambda s: s.occurred_at.timestamp() if s.occurred_at else 0.0)
 
 
+def records(consumer: Consumer, timeout: float, what: str) -> list[Message]:
+    """Return the records of one ``consume`` (up to 500 in ``timeout`` s); errors are logged as ``what``'s, not returned."""
+    try:
+        msgs = consumer.consume(500, timeout)
+    except KafkaException as e:  # pragma: no cover - librdkafka reports most trouble per message
+        log.warning("%s: %s", what, e)
+        return []
+    good = []
+    for msg in msgs:
+        err = msg.error()
+        if err is None:
+            good.append(msg)
+        elif err.code() != KafkaError._PARTITION_EOF:
+            log.warning("%s: %s", what, err)
+    return good
+
+
 def _resolve(fut: asyncio.Future[OutcomeSummary], summary: OutcomeSummary) -> None:
     if not fut.done():
         fut.set_result(summary)
@@ -328,15 +353,7 @@ class OutcomeConsumer:
 
     def _loop(self) -> None:
         while self._running:
-            try:
-                msgs = self._consumer.consume(500, 0.1)
-            except KafkaException as e:  # pragma: no cover - librdkafka reports most trouble per message
-                log.warning("outcomes: %s", e)
-                continue
-            for msg in msgs:
-                if msg.error() is not None:
-                    log.warning("outcomes: %s", msg.error())
-                    continue
+            for msg in records(self._consumer, 0.1, "outcomes"):
                 try:
                     outcome = codec.decode_outcome(msg.value())
                 except DecodeError as e:

@@ -143,14 +143,15 @@ def _decided(cmd: Command, version: int, event: str | None, decision: OutcomeSum
     return _json(body, status, headers)
 
 
-async def submit(cmd: Command, ctx: ApiContext, wait: float | None) -> Response:
+async def submit(cmd: Command, ctx: ApiContext, wait: float | None, *, keyed: bool = False) -> Response:
     """Produce ``cmd``; answer 202 once acknowledged, or the decision if it arrives within ``wait`` seconds.
 
     A document or patch over ``app.limits``' ``max_document_bytes`` is 413 TOO_LARGE, not produced. A waiter
     slot is taken *before* producing: when all ``max_waiters`` are taken the answer is 503
     TOO_MANY_WAITERS and nothing was produced; when the principal already holds its share of them
     (``ARBITER_WAITER_SHARE``) the command is produced and answered 202 without waiting. A principal over its write
-    rate is 429 RATE_LIMITED before anything else.
+    rate is 429 RATE_LIMITED before anything else. A ``keyed`` command (its id is the client's Idempotency-Key) is
+    produced only if its key names its object (``app.api.writes.claims``): else 422 IDEMPOTENCY_KEY_REUSED.
     """
     writes = ctx.quotas.writes
     pause = writes.take(cmd.principal)
@@ -167,6 +168,8 @@ async def submit(cmd: Command, ctx: ApiContext, wait: float | None) -> Response:
         assert summary is not None  # a command's rejection has its command id and principal
         raise Rejected(summary, expected_version=cmd.expected_version,
                        headers={RULES_VERSION_HEADER: str(early.rules_version)})
+    if keyed and ctx.claims is not None:
+        await ctx.claims.check(cmd)
     outcomes = ctx.outcomes
     if not wait:
         return await _submit(cmd, ctx, None)
