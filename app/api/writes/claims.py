@@ -114,7 +114,7 @@ class KeyClaims:
         self.timeout_s = settings.produce_timeout_s
         ttl = timedelta(milliseconds=settings.dedup_ttl_ms)
         self.fold = ClaimFold(Limits(dedup_ttl=ttl))
-        ensure_claims_topic(settings)
+        self.ready = threading.Event()  # the topic exists and the fold is assigned: claims may be appended
         self._producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 1,
                                    "socket.nagle.disable": True, **settings.kafka_config, "acks": "all",
                                    "enable.idempotence": True, "partitioner": "murmur2_random", "logger": log})
@@ -122,28 +122,38 @@ class KeyClaims:
             "bootstrap.servers": settings.kafka_bootstrap, "group.id": f"arbiter-api-claims-{uuid.uuid4()}",
             "enable.auto.commit": False, "auto.offset.reset": "earliest", "fetch.wait.max.ms": 10,
             "socket.nagle.disable": True, **settings.kafka_config, "logger": log})
-        start_ms = int(time.time() * 1000) - settings.dedup_ttl_ms - SLACK_MS
-        parts = self._consumer.list_topics(self.topic, timeout=10).topics[self.topic].partitions
-        wanted = [TopicPartition(self.topic, p, start_ms) for p in parts]
-        starts = self._consumer.offsets_for_times(wanted, timeout=10)
-        # a partition with no record that recent starts at its end (-1 from offsets_for_times means "none")
-        self._consumer.assign([TopicPartition(self.topic, tp.partition, tp.offset if tp.offset >= 0 else
-                                              self._consumer.get_watermark_offsets(tp, timeout=10)[1])
-                               for tp in starts])
         self._running = True
         self._served = threading.Thread(target=self._serve_reports, name="arbiter-api-claims-reports", daemon=True)
         self._thread = threading.Thread(target=self._run, name="arbiter-api-claims", daemon=True)
         self._served.start()
         self._thread.start()
 
+    def _assign(self) -> None:
+        """Create the topic if missing and assign every partition from ``dedup_ttl`` + ``SLACK_MS`` ago."""
+        ensure_claims_topic(self.settings)
+        start_ms = int(time.time() * 1000) - self.settings.dedup_ttl_ms - SLACK_MS
+        parts = self._consumer.list_topics(self.topic, timeout=10).topics[self.topic].partitions
+        starts = self._consumer.offsets_for_times([TopicPartition(self.topic, p, start_ms) for p in parts], timeout=10)
+        # a partition with no record that recent starts at its end (-1 from offsets_for_times means "none")
+        self._consumer.assign([TopicPartition(self.topic, tp.partition, tp.offset if tp.offset >= 0 else
+                                              self._consumer.get_watermark_offsets(tp, timeout=10)[1])
+                               for tp in starts])
+        self.ready.set()
+
     def _run(self) -> None:
-        # Any error restarts the loop on the same consumer (its positions kept): a dead fold would answer every
-        # later keyed write 503.
+        # Started off the event loop and retried: the API starts (and answers keyed writes 503) while the broker is
+        # away or a new topic's partitions have no leader yet. Any error later restarts the loop on the same consumer
+        # (its positions kept): a dead fold would answer every later keyed write 503.
         while self._running:
             try:
+                if not self.ready.is_set():
+                    self._assign()
                 self._loop()
-            except Exception:  # noqa: BLE001 - anything, so the thread never dies
-                log.exception("claims: the fold failed; restarting it")
+            except Exception as e:  # noqa: BLE001 - anything, so the thread never dies
+                if self.ready.is_set():
+                    log.exception("claims: the fold failed; restarting it")
+                else:
+                    log.warning("claims: not assigned yet (%s); retrying", e)
                 time.sleep(0.5)
 
     def _loop(self) -> None:
@@ -162,8 +172,12 @@ class KeyClaims:
         nothing was produced but the claim, and a retry with the same key and object is settled the same way.
         """
         claim = claim_of(cmd)
-        partition, offset = await self._append(claim)
         deadline = time.monotonic() + self.timeout_s
+        while not self.ready.is_set():  # the fold is not assigned yet (just started, or the broker is away)
+            if time.monotonic() > deadline:
+                raise self._unavailable(claim, "the claims topic is not readable yet")
+            await asyncio.sleep(WAIT_STEP_S * 10)
+        partition, offset = await self._append(claim)
         while not self.fold.passed(partition, offset):
             if time.monotonic() > deadline:
                 raise ApiError("the Idempotency-Key's claim was stored but not read back in time; retry with the "
