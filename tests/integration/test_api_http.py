@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -20,8 +21,6 @@ from tests.integration.test_api_support import (
     consume_all,
     decided,
     is_problem,
-    live_pipeline,
-    module_settings_for,
     read_until,
 )
 
@@ -29,14 +28,23 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def module_settings(base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Settings:
-    return module_settings_for(base_settings, tmp_path_factory, "api-http", max_body_bytes=4096, wait_max_s=60.0)
+def module_settings(shared_arbiter: tuple[Settings, TestClient]) -> Settings:
+    """The shared running Arbiter's settings (its topics, validator, DB projection and read model) with this module's
+    API limits: a 4 KiB body cap and a 60 s wait. Only the API is reconfigured, so it is the module's own."""
+    s, _ = shared_arbiter
+    return s.model_copy(update={"max_body_bytes": 4096, "wait_max_s": 60.0})
 
 
 @pytest.fixture(scope="module")
-def client(spark, module_settings: Settings) -> Iterator[TestClient]:  # noqa: ANN001
-    with live_pipeline(spark, module_settings), api_client(module_settings) as c:
+def client(module_settings: Settings) -> Iterator[TestClient]:
+    with api_client(module_settings) as c:
         yield c
+
+
+@pytest.fixture(scope="module")
+def t() -> str:
+    """This module's tag: its object ids carry it, so they never meet another test's on the shared topics."""
+    return uuid.uuid4().hex[:8]
 
 
 def wait(settings: Settings, who: str, **extra: str) -> dict[str, str]:
@@ -45,33 +53,35 @@ def wait(settings: Settings, who: str, **extra: str) -> dict[str, str]:
 
 # --- authentication ------------------------------------------------------------------------------
 
-def test_writes_without_a_valid_token_are_401_and_produce_nothing(client: TestClient, module_settings: Settings) -> None:
-    body = {"id": "sneaky", "document": {}}
+def test_writes_without_a_valid_token_are_401_and_produce_nothing(client: TestClient, module_settings: Settings,
+                                                                  t: str) -> None:
+    body = {"id": f"sneaky-{t}", "document": {}}
     elsewhere = module_settings.path(module_settings.var_dir) / "another-issuer"  # another key pair, same iss
     forged = auth(module_settings.model_copy(update={"var_dir": elsewhere}), "alice")
     for headers in ({}, {"Authorization": "Bearer nonsense"}, {"Authorization": "Basic YWxpY2U6eA=="}, forged):
         r = client.post("/objects", json=body, headers=headers)
         is_problem(r, 401, "UNAUTHORIZED")
         assert r.headers["www-authenticate"].startswith("Bearer")
-    is_problem(client.delete("/objects/x", headers=forged), 401)
-    is_problem(client.post("/commands:batch", json={"commands": [{"kind": "delete", "object_id": "x"}]}), 401)
-    is_problem(client.get("/objects/live"), 401)
+    is_problem(client.delete(f"/objects/x-{t}", headers=forged), 401)
+    is_problem(client.post("/commands:batch", json={"commands": [{"kind": "delete", "object_id": f"x-{t}"}]}), 401)
+    is_problem(client.get(f"/objects/live-{t}"), 401)
     records = consume_all(module_settings, module_settings.topic_commands, 1, timeout=1.5)
-    assert not [m for m in records if m.key() in (b"sneaky", b"x")]
+    assert not [m for m in records if m.key() in (f"sneaky-{t}".encode(), f"x-{t}".encode())]
 
 
-def test_a_principal_in_the_body_never_becomes_the_principal(client: TestClient, module_settings: Settings) -> None:
-    h = auth(module_settings, "mallory")
-    is_problem(client.post("/objects", json={"id": "p1", "document": {}, "principal": "alice"}, headers=h),
+def test_a_principal_in_the_body_never_becomes_the_principal(client: TestClient, module_settings: Settings,
+                                                              t: str) -> None:
+    h, p1 = auth(module_settings, "mallory"), f"p1-{t}"
+    is_problem(client.post("/objects", json={"id": p1, "document": {}, "principal": "alice"}, headers=h),
                422, "INVALID_REQUEST")
-    batch = {"commands": [{"kind": "delete", "object_id": "p1", "principal": "alice"}]}
+    batch = {"commands": [{"kind": "delete", "object_id": p1, "principal": "alice"}]}
     is_problem(client.post("/commands:batch", json=batch, headers=h), 422)
     # inside a merge patch "principal" is just a document field; the command's principal is the token's
-    r = client.patch("/objects/p1", json={"principal": "alice"}, headers={**h, "Idempotency-Key": "patch-p1"})
+    r = client.patch(f"/objects/{p1}", json={"principal": "alice"}, headers={**h, "Idempotency-Key": f"patch-{p1}"})
     assert r.status_code == 202
     records = consume_all(module_settings, module_settings.topic_commands, 1)
-    cmds = [codec.decode_command(m.value()) for m in records if m.key() == b"p1"]
-    assert [(c.command_id, c.principal) for c in cmds] == [("patch-p1", "mallory")]
+    cmds = [codec.decode_command(m.value()) for m in records if m.key() == p1.encode()]
+    assert [(c.command_id, c.principal) for c in cmds] == [(f"patch-{p1}", "mallory")]
 
 
 # --- bad input -------------------------------------------------------------------------------------
@@ -104,79 +114,79 @@ def metric(client: TestClient, settings: Settings, sample: str) -> float:
     return 0.0
 
 
-def test_prefer_wait_answers_with_the_decision(client: TestClient, module_settings: Settings) -> None:
+def test_prefer_wait_answers_with_the_decision(client: TestClient, module_settings: Settings, t: str) -> None:
     """Each answer is the validator's decision of that very command, its status, ETag and current version."""
     s = module_settings
     samples = ['arbiter_api_outcomes_total{outcome="ACCEPTED"}', 'arbiter_api_outcomes_total{outcome="FORBIDDEN"}',
                'arbiter_api_requests_total{method="POST",route="/objects",status="201"}']
     before = [metric(client, s, m) for m in samples]
-    ok = decided(client.post("/objects", json={"id": "w-ok", "document": {}},
-                             headers=wait(s, "alice", **{"Idempotency-Key": "c-ok"})), 201, '"1"')
-    assert ok.headers["location"] == "/objects/w-ok"
-    assert ok.json() == {"command_id": "c-ok", "object_id": "w-ok", "status": "accepted", "version": 1,
+    ok = decided(client.post("/objects", json={"id": f"w-ok-{t}", "document": {}},
+                             headers=wait(s, "alice", **{"Idempotency-Key": f"c-ok-{t}"})), 201, '"1"')
+    assert ok.headers["location"] == f"/objects/w-ok-{t}"
+    assert ok.json() == {"command_id": f"c-ok-{t}", "object_id": f"w-ok-{t}", "status": "accepted", "version": 1,
                          "event": "CREATED"}
-    decided(client.put("/objects/w-ok/readers/bob", headers=wait(s, "alice")), 200, '"2"')
-    decided(client.post("/objects", json={"id": "w-del", "document": {}}, headers=wait(s, "alice")), 201, '"1"')
-    gone = decided(client.delete("/objects/w-del", headers=wait(s, "alice")), 204, '"2"')
+    decided(client.put(f"/objects/w-ok-{t}/readers/bob", headers=wait(s, "alice")), 200, '"2"')
+    decided(client.post("/objects", json={"id": f"w-del-{t}", "document": {}}, headers=wait(s, "alice")), 201, '"1"')
+    gone = decided(client.delete(f"/objects/w-del-{t}", headers=wait(s, "alice")), 204, '"2"')
     assert not gone.content
-    refused = [("patch", "/objects/w-ok", {"json": {"x": 1}}, wait(s, "alice", **{"If-Match": '"1"'}),
+    refused = [("patch", f"/objects/w-ok-{t}", {"json": {"x": 1}}, wait(s, "alice", **{"If-Match": '"1"'}),
                 412, "VERSION_CONFLICT", 2),
-               ("post", "/objects", {"json": {"id": "w-ok", "document": {}}}, wait(s, "alice"), 409, "ALREADY_EXISTS", 2),
-               ("patch", "/objects/w-del", {"json": {"x": 1}}, wait(s, "alice"), 410, "DELETED", 2),
-               ("patch", "/objects/w-ok", {"json": {"x": 1}}, wait(s, "bob"), 403, "FORBIDDEN", 2),  # bob only reads
+               ("post", "/objects", {"json": {"id": f"w-ok-{t}", "document": {}}}, wait(s, "alice"), 409, "ALREADY_EXISTS", 2),
+               ("patch", f"/objects/w-del-{t}", {"json": {"x": 1}}, wait(s, "alice"), 410, "DELETED", 2),
+               ("patch", f"/objects/w-ok-{t}", {"json": {"x": 1}}, wait(s, "bob"), 403, "FORBIDDEN", 2),  # bob only reads
                # an outsider learns the id is taken, not its version nor whether it was deleted (issue 25)
-               ("post", "/objects", {"json": {"id": "w-ok", "document": {}}}, wait(s, "mallory"), 409, "ALREADY_EXISTS", 0),
-               ("post", "/objects", {"json": {"id": "w-del", "document": {}}}, wait(s, "mallory"), 409, "ALREADY_EXISTS",
+               ("post", "/objects", {"json": {"id": f"w-ok-{t}", "document": {}}}, wait(s, "mallory"), 409, "ALREADY_EXISTS", 0),
+               ("post", "/objects", {"json": {"id": f"w-del-{t}", "document": {}}}, wait(s, "mallory"), 409, "ALREADY_EXISTS",
                 0)]
     for method, path, kw, headers, status, code, version in refused:
         r = getattr(client, method)(path, headers=headers, **kw)
         body = is_problem(r, status, code)
         assert body["current_version"] == version and r.headers["etag"] == f'"{version}"', body
         assert client.get(f"/commands/{body['command_id']}", headers=headers).json()["reason"] == code
-    known = client.get("/commands/c-ok", headers=auth(s, "alice"))
+    known = client.get(f"/commands/c-ok-{t}", headers=auth(s, "alice"))
     assert known.status_code == 200 and known.json()["status"] == "accepted" and known.headers["etag"] == '"1"'
     assert [metric(client, s, m) - b for m, b in zip(samples, before, strict=True)] == [4, 1, 2]
     assert "arbiter_api_produce_seconds_bucket" in client.get("/metrics", headers=auth(s, "operator")).text
 
 
-def test_a_duplicate_answers_with_the_original_outcome(client: TestClient, module_settings: Settings) -> None:
+def test_a_duplicate_answers_with_the_original_outcome(client: TestClient, module_settings: Settings, t: str) -> None:
     """A client's retry of an accepted update is the validator's DUPLICATE, answered as the original: 200, v2."""
     s = module_settings
-    decided(client.post("/objects", json={"id": "dup", "document": {}}, headers=wait(s, "alice")), 201, '"1"')
-    first = decided(client.patch("/objects/dup", json={"a": 1}, headers=wait(s, "alice", **{"Idempotency-Key": "retry-1"})),
-                    200, '"2"')
-    again = decided(client.patch("/objects/dup", json={"a": 1}, headers=wait(s, "alice", **{"Idempotency-Key": "retry-1"})),
-                    200, '"2"')
+    decided(client.post("/objects", json={"id": f"dup-{t}", "document": {}}, headers=wait(s, "alice")), 201, '"1"')
+    retry = wait(s, "alice", **{"Idempotency-Key": f"retry-1-{t}"})
+    first = decided(client.patch(f"/objects/dup-{t}", json={"a": 1}, headers=retry), 200, '"2"')
+    again = decided(client.patch(f"/objects/dup-{t}", json={"a": 1}, headers=retry), 200, '"2"')
     assert first.json()["event"] == "UPDATED" and again.json()["event"] is None
-    assert again.json()["version"] == 2 and again.json()["command_id"] == "retry-1"
-    read = read_until(client, "/objects/dup", auth(s, "alice"), '"2"')
+    assert again.json()["version"] == 2 and again.json()["command_id"] == f"retry-1-{t}"
+    read = read_until(client, f"/objects/dup-{t}", auth(s, "alice"), '"2"')
     assert read.json() == {"a": 1}  # applied once
 
 
 # --- the read side ------------------------------------------------------------------------------------
 
-def test_get_object_from_the_read_model(client: TestClient, module_settings: Settings) -> None:
+def test_get_object_from_the_read_model(client: TestClient, module_settings: Settings, t: str) -> None:
     """What the validator accepted, the projection applied (a merge patch included) and the API serves by role."""
     s = module_settings
-    decided(client.post("/objects", json={"id": "live", "document": {"a": 1}}, headers=wait(s, "alice")), 201, '"1"')
-    decided(client.put("/objects/live/readers/reader", headers=wait(s, "alice")), 200, '"2"')
-    decided(client.patch("/objects/live", json={"ü": "ß"}, headers=wait(s, "alice")), 200, '"3"')
-    decided(client.post("/objects", json={"id": "gone", "document": {"b": 1}}, headers=wait(s, "alice")), 201, '"1"')
-    decided(client.put("/objects/gone/readers/reader", headers=wait(s, "alice")), 200, '"2"')
-    decided(client.delete("/objects/gone", headers=wait(s, "alice")), 204, '"3"')
+    decided(client.post("/objects", json={"id": f"live-{t}", "document": {"a": 1}}, headers=wait(s, "alice")), 201, '"1"')
+    decided(client.put(f"/objects/live-{t}/readers/reader", headers=wait(s, "alice")), 200, '"2"')
+    decided(client.patch(f"/objects/live-{t}", json={"ü": "ß"}, headers=wait(s, "alice")), 200, '"3"')
+    decided(client.post("/objects", json={"id": f"gone-{t}", "document": {"b": 1}}, headers=wait(s, "alice")), 201, '"1"')
+    decided(client.put(f"/objects/gone-{t}/readers/reader", headers=wait(s, "alice")), 200, '"2"')
+    decided(client.delete(f"/objects/gone-{t}", headers=wait(s, "alice")), 204, '"3"')
     h = auth(s, "reader")
-    r = read_until(client, "/objects/live", h, '"3"')
+    r = read_until(client, f"/objects/live-{t}", h, '"3"')
     assert r.status_code == 200 and r.json() == {"a": 1, "ü": "ß"} and r.headers["etag"] == '"3"', r.text
-    assert client.get("/objects/live", headers={**h, "If-None-Match": '"3"'}).status_code == 304
-    assert client.get("/objects/live", headers={**h, "If-None-Match": '"2"'}).status_code == 200
-    deleted = read_until(client, "/objects/gone", h, '"3"')
+    assert client.get(f"/objects/live-{t}", headers={**h, "If-None-Match": '"3"'}).status_code == 304
+    assert client.get(f"/objects/live-{t}", headers={**h, "If-None-Match": '"2"'}).status_code == 200
+    deleted = read_until(client, f"/objects/gone-{t}", h, '"3"')
     is_problem(deleted, 410, "DELETED")
-    is_problem(client.get("/objects/never", headers=h), 404, "NOT_FOUND")
+    is_problem(client.get(f"/objects/never-{t}", headers=h), 404, "NOT_FOUND")
     outsider = auth(s, "mallory")
-    hidden, unknown = client.get("/objects/live", headers=outsider), client.get("/objects/LIVE", headers=outsider)
-    is_problem(hidden, 404, "NOT_FOUND")
-    assert hidden.content == unknown.content.replace(b"LIVE", b"live") and "etag" not in hidden.headers
-    is_problem(client.get("/objects/gone", headers=outsider), 404, "NOT_FOUND")
+    hidden, unknown = client.get(f"/objects/live-{t}", headers=outsider), client.get(f"/objects/LIVE-{t.upper()}",
+                                                                                         headers=outsider)
+    live, unknown_id = f"live-{t}".encode(), f"LIVE-{t.upper()}".encode()
+    assert hidden.content == unknown.content.replace(unknown_id, live) and "etag" not in hidden.headers
+    is_problem(client.get(f"/objects/gone-{t}", headers=outsider), 404, "NOT_FOUND")
 
 
 def test_ops_endpoints(client: TestClient) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from hypothesis import strategies as st
@@ -76,18 +77,26 @@ def record_strategies(texts: Strategy, times: st.SearchStrategy[datetime], longs
     return RecordStrategies(commands, events, recents, states, rejections)
 
 
+@cache
+def _default_settings() -> Any:  # noqa: ANN401 - app.settings.Settings, imported late as the signers below do
+    """Every test's ``Settings()`` (tests/conftest.py drops the caller's ``ARBITER_*``), built once: a ``Settings()``
+    reads the environment and the dotenv file, and the signers below built one per record (most of the time of
+    tests/unit/test_rocks_shard.py's generated streams, in a py-spy profile of the fast tier)."""
+    from app.settings import Settings
+
+    return Settings()
+
+
 def signature(key: bytes | None, value: bytes) -> bytes:
     """The ``arbiter-signature`` header Arbiter's producers put on a command record, under the settings' default
     (development) key, as every test's ``Settings`` without ``record_keys`` has it (``app.signing``)."""
-    from app.settings import Settings
     from app.signing import signer_for
 
-    return signer_for(Settings()).sign(key, value)
+    return signer_for(_default_settings()).sign(key, value)
 
 
 def control_signature(key: bytes | None, value: bytes) -> bytes:
     """The ``arbiter-signature`` header of a rules control record (signed in its own domain, ``app.signing``)."""
-    from app.settings import Settings
     from app.signing import CONTROL_DOMAIN, signer_for
 
-    return signer_for(Settings(), CONTROL_DOMAIN).sign(key, value)
+    return signer_for(_default_settings(), CONTROL_DOMAIN).sign(key, value)

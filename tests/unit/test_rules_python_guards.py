@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from functools import cache
 from types import SimpleNamespace
 from typing import Any
 
@@ -78,19 +79,29 @@ def test_python_answers_as_cel_cpp_or_defers(expr: str, a: Any, b: Any, old_a: A
     assume(check(expr, a, b, old_a, owner, exists, groups, expected) is not None)
 
 
-def check(expr: str, a: Any, b: Any, old_a: Any, owner: str = "alice", exists: bool = True,  # noqa: ANN401, PLR0913
-          groups: list[str] | None = None, expected: int | None = None) -> bool | None:
-    """Assert Python's answer for ``expr`` is cel-cpp's, or that Python defers; return whether Python answered
-    (None: ``expr`` is not a guard, or not translated)."""
-    groups = groups if groups is not None else ["finance"]
+@cache
+def _compiled(expr: str) -> tuple[Any, dict[str, tuple[str, ...]], Any] | None:
+    """Return ``expr``'s cel-cpp program, what it reads and its Python translation, or None when it is not a guard or
+    not translated. Pure in ``expr``, so built once per expression rather than once per example (Hypothesis draws
+    the same expression with many values; the compile was most of the 1,000-example test's time)."""
     program, tree, problems = compile_guard(ENV, expr, tuple(POINTERS))
     if problems or program is None or tree is None:
         return None
     read = references(tree) | {("next", "b")}  # b is read by another guard of the type: it must convert too
     reads = {var: tuple(sorted(m for v, m in read if v == var)) for var in ("state", "next", "command", "caller")}
     run = translate([program], reads, "t", POINTERS)
-    if run is None:
+    return None if run is None else (program, reads, run)
+
+
+def check(expr: str, a: Any, b: Any, old_a: Any, owner: str = "alice", exists: bool = True,  # noqa: ANN401, PLR0913
+          groups: list[str] | None = None, expected: int | None = None) -> bool | None:
+    """Assert Python's answer for ``expr`` is cel-cpp's, or that Python defers; return whether Python answered
+    (None: ``expr`` is not a guard, or not translated)."""
+    groups = groups if groups is not None else ["finance"]
+    compiled = _compiled(expr)
+    if compiled is None:
         return None
+    program, reads, run = compiled
     live = SimpleNamespace(owner=owner, deleted=False, version=3, editors=(), readers=(), object_type="t") \
         if exists else None
     command = SimpleNamespace(principal="alice", groups=tuple(groups), issuer=None, command_id="c1", object_id="o1",
@@ -188,8 +199,16 @@ HEAVY_GUARDS = with_rules({"rules": 1, "types": {"order": {
          "expr": "command.kind != 'create' || next.amount >= 0.5"}]}}})
 
 
+@pytest.fixture(scope="module")
+def cel_alone() -> list[tuple[RuleSet, RuleSet]]:
+    """Each rules set beside itself compiled with every guard left to cel-cpp: parsed and compiled once for the
+    module, not once per example (it was most of the generated workloads' time)."""
+    return [(rules, without_python(rules)) for rules in (ORDERS, HEAVY_GUARDS)]
+
+
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(workloads(typed=True))
-def test_workloads_decide_byte_for_byte_as_with_cel_cpp_alone(workload: list[Command]) -> None:
-    for rules in (ORDERS, HEAVY_GUARDS):
-        assert run(workload, rules) == run(workload, without_python(rules))
+def test_workloads_decide_byte_for_byte_as_with_cel_cpp_alone(cel_alone: list[tuple[RuleSet, RuleSet]],
+                                                              workload: list[Command]) -> None:
+    for rules, alone in cel_alone:
+        assert run(workload, rules) == run(workload, alone)
