@@ -30,6 +30,7 @@ from datetime import datetime
 from confluent_kafka import OFFSET_END, TIMESTAMP_NOT_AVAILABLE, Consumer, KafkaException, TopicPartition
 
 from app.api.writes.summary import OutcomeSummary, summarize
+from app.kafka_client import RECONNECT
 from commands import DEFAULT_LIMITS, Event, Rejection
 from commands.command import utf8_size
 from projections.audit.outcomes import AuditOutcomes
@@ -270,6 +271,7 @@ class OutcomeConsumer:
             "auto.offset.reset": "latest",
             "fetch.wait.max.ms": 50,
             "socket.nagle.disable": True,
+            **RECONNECT,
             **(kafka_config or {}),
             "logger": log,
         })
