@@ -3,7 +3,8 @@
 The top of this package holds only the wiring every room uses: ``settings``, ``limits``, ``topics``, ``errors``,
 ``read_models`` (which read-model backend the API and projections open), ``spark_session``, ``signing`` (the
 signature of command records: the API signs, the validator checks) and ``traces`` (the W3C trace context on
-records: the API stores it, the validator copies it, the projections continue it). Each room below
+records: the API stores it, the validator copies it, the projections continue it) and ``kafka_client`` (librdkafka
+settings the long-lived clients share). Each room below
 holds one job: ``api`` (the HTTP command and query API), ``validator`` (the Spark job), ``contract`` (registry
 subjects and setup, the AsyncAPI document: what downstream consumers rely on), ``status`` (the live
 status page's figures), ``cli`` (the ``arbiter`` command), ``local`` (the embedded broker and PostgreSQL of the

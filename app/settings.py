@@ -48,6 +48,10 @@ class Settings(BaseSettings):
     kafka_port: int = Field(default=9092, description="Port of the local broker `arbiter kafka start` runs (127.0.0.1).")
     kafka_controller_port: int = Field(default=9093, description="KRaft controller port of the local broker.")
     kafka_heap: str = Field(default="768m", description="JVM heap of the local broker.")
+    kafka_jit: Literal["c1", "c2"] = Field(
+        default="c2", description="The local broker's JIT: c2 (the JVM's default, tiered up to C2: a broker runs "
+        "long and carries every record) or c1 (C1 only: about a third less CPU to start, for brokers that live "
+        "minutes, as the tests' do). Kafka's storage formatting tool, run once before a first start, always runs C1.")
     kafka_config: dict[str, str] = Field(default_factory=dict, description="librdkafka options, dotted names.")
     topic_commands: str = Field(default="commands", description="The validator's input, keyed by object id.")
     topic_events: str = Field(default="events", description="Accepted commands, as events, keyed by object id.")

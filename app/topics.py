@@ -12,6 +12,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from app import limits
 from app.errors import BrokerUnavailable, SetupError
+from app.kafka_client import RECONNECT
 from app.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ def _refuse_thin_replication(settings: Settings, brokers: int) -> None:
 
 
 def admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, **RECONNECT})
 
 
 def ensure_topics(settings: Settings, names: list[str] | None = None, partitions: int | None = None) -> list[str]:

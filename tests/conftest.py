@@ -122,7 +122,7 @@ def kafka_bootstrap(session_dir: Path) -> Iterator[str]:
     if EXTERNAL_BROKER:
         yield EXTERNAL_BROKER
         return
-    broker = LocalBroker(session_dir / "kafka", port=free_port(), controller_port=free_port(), heap="512m")
+    broker = LocalBroker(session_dir / "kafka", port=free_port(), controller_port=free_port(), heap="512m", jit="c1")
     broker.start(Settings())
     try:
         # The validator's lease check gives a fresh broker 15 s to answer a group request; on a loaded machine the

@@ -26,6 +26,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from app.errors import ArbiterError, BrokerUnavailable
+from app.kafka_client import RECONNECT
 
 log = logging.getLogger("arbiter.validator.lease")
 
@@ -148,16 +149,17 @@ class ValidatorLease:
         return self._assigned.is_set() and self.lost_reason is None
 
     def _common(self) -> dict[str, Any]:
-        return {**self.config.kafka_config, "bootstrap.servers": self.config.bootstrap, "log_level": 0}
+        return {**RECONNECT, **self.config.kafka_config, "bootstrap.servers": self.config.bootstrap, "log_level": 0}
 
-    def holder(self) -> Holder | None:
-        """Return the member that owns the lease partition now, or None."""
+    def holder(self, timeout_s: float = 10.0) -> Holder | None:
+        """Return the member that owns the lease partition now, or None; ``BrokerUnavailable`` if the coordinator
+        does not answer a request within ``timeout_s`` (retried for half as long again)."""
         admin = AdminClient(self._common())
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 1.5 * timeout_s
         while True:
             try:
-                group = admin.describe_consumer_groups([self.config.group], request_timeout=10)[self.config.group] \
-                    .result(timeout=15)
+                group = admin.describe_consumer_groups([self.config.group], request_timeout=timeout_s)[
+                    self.config.group].result(timeout=1.5 * timeout_s)
                 break
             except KafkaException as e:
                 err = e.args[0] if e.args and isinstance(e.args[0], KafkaError) else None
@@ -232,7 +234,9 @@ class ValidatorLease:
         if self._fenced_by_id:
             return LossCause(FENCED, None, reason)
         try:
-            holder = self.holder()
+            # One session: a coordinator that does not answer for that long is what lapsed the membership. A slow
+            # answer read as "cut off" is safe: taking the lease back is then refused if another member holds it.
+            holder = self.holder(timeout_s=max(1.0, self.config.session_timeout_ms / 1000))
         except BrokerUnavailable as e:
             return LossCause(CUT_OFF, None, f"{reason}; the group coordinator does not answer: {e}")
         if holder is not None and holder.instance_id != self.config.instance_id:

@@ -6,18 +6,24 @@ fixture ``SHARED_ON[kind]`` names: on PostgreSQL the same validator's events are
 own, with an API reading it, started on first use) and names its objects, idempotency keys and principals
 with ``arbiter.tag`` (or a uuid of its own), so tests never meet each other's objects. A test that kills, restarts
 or reconfigures a component (the broker, the validator, the API's limits, the rules) starts its own stack, as
-before: the shared one must stay as every other test expects it.
+before: the shared one must stay as every other test expects it. A test that stops and starts a broker takes
+``own_broker``: one broker apart from the session's, started once for all such tests (each on topics of its own)
+and found running by each, instead of a broker started per module.
 """
 
 from __future__ import annotations
 
+import random
+import socket
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import SecretStr
 
+from app.local.kafka_broker import LocalBroker, free_port
 from app.settings import Settings
 from tests.integration.test_api_support import (
     RunningArbiter,
@@ -62,3 +68,45 @@ def arbiter(shared_arbiter: tuple[Settings, Any]) -> RunningArbiter:
 
 #: The session fixture serving each read-model backend (``tests.conftest.READ_MODELS``).
 SHARED_ON = {"rocksdb": "shared_arbiter", "postgresql": "shared_arbiter_on_postgresql"}
+
+
+def port_to_restart_on() -> int:
+    """A free loopback port below the kernel's ephemeral range, for a broker stopped and started again on it.
+
+    A port from ``free_port`` is an ephemeral one: while the broker is down its clients keep connecting to it,
+    and any outgoing connection on the machine (or a client's connection to itself, TCP's simultaneous open) may
+    be given that very port as its local end, so the broker cannot bind it again ("Address already in use").
+    The kernel never hands out a port below ``ip_local_port_range`` on its own.
+    """
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(200):
+        port = random.randrange(max(1024, low - 12000), low)  # noqa: S311 - not for security
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    return free_port()
+
+
+@pytest.fixture(scope="package")
+def restartable_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
+    """A small broker apart from the session's, on ports that stay free while it is down, started once for every
+    test that stops it (``own_broker``); each such test uses topics of its own."""
+    broker = LocalBroker(Path(tmp_path_factory.mktemp("own-broker")), port=port_to_restart_on(),
+                         controller_port=port_to_restart_on(), heap="384m", jit="c1")
+    broker.start(Settings())
+    try:
+        yield broker
+    finally:
+        broker.stop()
+        assert broker.running_pid() is None
+
+
+@pytest.fixture
+def own_broker(restartable_broker: LocalBroker) -> LocalBroker:
+    """The broker a test may stop and start again, running and answering when the test begins (a test that failed
+    while it was down left it stopped: it is started again here)."""
+    restartable_broker.start(Settings())
+    return restartable_broker

@@ -1,20 +1,18 @@
 """Broker stopped: writes answer 503 with Retry-After, and nothing is lost or doubled once it is back.
 
-Runs its own small broker (module-scoped, free ports) so stopping it does not disturb the session broker.
+Runs on ``own_broker`` (tests/integration/conftest.py: a broker apart from the session's, started once for the tests
+that stop it) so stopping it does not disturb the session broker.
 """
 
 from __future__ import annotations
 
-import random
-import socket
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from app.local.kafka_broker import LocalBroker, free_port
+from app.local.kafka_broker import LocalBroker
 from app.settings import Settings
 from app.topics import ensure_topics
 from commands import Event, ObjectState, decide
@@ -22,38 +20,6 @@ from schemas import codec
 from tests.integration.test_api_support import api_client, auth, consume_all
 
 pytestmark = pytest.mark.integration
-
-
-def port_to_restart_on() -> int:
-    """A free loopback port below the kernel's ephemeral range, for a broker stopped and started again on it.
-
-    A port from ``free_port`` is an ephemeral one: while the broker is down its clients keep connecting to it,
-    and any outgoing connection on the machine (or a client's connection to itself, TCP's simultaneous open) may
-    be given that very port as its local end, so the broker cannot bind it again ("Address already in use").
-    The kernel never hands out a port below ``ip_local_port_range`` on its own.
-    """
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    for _ in range(200):
-        port = random.randrange(max(1024, low - 12000), low)  # noqa: S311 - not for security
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    return free_port()
-
-
-@pytest.fixture(scope="module")
-def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalBroker]:
-    broker = LocalBroker(Path(tmp_path_factory.mktemp("own-broker")), port=port_to_restart_on(),
-                         controller_port=port_to_restart_on(), heap="384m")
-    broker.start(Settings())
-    try:
-        yield broker
-    finally:
-        broker.stop()
-        assert broker.running_pid() is None
 
 
 def test_writes_answer_503_while_the_broker_is_down_and_a_retry_applies_once(

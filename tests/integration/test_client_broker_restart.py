@@ -2,7 +2,8 @@
 through a broker restart: the real validator process, DB projection and API run on a broker of this module's own,
 stopped and started while the program writes. Nothing is lost and nothing is applied twice.
 
-Runs its own broker (``own_broker``: module-scoped, free ports) so stopping it does not disturb the session broker.
+Runs on ``own_broker`` (tests/integration/conftest.py: a broker apart from the session's, started once for the
+tests that stop it) so stopping it does not disturb the session broker.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ from app.api.main import create_app
 from app.local.kafka_broker import LocalBroker
 from app.settings import Settings
 from app.topics import ensure_lease_topic, ensure_topics
-from tests.integration.test_api_broker_down import own_broker  # noqa: F401 - the fixture, shared
 from tests.integration.test_api_support import db_projection_running, served, token
 from tests.integration.validator_oracle import ROOT, start_validator, stop_validator
 
@@ -51,7 +51,7 @@ def produce_failures(url: str, s: Settings) -> float:
 
 
 def test_a_client_program_loses_nothing_through_a_broker_restart(
-        own_broker: LocalBroker, base_settings: Settings, tmp_path: Path) -> None:  # noqa: F811 - the fixture
+        own_broker: LocalBroker, base_settings: Settings, tmp_path: Path) -> None:
     tag = uuid.uuid4().hex[:8]
     s = base_settings.model_copy(update={
         "kafka_bootstrap": own_broker.bootstrap, "partitions": 2, "topic_commands": f"commands-{tag}",

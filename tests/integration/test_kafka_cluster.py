@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import TopicMetadata
 
 from app.errors import SetupError
 from app.local.kafka_broker import free_port
@@ -23,8 +25,18 @@ from app.validator.topic_io import read_all
 pytestmark = pytest.mark.integration
 
 
+def _created(bootstrap: str, topic: str) -> TopicMetadata:
+    """The topic's metadata once the node asked knows it: a node other than the one that created it may learn of it
+    a moment later (a KeyError under load, the topic being created)."""
+    deadline = time.monotonic() + 30
+    while (meta := admin(bootstrap).list_topics(timeout=10).topics.get(topic)) is None:
+        assert time.monotonic() < deadline, f"{topic} created but not listed in 30 s"
+        time.sleep(0.2)
+    return meta
+
+
 def test_three_brokers_replicate_arbiters_topics_and_lose_nothing_acknowledged_with_one_killed(tmp_path: Path) -> None:
-    settings = Settings(var_dir=tmp_path / "var", kafka_heap="384m", partitions=3)
+    settings = Settings(var_dir=tmp_path / "var", kafka_heap="384m", kafka_jit="c1", partitions=3)
     cluster = LocalCluster.from_settings(settings, 3, [(free_port(), free_port()) for _ in range(3)])
     try:
         cluster.start(settings)
@@ -34,7 +46,7 @@ def test_three_brokers_replicate_arbiters_topics_and_lose_nothing_acknowledged_w
         assert settings.topic_commands not in admin(cluster.bootstrap).list_topics(timeout=10).topics
         prod = on.model_copy(update={"replication_factor": 3, "min_insync_replicas": 2})
         assert settings.topic_commands in ensure_topics(prod)
-        meta = admin(cluster.bootstrap).list_topics(timeout=10).topics[settings.topic_commands]
+        meta = _created(cluster.bootstrap, settings.topic_commands)
         assert {len(p.replicas) for p in meta.partitions.values()} == {3}
         isr = describe_configs(admin(cluster.bootstrap), [settings.topic_commands])[settings.topic_commands]
         assert isr["min.insync.replicas"].value == "2"

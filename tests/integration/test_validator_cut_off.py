@@ -1,7 +1,8 @@
 """A validator cut off from Kafka longer than its lease session: it keeps its query stopped and starts again in the
 same process once the broker is back, instead of exiting with LEASE_LOST as if another driver owned the checkpoint.
 
-Runs its own broker (``own_broker``: module-scoped, free ports) so stopping it does not disturb the session broker.
+Runs on ``own_broker`` (tests/integration/conftest.py: a broker apart from the session's, started once for the
+tests that stop it) so stopping it does not disturb the session broker.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from app.local.kafka_broker import LocalBroker
 from app.settings import Settings
 from app.topics import ensure_lease_topic, ensure_topics
 from commands import Command, CreateObject, UpdateObject
-from tests.integration.test_api_broker_down import own_broker  # noqa: F401 - the fixture, shared
 from tests.integration.validator_oracle import (
     ROOT,
     assert_restart_decided_the_rest,
@@ -52,7 +52,7 @@ def _wait(what: str, until, job: subprocess.Popen[bytes], log: Path, timeout: fl
 
 
 def test_a_validator_cut_off_from_kafka_takes_its_lease_back_when_the_broker_returns(
-        own_broker: LocalBroker, base_settings: Settings, tmp_path: Path) -> None:  # noqa: F811 - the fixture
+        own_broker: LocalBroker, base_settings: Settings, tmp_path: Path) -> None:
     tag = uuid.uuid4().hex[:8]
     s = base_settings.model_copy(update={
         "kafka_bootstrap": own_broker.bootstrap, "partitions": 2, "topic_commands": f"commands-{tag}",
@@ -69,7 +69,8 @@ def test_a_validator_cut_off_from_kafka_takes_its_lease_back_when_the_broker_ret
         job = subprocess.Popen([sys.executable, "-m", "app.validator"], env=env, stdout=out,  # noqa: S603
                                stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
     try:
-        _wait("first outputs", lambda: output_count(s) >= len(first), job, log)
+        # 300 s: this wait covers the job's Spark start, which took over 120 s on a machine at load 60
+        _wait("first outputs", lambda: output_count(s) >= len(first), job, log, timeout=300)
         own_broker.stop()
         _wait("lost lease", lambda: "lost its lease without another member taking it (cut off" in log.read_text(),
               job, log)

@@ -38,6 +38,7 @@ from confluent_kafka import (
 )
 
 from app.api.writes.summary import OutcomeSummary, summarize
+from app.kafka_client import RECONNECT
 from commands import DEFAULT_LIMITS, Event, Rejection
 from commands.command import utf8_size
 from projections.audit.outcomes import AuditOutcomes
@@ -295,6 +296,7 @@ class OutcomeConsumer:
             "auto.offset.reset": "latest",
             "fetch.wait.max.ms": 50,
             "socket.nagle.disable": True,
+            **RECONNECT,
             **(kafka_config or {}),
             "logger": log,
         })

@@ -20,6 +20,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from app import limits
 from app.api.problems import ApiError
 from app.errors import BrokerUnavailable
+from app.kafka_client import RECONNECT
 from app.settings import Settings
 from app.signing import signer_for
 from app.traces import current_headers
@@ -56,6 +57,7 @@ def producer_config(settings: Settings, *, traced: bool = False) -> dict[str, An
         "message.timeout.ms": timeout_ms,
         "request.timeout.ms": min(timeout_ms, 30_000),
         "socket.connection.setup.timeout.ms": min(timeout_ms, 10_000),
+        **RECONNECT,
         **settings.kafka_config,
         **SAFETY,
     }
