@@ -100,19 +100,25 @@ def _run(args: argparse.Namespace) -> int:
               f"({s.partitions} partitions) ...", flush=True)
         ensure_topics(s)
         print(f"[3/6] validator (Spark {s.spark_master}, state backend {s.state_backend}) ...", flush=True)
-        sup.start(Service("validator", arbiter_argv("validator"), timeout=240,
-                          ready=lambda: _log_says(sup.log_of("validator"), "validator started")))
+        validator = Service("validator", arbiter_argv("validator"), timeout=240,
+                            ready=lambda: _log_says(sup.log_of("validator"), "validator started"))
+        archive = Service("archive", arbiter_argv("archive", "run"), timeout=240,
+                          ready=lambda: _log_says(sup.log_of("archive"), "archive started"))
+        sup.spawn(validator)
+        if s.run_archive if args.archive is None else args.archive:
+            # its own Spark JVM starts beside the validator's, not after the projections and the API
+            sup.spawn(archive)
+        sup.wait_ready(validator)
         print(f"[4/6] projections: db (read model on {s.read_model}), audit, log ...", flush=True)
         for kind in ("db", "audit", "log"):
             sup.start(Service(f"project-{kind}", arbiter_argv("project", kind), timeout=60,
                               ready=lambda k=kind: _log_says(sup.log_of(f"project-{k}"), "projection: assigned")))
         print(f"[5/6] API on {api_url} ...", flush=True)
         sup.start(Service("api", arbiter_argv("api"), timeout=60, ready=lambda: _healthy(f"{api_url}/healthz")))
-        if s.run_archive if args.archive is None else args.archive:
+        if archive.proc is not None:
             print(f"      archive to {s.archive_location} (its own Spark, {s.archive_spark_master}, every "
                   f"{s.archive_trigger_interval}) ...", flush=True)
-            sup.start(Service("archive", arbiter_argv("archive", "run"), timeout=240,
-                              ready=lambda: _log_says(sup.log_of("archive"), "archive started")))
+            sup.wait_ready(archive)
         print(f"      pipeline up in {time.monotonic() - t0:.0f}s; logs in {var / 'logs'}")
         sup.monitor()  # from here on a component that exits is restarted, the scenario's time included
         if not args.no_scenario:

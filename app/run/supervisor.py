@@ -60,20 +60,32 @@ class Supervisor:
 
     def start(self, svc: Service, progress: Callable[[str], None] = print) -> None:
         """Start ``svc`` in its own session (so its Spark JVM and workers stop with it) and wait until ready."""
+        self.spawn(svc)
+        self.wait_ready(svc, progress)
+
+    def spawn(self, svc: Service) -> None:
+        """Start ``svc`` without waiting: another start can go on meanwhile; ``wait_ready`` waits for it later."""
         with self._lock:
             health = self.health[svc.name] = Health(svc.name, log=str(self.log_of(svc.name)))
             self._spawn(svc, health)
             health.state = "starting"
             self.services.append(svc)
             self._publish()
+
+    def wait_ready(self, svc: Service, progress: Callable[[str], None] = print) -> None:
+        """Wait until spawned ``svc`` is ready (its ``timeout`` counted from its spawn); raise ``SetupError`` if it or
+        another service still starting exits first, or it is not ready in time."""
         assert svc.proc is not None
-        deadline = time.monotonic() + svc.timeout
-        started = time.monotonic()
+        health = self.health[svc.name]
+        started = health._started
+        deadline = started + svc.timeout
         while True:
-            if svc.proc.poll() is not None:
-                tail = self.log_of(svc.name).read_text(errors="replace")[-2500:]
-                self._failed_at_start(health, f"{describe_exit(svc.proc.returncode)} during start-up")
-                raise SetupError(f"{svc.name} exited with code {svc.proc.returncode}; last log lines:\n{tail}")
+            for other in (o for o in self.services if self.health[o.name].state == "starting"):  # svc among them
+                if other.proc is not None and other.proc.poll() is not None:
+                    tail = self.log_of(other.name).read_text(errors="replace")[-2500:]
+                    self._failed_at_start(self.health[other.name],
+                                          f"{describe_exit(other.proc.returncode)} during start-up")
+                    raise SetupError(f"{other.name} exited with code {other.proc.returncode}; last log lines:\n{tail}")
             try:
                 if svc.ready():
                     with self._lock:

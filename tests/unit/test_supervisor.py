@@ -220,6 +220,21 @@ def test_start_up_still_fails_fast(h: Harness, tmp_path: Path) -> None:
         h.sup.start(Service("slow", [sys.executable, "-c", "import time; time.sleep(60)"], ready=lambda: False, timeout=0.5))
 
 
+def test_a_service_spawned_ahead_fails_the_start_of_another_when_it_exits(h: Harness, tmp_path: Path) -> None:
+    """``arbiter run`` spawns the archive beside the validator and waits for it later: its exit meanwhile fails the
+    start at once, naming it, as its own start would."""
+    ahead = Service("ahead", [sys.executable, "-c", "import sys; sys.exit(3)"], ready=lambda: False, timeout=30)
+    h.sup.spawn(ahead)
+    with pytest.raises(SetupError, match="ahead exited with code 3"):
+        h.sup.start(Service("waited", [sys.executable, "-c", "import time; time.sleep(60)"], ready=lambda: False,
+                            timeout=30))
+    assert h.status()["ahead"]["state"] == "failed" and h.status()["waited"]["state"] == "starting"
+    ready = Service("ready", [sys.executable, "-c", "import time; time.sleep(60)"], ready=lambda: True, timeout=30)
+    h.sup.spawn(ready)
+    h.sup.wait_ready(ready, progress=h.messages.append)
+    assert h.status()["ready"]["state"] == "running" and h.messages[-1].startswith("      ready ready (pid ")
+
+
 def test_status_file_of_a_gone_supervisor_is_ignored(tmp_path: Path) -> None:
     path = tmp_path / "components.json"
     assert read_components(path) == []
