@@ -75,8 +75,13 @@ INPUT_COLUMNS = ("key", "value", "topic", "partition", "offset", *(c for c, _ in
 
 def header_columns() -> list[str]:
     """Return the SQL of the header columns: ``signature`` (``app.signing``), ``traceparent`` and ``tracestate``
-    (``app.traces``: copied onto the outputs) and ``control`` (``app.rules.control``: a rules control record)."""
-    return [f"try_element_at(filter(headers, h -> h.key = '{name}'), 1).value AS {column}"
+    (``app.traces``: copied onto the outputs) and ``control`` (``app.rules.control``: a rules control record).
+
+    Each is the value of the first header of its name: ``array_position`` over the header keys (1-based, 0 when
+    absent), then ``get`` (0-based, null out of range). Both are code-generated; ``filter(headers, h -> ...)``,
+    used before, is a lambda Spark evaluates row by row outside the generated code (docs/benchmarks.md).
+    """
+    return [f"get(headers, CAST(array_position(headers.key, '{name}') AS INT) - 1).value AS {column}"
             for column, name in HEADER_COLUMNS]
 
 
