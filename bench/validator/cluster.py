@@ -71,7 +71,7 @@ def _start_worker(cluster: Cluster, w: int, separate_dirs: bool, memory: str, *,
                   "127.0.0.1", "--port", str(free_port()), "--webui-port", str(free_port()), "--cores", "1",
                   "--memory", memory, cluster.master_url], log, wenv)
     try:
-        wait_for(log, "Successfully registered with master")
+        wait_for(log, "Successfully registered with master", timeout=300)  # a loaded host takes minutes
     except BaseException:
         stop(proc)
         raise
