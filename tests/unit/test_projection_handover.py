@@ -45,3 +45,12 @@ def test_a_partition_handed_back_is_folded_onto_the_store_not_the_cache(tmp_path
     assert view is not None and view.version == 3
     assert first.counts.gaps == 0 and store.gaps() == {}
     assert store.offsets()[("events", 0)] == 3
+
+
+def test_group_mode_is_refused_on_the_rocksdb_read_model(caplog: pytest.LogCaptureFixture) -> None:
+    from app.cli import main
+    from app.settings import get_settings
+
+    get_settings.cache_clear()  # the defaults: ARBITER_* is stripped by tests/conftest.py, so rocksdb
+    assert main(["project", "db", "--group"]) == 2
+    assert "--group needs the shared PostgreSQL read model" in caplog.text
