@@ -14,7 +14,8 @@ Each fault is watched ``--observe`` s after it healed. For each it prints comman
 against ``commands.decide`` folded over the commands topic in offset order, byte-identical duplicates, 503s (and
 any without Retry-After) and for how long, p50/p99 during and after, the time until every partition decides again
 and until the projections catch up; then the audit replicas verify. Exits 1 if an invariant fails: a lost or
-divergent command, a missing decision, a 503 without Retry-After, an audit chain that does not verify or differs
+divergent command, a missing decision, a 503 without Retry-After, a read older than the reader's own accepted
+write, an audit chain that does not verify or differs
 between replicas, a component that could not be brought back. ``--check`` is the short form CI runs (shorter
 phases, a lighter load; the same invariants, no timings asserted). Everything started is stopped by PID, also on
 failure or Ctrl-C; the figures go to ``<work>/drill.json``.
@@ -36,7 +37,7 @@ from confluent_kafka.admin import AdminClient
 
 from bench.drill.load import Load, Watch
 from bench.drill.stack import Stack, start_stack
-from bench.drill.verdict import Fault, audit_check, catch_up, figures, high_watermarks, oracle
+from bench.drill.verdict import Fault, audit_check, catch_up, figures, high_watermarks, oracle, retrying
 
 
 def say(line: str) -> None:
@@ -48,7 +49,8 @@ def busiest_leader(stack: Stack) -> tuple[int, int]:
     s = stack.settings
     hw = high_watermarks(s, (s.topic_commands,))
     partition = max(range(s.partitions), key=lambda p: hw[(s.topic_commands, p)])
-    md = AdminClient({"bootstrap.servers": s.kafka_bootstrap, "log_level": 0}).list_topics(s.topic_commands, timeout=10)
+    md = retrying(lambda: AdminClient({"bootstrap.servers": s.kafka_bootstrap, "log_level": 0})
+                  .list_topics(s.topic_commands, timeout=10))
     return partition, md.topics[s.topic_commands].partitions[partition].leader
 
 
@@ -198,22 +200,25 @@ def main(argv: list[str] | None = None) -> int:
         audit = audit_check([stack.audit_dir(1), stack.audit_dir(2)])
         rows = [figures(f, load, watch, o) for f in drill.faults]
         lost = len(acked - o.decided)
-        no_ra = sum(1 for r in load.retries if r.kind == "503 without Retry-After")
+        no_ra = sum(1 for r in load.retries if r.kind.endswith("503 without Retry-After"))
+        read_503 = sum(1 for r in load.retries if r.kind.startswith("read 503"))
         report = {"work": str(work), "check": a.check, "rate": a.rate, "partitions": a.partitions,
                   "writes": len(load.writes), "acked": len(acked), "commands": o.commands, "outputs": o.outputs,
                   "duplicates": o.duplicates, "divergent": len(o.divergent), "missing": len(o.missing),
-                  "lost": lost, "503_without_retry_after": no_ra, "final_catch_up_s": final,
+                  "lost": lost, "503_without_retry_after": no_ra, "reads": load.reads, "reads_answered_503": read_503,
+                  "stale_reads": load.stale_reads[:5], "final_catch_up_s": final,
                   "audit": {"ok": audit.ok, "same_heads": audit.same_heads, "chains": audit.chains,
                             "records": audit.records, "problems": list(audit.problems[:5])},
                   "unplanned_restarts": drill.unplanned, "faults": rows, "seconds": round(time.monotonic() - t0)}
         (work / "drill.json").write_text(json.dumps(report, indent=2))
         for r in rows:
             say(json.dumps(r))
-        ok = (lost == 0 and not o.divergent and not o.missing and no_ra == 0 and audit.ok
+        ok = (lost == 0 and not o.divergent and not o.missing and no_ra == 0 and audit.ok and not load.stale_reads
               and all(v is not None for v in final.values()))
         say(f"{len(load.writes)} writes ({len(acked)} acknowledged), {o.commands} commands, {o.outputs} outputs "
             f"({o.duplicates} identical duplicates), {len(o.divergent)} divergent, {len(o.missing)} missing, "
-            f"{lost} lost, {no_ra} 503 without Retry-After; audit {'verifies' if audit.ok else 'FAILS'} "
+            f"{lost} lost, {no_ra} 503 without Retry-After, {load.reads} reads ({len(load.stale_reads)} older than "
+            f"the client's own accepted write); audit {'verifies' if audit.ok else 'FAILS'} "
             f"({audit.chains} chains, {audit.records} records, replicas' heads "
             f"{'identical' if audit.same_heads else 'DIFFERENT'}); unplanned restarts {drill.unplanned or 'none'}")
         say(f"{'OK' if ok else 'FAILED'}; figures in {work / 'drill.json'}")

@@ -2,7 +2,8 @@
 
 ``Load`` runs a few threads, each with the Python client over both API replicas (it turns to the other replica
 when one does not answer): creates, updates and deletes of its own objects, now and then an update of one it
-deleted (a rejection), each with its command id as the Idempotency-Key, a share with ``Prefer: wait``. Every
+deleted (a rejection), each with its command id as the Idempotency-Key, a share with ``Prefer: wait``; and a
+share of reads of its own objects, which must never be older than the version it saw accepted (read-your-writes). Every
 write's answer, latency and the 503s and transport failures behind it (the client's ``on_retry``) are kept.
 ``Watch`` samples the output topics' high watermarks per partition, for "time until every partition decides again".
 """
@@ -38,7 +39,7 @@ class Retry:
     """A 503 (with or without ``Retry-After``), 429 or transport failure the client retried after."""
 
     at: float
-    kind: str  # "503", "503 without Retry-After", "429", "transport"
+    kind: str  # "503", "503 without Retry-After", "429", "transport"; "read ..." for a read's
 
 
 @dataclass
@@ -51,10 +52,16 @@ class Load:
     rate: float
     threads: int = 4
     wait_share: float = 0.3
+    read_share: float = 0.1
     writes: list[Write] = field(default_factory=list)
     retries: list[Retry] = field(default_factory=list)
+    reads: int = 0
+    #: Reads of an object this client wrote and saw accepted at version v that answered a version below v:
+    #: read-your-writes broken (the client sends its positions; either replica must honour them).
+    stale_reads: list[str] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
+    _reading: threading.local = field(default_factory=threading.local)  # this thread's retries are a read's
 
     def start(self) -> None:
         for n in range(self.threads):
@@ -74,7 +81,7 @@ class Load:
             kind = "503" if error.retry_after is not None else "503 without Retry-After"
         else:
             kind = str(error.status)
-        self.retries.append(Retry(time.monotonic(), kind))
+        self.retries.append(Retry(time.monotonic(), f"read {kind}" if getattr(self._reading, "on", False) else kind))
 
     def _run(self, n: int) -> None:
         rng = random.Random(n)  # noqa: S311 - a workload, not a secret
@@ -87,6 +94,8 @@ class Load:
         with Client(self.urls, token, retry=policy, wait_s=0, on_retry=self._on_retry, timeout=30) as client:
             i, next_at = 0, time.monotonic()
             while not self._stop.is_set():
+                if rng.random() < self.read_share:
+                    self._read(client, rng, live)
                 i += 1
                 cid = f"d{n}-{i}"
                 wait = 5.0 if rng.random() < self.wait_share else 0.0
@@ -115,6 +124,25 @@ class Load:
                 self.writes.append(Write(sent, time.monotonic(), cid, acked, outcome))
                 next_at += period
                 time.sleep(max(0.0, next_at - time.monotonic()))
+
+    def _read(self, client: Client, rng: random.Random, live: list[str]) -> None:
+        """Read one of this client's live objects it saw accepted; keep it if the answer is older than that."""
+        known = client.protocol.versions
+        mine = [o for o in live[-50:] if o in known]
+        if not mine:
+            return
+        oid = rng.choice(mine)
+        want = known[oid]
+        self._reading.on = True
+        try:
+            doc = client.get(oid)
+        except ArbiterError:
+            return  # deleted meanwhile, or the read model could not get there in time (503 after the retries)
+        finally:
+            self._reading.on = False
+        self.reads += 1
+        if doc.version < want:
+            self.stale_reads.append(f"{oid}: read version {doc.version}, accepted at {want}")
 
 
 @dataclass

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from app.settings import Settings
 from app.validator.topic_io import read_all
@@ -17,6 +19,8 @@ from bench.drill.stack import DB_GROUP_PREFIX, audit_group_prefix
 from projections.audit import verify
 from schemas import codec
 from tests.integration.validator_oracle import expected_from_records, topic_outputs
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,13 +58,28 @@ def committed(s: Settings, group: str, topics: tuple[str, ...]) -> dict[tuple[st
         c.close()
 
 
+def retrying(ask: Callable[[], T], seconds: float = 180.0) -> T:
+    """Return ``ask()``, asked again (a fresh client each time) while a broker just killed, restarted or paused
+    leaves its metadata stale; raise the last error after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return ask()
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1.0)
+
+
 def high_watermarks(s: Settings, topics: tuple[str, ...]) -> dict[tuple[str, int], int]:
-    c = Consumer({"bootstrap.servers": s.kafka_bootstrap, "group.id": "drill-watch", "log_level": 0})
-    try:
-        return {(t, p): c.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1]
-                for t in topics for p in range(s.partitions)}
-    finally:
-        c.close()
+    def ask() -> dict[tuple[str, int], int]:
+        c = Consumer({"bootstrap.servers": s.kafka_bootstrap, "group.id": "drill-watch", "log_level": 0})
+        try:
+            return {(t, p): c.get_watermark_offsets(TopicPartition(t, p), timeout=10)[1]
+                    for t in topics for p in range(s.partitions)}
+        finally:
+            c.close()
+    return retrying(ask)
 
 
 def projection_groups(s: Settings) -> dict[str, tuple[str, tuple[str, ...]]]:
