@@ -87,7 +87,7 @@ def start_cluster(work: Path, workers: int, *, separate_dirs: bool = True, memor
                     "--webui-port", str(free_port())], work / "master.log", env)
     cluster = Cluster(work, f"spark://127.0.0.1:{mport}", master)
     try:
-        wait_for(work / "master.log", "I have been elected leader")
+        wait_for(work / "master.log", "I have been elected leader", timeout=300)  # minutes on a loaded host
         for w in range(1, workers + 1):
             if separate_dirs:
                 cluster.rocks_dirs.append(work / f"worker{w}" / "rocks")
