@@ -100,6 +100,10 @@ class Projection:
         """Return the projection's own counters for its metrics (e.g. the DB projection's gaps); none by default."""
         return {}
 
+    def handover(self) -> None:
+        """Called when the consumer group moves partitions to or from this instance (several instances over one
+        shared store): finish what is queued for the store and forget what only a sole writer may assume."""
+
     def reseek(self) -> dict[TP, int] | None:
         """Return offsets to jump to when the projection's store changed under it (a rebuild swap), else None."""
         return None
@@ -191,11 +195,13 @@ class Runner:
         return [TopicPartition(t, p, stored.get((t, p), default)) for t, p in tps]
 
     def _on_assign(self, consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.projection.handover()
         tps = [(tp.topic, tp.partition) for tp in partitions]
         self._assigned = sorted(set(self._assigned) | set(tps))
         consumer.assign(self._resolve(tps))
 
     def _on_revoke(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        self.projection.handover()  # the next owner resumes at the offsets stored: they must be written first
         gone = {(tp.topic, tp.partition) for tp in partitions}
         self._assigned = [tp for tp in self._assigned if tp not in gone]
 

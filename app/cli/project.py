@@ -33,6 +33,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     db.add_argument("--from-archive", action="store_true",
                     help="with --rebuild: fold the Parquet archive's events first (ARBITER_ARCHIVE_URI, local), then "
                     "read Kafka from the next offset of each partition; refused if the two leave a gap")
+    db.add_argument("--group", action="store_true",
+                    help="join the consumer group instead of reading every partition, so several instances share "
+                    "the partitions of one PostgreSQL read model (refused on rocksdb: each instance's own store "
+                    "needs every partition)")
     audit = kinds.add_parser("audit", help="append every event and rejection to the hash-chained audit store")
     logp = kinds.add_parser("log", help="one JSON line per decision to stdout or ARBITER_LOG_FILE")
     for k in (db, audit, logp):
@@ -85,7 +89,10 @@ def _db(args: argparse.Namespace) -> int:
               f"{res.counts.applied} applied, "
               f"{res.counts.gaps} gaps, {res.counts.invalid} invalid) in {res.seconds:.1f}s; now current")
         return 0
-    cfg = runner_config(s, "db", (s.topic_events,), assign_all=True, until_caught_up=args.until_caught_up,
+    if args.group and s.read_model != "postgresql":
+        log.error("db projection: --group needs the shared PostgreSQL read model (ARBITER_READ_MODEL=postgresql)")
+        return 2
+    cfg = runner_config(s, "db", (s.topic_events,), assign_all=not args.group, until_caught_up=args.until_caught_up,
                         reset_out_of_range=args.reset_out_of_range)
     projection = DbProjection(open_writer(s))
     log.info("db projection: read model on %s", s.read_model)

@@ -49,9 +49,33 @@ class Cluster:
         victim.wait(30)
         return victim.pid
 
+    def restart_worker(self, n: int, memory: str = "1g") -> subprocess.Popen:
+        """Start worker ``n`` again (after ``kill_worker``) on its old dirs, as a host coming back; wait until it
+        registers with the master."""
+        self.workers[n - 1] = _start_worker(self, n, bool(self.rocks_dirs), memory, again=True)
+        return self.workers[n - 1]
+
     def stop(self) -> None:
         for p in reversed([self.master, *self.workers]):
             stop(p)
+
+
+def _start_worker(cluster: Cluster, w: int, separate_dirs: bool, memory: str, *, again: bool = False) -> subprocess.Popen:
+    """Start one-core worker ``w`` of ``cluster`` (log ``worker<w>.log``, or ``worker<w>-again.log``)."""
+    work = cluster.work
+    wenv = {**cluster_env(work), "SPARK_WORKER_DIR": str(work / f"worker{w}")}
+    if separate_dirs:
+        wenv["ARBITER_ROCKS_DIR"] = str(work / f"worker{w}" / "rocks")  # this "host"'s disk: its shard servers use it
+    log = work / f"worker{w}{'-again' if again else ''}.log"
+    proc = start([str(SPARK_HOME / "bin" / "spark-class"), "org.apache.spark.deploy.worker.Worker", "--host",
+                  "127.0.0.1", "--port", str(free_port()), "--webui-port", str(free_port()), "--cores", "1",
+                  "--memory", memory, cluster.master_url], log, wenv)
+    try:
+        wait_for(log, "Successfully registered with master", timeout=300)  # a loaded host takes minutes
+    except BaseException:
+        stop(proc)
+        raise
+    return proc
 
 
 def start_cluster(work: Path, workers: int, *, separate_dirs: bool = True, memory: str = "1g") -> Cluster:
@@ -63,18 +87,11 @@ def start_cluster(work: Path, workers: int, *, separate_dirs: bool = True, memor
                     "--webui-port", str(free_port())], work / "master.log", env)
     cluster = Cluster(work, f"spark://127.0.0.1:{mport}", master)
     try:
-        wait_for(work / "master.log", "I have been elected leader")
+        wait_for(work / "master.log", "I have been elected leader", timeout=300)  # minutes on a loaded host
         for w in range(1, workers + 1):
-            wenv = {**env, "SPARK_WORKER_DIR": str(work / f"worker{w}")}
             if separate_dirs:
-                rocks = work / f"worker{w}" / "rocks"
-                wenv["ARBITER_ROCKS_DIR"] = str(rocks)  # this "host"'s local disk: the executor's shard servers use it
-                cluster.rocks_dirs.append(rocks)
-            cluster.workers.append(start(
-                [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1", "--port",
-                 str(free_port()), "--webui-port", str(free_port()), "--cores", "1", "--memory", memory,
-                 cluster.master_url], work / f"worker{w}.log", wenv))
-            wait_for(work / f"worker{w}.log", "Successfully registered with master")
+                cluster.rocks_dirs.append(work / f"worker{w}" / "rocks")
+            cluster.workers.append(_start_worker(cluster, w, separate_dirs, memory))
     except BaseException:
         cluster.stop()
         raise

@@ -134,5 +134,11 @@ class DbProjection(Projection):
         self.store = nxt
         return nxt.offsets()
 
+    def handover(self) -> None:
+        """Wait for the store's queued writes (``offsets`` does) and drop the cached views: while another instance
+        held a partition, its objects' views changed without this one (``arbiter project db --group``)."""
+        self.store.offsets()
+        self._cache.clear()
+
     def close(self) -> None:
         self.store.close()

@@ -120,6 +120,8 @@ NOT_RUN_HERE = {
     "verify-and-what-if.sh": "candidate.yaml is the reader's own candidate; tests/integration/test_verify_run.py runs "
                              "archive run --once, verify replay and rules what-if on a run's history",
     "rescale.sh": "rescales a live pipeline: tests/integration/test_rescale.py runs arbiter rescale under load",
+    "drill.sh": "the production-shape drill is a script, not a timed test: its --check form is CI's own step in "
+                ".ci/run, after the e2e step",
 }
 
 
