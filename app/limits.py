@@ -36,7 +36,16 @@ from typing import Any
 from app.settings import Settings
 from app.traces import TRACESTATE_BYTES
 from commands import DEFAULT_LIMITS, KEEP_BYTES
-from commands.rules.bounds import MAX_MESSAGE_BYTES, MAX_NAME_BYTES, MAX_POINTER_BYTES, MAX_POINTERS, MAX_RULE_BYTES
+from commands.rules.bounds import (
+    MAX_MESSAGE_BYTES,
+    MAX_MODE_BYTES,
+    MAX_NAME_BYTES,
+    MAX_POINTER_BYTES,
+    MAX_POINTERS,
+    MAX_REASON_BYTES,
+    MAX_RULE_BYTES,
+    MAX_WARNINGS,
+)
 from schemas.catalog import COMMAND, EVENT, REJECTION
 from schemas.codec import default_codec
 from schemas.wire import HEADER_SIZE
@@ -177,7 +186,9 @@ def event_record_size(payload_bytes: int, id_bytes: int) -> int:
     bounds = {"event_id": UUID_BYTES, "object_id": id_bytes, "command_id": id_bytes, "principal": id_bytes,
               "owner": id_bytes, "editor": id_bytes, "reader": id_bytes,
               "document": payload_bytes, "patch": payload_bytes, "issuer": ISSUER_BYTES, "jti": JTI_BYTES,
-              "object_type": MAX_NAME_BYTES}
+              "object_type": MAX_NAME_BYTES, "warnings#count": MAX_WARNINGS, "rule": MAX_RULE_BYTES,
+              "mode": MAX_MODE_BYTES, "reason": MAX_REASON_BYTES, "message": MAX_MESSAGE_BYTES,
+              "pointers#count": MAX_POINTERS, "pointers": MAX_POINTER_BYTES}
     return id_bytes + HEADER_SIZE + avro_max_size(_schema(EVENT), bounds, PAYLOAD_FIELDS)
 
 

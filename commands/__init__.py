@@ -13,7 +13,7 @@ from commands.command import (
 )
 from commands.decide import Decision, decide
 from commands.errors import ArbiterError, ReasonCode
-from commands.event import Event, EventType
+from commands.event import Event, EventType, RuleWarning
 from commands.ids import ARBITER_NAMESPACE
 from commands.merge_patch import merge_patch
 from commands.rejection import KEEP_BYTES, OriginalRecord, Rejection, keep_original, reject_record
@@ -41,6 +41,7 @@ __all__ = [
     "Rejection",
     "RevokeEditor",
     "RevokeReader",
+    "RuleWarning",
     "UpdateObject",
     "decide",
     "fingerprint",

@@ -57,12 +57,12 @@ from commands.command import (
     utf8_size,
 )
 from commands.errors import ReasonCode
-from commands.event import Event, EventType
+from commands.event import Event, EventType, RuleWarning
 from commands.ids import RESERVED_PREFIX, command_rejection_id, event_id, reserved
 from commands.json_text import id_problem, object_problem
 from commands.rejection import Rejection, clip
-from commands.rules.bounds import MAX_RULE_BYTES, type_name_problem
-from commands.rules.evaluate import Verdict, apply_rules, clip_bytes
+from commands.rules.bounds import MAX_RULE_BYTES, MAX_WARNINGS, type_name_problem
+from commands.rules.evaluate import Verdict, clip_bytes, watched_rules
 from commands.rules.ruleset import RuleSet
 from commands.state import ACCEPTED, DEFAULT_LIMITS, Limits, ObjectState, RecentCommand, remember
 
@@ -125,10 +125,13 @@ def _accept(state: ObjectState | None, command: Command, etype: EventType, limit
             deleted: bool = False, document: str | None = None, patch: str | None = None,
             editor: str | None = None, reader: str | None = None, object_type: str | None = None,
             tracked: str | None = None) -> Decision:
+    warnings: tuple[RuleWarning, ...] = ()
     if object_type is not None and (rules is not None or etype is EventType.CREATED):
-        verdict, tracked = apply_rules(rules, state, command, object_type)
+        verdict, tracked, watched = watched_rules(rules, state, command, object_type)
         if verdict is not None:
             return _rule_reject(state, command, verdict, rules)
+        warnings = tuple(RuleWarning(clip_bytes(w.rule, MAX_RULE_BYTES), w.mode, w.reason.value, w.message,
+                                     w.pointers) for w in watched[:MAX_WARNINGS])
     at = command.issued_at
     version = state.version + 1 if state is not None else 1
     entry = RecentCommand(command.command_id, ACCEPTED, version, at, command.principal, fingerprint(command))
@@ -150,7 +153,7 @@ def _accept(state: ObjectState | None, command: Command, etype: EventType, limit
     )
     event = Event(event_id(command.object_id, version), etype, command.object_id, version, command.command_id,
                   command.principal, at, owner, document, patch, editor, reader, command.issuer, command.jti,
-                  object_type, rules.version if rules is not None else None)
+                  object_type, rules.version if rules is not None else None, warnings)
     return Decision(event, new_state)
 
 

@@ -20,6 +20,20 @@ class EventType(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class RuleWarning:
+    """A rule in warn or audit mode that would have refused the command (``commands.rules.evaluate``).
+
+    ``reason`` is the reason code the refusal would have had (RULE_VIOLATED or RULE_ERROR), ``mode`` the rule's.
+    """
+
+    rule: str
+    mode: str
+    reason: str
+    message: str
+    pointers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Event:
     """An accepted change; ``event_id`` is uuid5(object_id:version), ``occurred_at`` the command's issued_at.
 
@@ -27,7 +41,8 @@ class Event:
     ``reader`` for READER_GRANTED/READER_REVOKED.
     ``owner`` is the object's owner after the event.
     ``object_type`` is the type of the object (set on every event of a typed object); ``rules_version`` the version
-    of the team's rules the command was decided under (None: decided with no rules; ``commands.rules``).
+    of the team's rules the command was decided under (None: decided with no rules; ``commands.rules``);
+    ``warnings`` the rules in warn or audit mode that would have refused it, in the order they ran.
     """
 
     event_id: str
@@ -46,3 +61,4 @@ class Event:
     jti: str | None = None
     object_type: str | None = None
     rules_version: int | None = None
+    warnings: tuple[RuleWarning, ...] = ()

@@ -142,7 +142,8 @@ def read_boolean(data: bytes, pos: int) -> tuple[bool, int]:
     return b == 1, pos + 1
 
 
-def _block_count(data: bytes, pos: int) -> tuple[int, int]:
+def block_count(data: bytes, pos: int) -> tuple[int, int]:
+    """Return (the item count of the array block at ``pos``, 0 at the array's end; the position of its items)."""
     n = data[pos]
     if n < 0x80 and not n & 1:  # the usual one-byte, non-negative count (0 ends the array)
         n >>= 1
@@ -162,7 +163,7 @@ def read_strings(data: bytes, pos: int) -> tuple[list[str], int]:
     if data[pos] == 0:
         return [], pos + 1
     out: list[str] = []
-    n, pos = _block_count(data, pos)
+    n, pos = block_count(data, pos)
     while n:
         for _ in range(n):
             size = data[pos]  # the one-byte length of a short string, inlined: this loop is hot
@@ -175,7 +176,7 @@ def read_strings(data: bytes, pos: int) -> tuple[list[str], int]:
             else:
                 s, pos = read_string(data, pos)
                 out.append(s)
-        n, pos = _block_count(data, pos)
+        n, pos = block_count(data, pos)
     return out, pos
 
 
@@ -184,13 +185,13 @@ def read_longs(data: bytes, pos: int) -> tuple[list[int], int]:
     if data[pos] == 0:
         return [], pos + 1
     out: list[int] = []
-    n, pos = _block_count(data, pos)
+    n, pos = block_count(data, pos)
     while n:
         small = data[pos:pos + n]
         if small.isascii():  # n one-byte varints: small values such as versions
             out += [(b >> 1) ^ -(b & 1) for b in small]
             pos += n
-            n, pos = _block_count(data, pos)
+            n, pos = block_count(data, pos)
             continue
         eight = _read_eight_byte_longs(data, pos, n)
         if eight is not None:
@@ -200,7 +201,7 @@ def read_longs(data: bytes, pos: int) -> tuple[list[int], int]:
             for _ in range(n):
                 v, pos = read_long(data, pos)
                 out.append(v)
-        n, pos = _block_count(data, pos)
+        n, pos = block_count(data, pos)
     return out, pos
 
 

@@ -27,10 +27,12 @@ from commands import (
     Rejection,
     RevokeEditor,
     RevokeReader,
+    RuleWarning,
     UpdateObject,
 )
 from schemas import records
 from schemas.binary import (
+    block_count,
     read_boolean,
     read_bytes,
     read_long,
@@ -153,6 +155,16 @@ def encode_event(out: bytearray, ev: Event) -> None:
     write_optional_string(out, ev.jti)
     write_optional_string(out, ev.object_type)
     write_optional_long(out, ev.rules_version)
+    warnings = ev.warnings
+    if warnings:
+        write_long(out, len(warnings))
+        for w in warnings:
+            write_string(out, w.rule)
+            write_string(out, w.mode)
+            write_string(out, w.reason)
+            write_string(out, w.message)
+            write_strings(out, w.pointers)
+    out.append(0)  # the end of the warnings array (or an empty one)
 
 
 def decode_event(data: bytes) -> Event:
@@ -173,9 +185,20 @@ def decode_event(data: bytes) -> Event:
     jti, pos = read_optional_string(data, pos)
     object_type, pos = read_optional_string(data, pos)
     rules_version, pos = read_optional_long(data, pos)
+    warnings: list[RuleWarning] = []
+    count, pos = block_count(data, pos)
+    while count:
+        for _ in range(count):
+            rule, pos = read_string(data, pos)
+            mode, pos = read_string(data, pos)
+            reason, pos = read_string(data, pos)
+            message, pos = read_string(data, pos)
+            pointers, pos = read_strings(data, pos)
+            warnings.append(RuleWarning(rule, mode, reason, message, tuple(pointers)))
+        count, pos = block_count(data, pos)
     _end(data, pos)
     return Event(event_id, etype, object_id, version, command_id, principal, records.from_micros(occurred_at),
-                 owner, document, patch, editor, reader, issuer, jti, object_type, rules_version)
+                 owner, document, patch, editor, reader, issuer, jti, object_type, rules_version, tuple(warnings))
 
 
 def encode_rejection(out: bytearray, rej: Rejection) -> None:
@@ -327,7 +350,7 @@ def _symbols(schema: Schema, field: str) -> list[str]:
 
 COMPILED: dict[str, CompiledCodec] = {
     COMMAND: CompiledCodec(_load("command.v4.avsc"), encode_command, decode_command),
-    EVENT: CompiledCodec(_load("event.v4.avsc"), encode_event, decode_event),
+    EVENT: CompiledCodec(_load("event.v5.avsc"), encode_event, decode_event),
     REJECTION: CompiledCodec(_load("rejection.v4.avsc"), encode_rejection, decode_rejection),
     STATE: CompiledCodec(_load("state.v3.avsc"), encode_state, decode_state),
 }

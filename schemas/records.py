@@ -29,6 +29,7 @@ from commands import (
     Rejection,
     RevokeEditor,
     RevokeReader,
+    RuleWarning,
     UpdateObject,
 )
 
@@ -183,6 +184,8 @@ def event_to_record(ev: Event) -> Record:
         "command_id": ev.command_id, "principal": ev.principal, "occurred_at": micros(ev.occurred_at),
         "owner": ev.owner, "document": ev.document, "patch": ev.patch, "editor": ev.editor, "reader": ev.reader,
         "issuer": ev.issuer, "jti": ev.jti, "object_type": ev.object_type, "rules_version": ev.rules_version,
+        "warnings": [{"rule": w.rule, "mode": w.mode, "reason": w.reason, "message": w.message,
+                      "pointers": list(w.pointers)} for w in ev.warnings],
     }
 
 
@@ -191,7 +194,8 @@ def event_from_record(rec: Record) -> Event:
     return Event(rec["event_id"], EventType(rec["type"]), rec["object_id"], rec["version"], rec["command_id"],
                  rec["principal"], from_micros(rec["occurred_at"]), rec["owner"], rec["document"], rec["patch"],
                  rec["editor"], rec.get("reader"), rec.get("issuer"), rec.get("jti"), rec.get("object_type"),
-                 rec.get("rules_version"))
+                 rec.get("rules_version"), tuple(RuleWarning(w["rule"], w["mode"], w["reason"], w["message"],
+                                                             tuple(w["pointers"])) for w in rec.get("warnings", ())))
 
 
 def rejection_to_record(rej: Rejection) -> Record:

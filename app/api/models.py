@@ -84,6 +84,15 @@ class CommandDecided(_Strict):
     event: str | None = Field(default=None, description="Event type; null when answered from a DUPLICATE.")
 
 
+class RuleWarningOut(_Strict):
+    """A rule in warn mode that would have refused the command (the team's rules, ``commands.rules``)."""
+
+    rule: str = Field(description="<type>:<rule name>")
+    reason: str = Field(description="The reason code the refusal would have had: RULE_VIOLATED or RULE_ERROR.")
+    message: str
+    pointers: list[str]
+
+
 class CommandOutcome(_Strict):
     """What became of a command, as seen by this API process."""
 
@@ -94,6 +103,9 @@ class CommandOutcome(_Strict):
     event: str | None = None
     reason: str | None = None
     message: str | None = None
+    warnings: list[RuleWarningOut] | None = Field(
+        default=None, description="Accepted, but rules in warn mode would have refused it (also in the Warning "
+                                  "header); absent when none did.")
 
 
 # --- batch ---------------------------------------------------------------------------------------

@@ -56,8 +56,11 @@ def documents(limit: int) -> tuple[str, ...]:
 
 MANGLES = ("signed",) * 12 + ("unsigned", "missigned", "junk", "no value", "other key", "traced", "unknown schema",
                               "rules deployed before it")
-# A rules document with one type, deployed by a control record (app.rules.control) in front of a step's command.
-RULES_DOCUMENT = canonical_rules('{"rules": 1, "types": {"note": {"create_schema": {"type": "object"}}}}')
+# A rules document with one type, deployed by a control record (app.rules.control) in front of a step's command; its
+# guard in warn mode fails for every command on a note, whose event then carries a warning (the fold's, never the core's).
+RULES_DOCUMENT = canonical_rules('{"rules": 1, "types": {"note": {"create_schema": {"type": "object"}, "guards": [{'
+                                 '"name": "watched", "expr": "caller.principal == \'nobody\'", "mode": "warn", '
+                                 '"kinds": ["create", "update", "delete"], "message": "a note is watched"}]}}}')
 
 
 @dataclass(frozen=True)

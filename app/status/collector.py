@@ -48,6 +48,7 @@ class StatusCollector:
         self.accepted = 0
         self.rules_versions: dict[int, int] = {}  # partition -> the newest rules version its decisions named
         self.rule_rejections: Counter[str] = Counter()  # "rule (vN)" -> rejections by that rule
+        self.rule_warnings: Counter[str] = Counter()  # "rule (vN, mode)" -> would-be refusals by that rule
         self._lock = threading.Lock()
         self._consumer: Consumer | None = None
         self._last: tuple[float, dict[str, int]] | None = None
@@ -103,6 +104,9 @@ class StatusCollector:
                     self.rules_versions[partition] = version
                 if isinstance(outcome, Rejection) and outcome.rule is not None:
                     self.rule_rejections[f"{outcome.rule} (v{version})"] += 1
+                elif isinstance(outcome, Event):  # rules in warn or audit mode that would have refused it
+                    for w in outcome.warnings:
+                        self.rule_warnings[f"{w.rule} (v{version}, {w.mode})"] += 1
             # An old decision read again (a restart, a replay) is not a latency; nor is a skewed clock's.
             if latency is not None and 0 <= latency < LATENCY_MAX_S and len(self._latencies) < LATENCY_SAMPLES:
                 self._latencies.append(latency)
@@ -222,6 +226,7 @@ class StatusCollector:
                 "rejections_by_reason": dict(sorted(self.reasons.items())),
                 "rules_version_by_partition": {str(p): v for p, v in sorted(self.rules_versions.items())},
                 "rejections_by_rule": dict(sorted(self.rule_rejections.items())),
+                "warnings_by_rule": dict(sorted(self.rule_warnings.items())),
                 "lag_by_partition": lag,
                 "validator": {k: v for k, v in validator.items() if k != "end_offsets"},
                 "history": self.history.columns(),

@@ -13,6 +13,12 @@ MAX_MESSAGE_BYTES = 1024
 MAX_POINTERS = 16
 #: The longest JSON pointer a rejection names; a longer one is cut at a token boundary.
 MAX_POINTER_BYTES = 256
+#: The most warnings an event carries (rules in warn or audit mode that would have refused its command): the first
+#: ones, in the order the rules ran; later ones are not recorded.
+MAX_WARNINGS = 4
+#: The longest mode (``enforce``, ``warn``, ``audit``) and reason code a warning names.
+MAX_MODE_BYTES = 16
+MAX_REASON_BYTES = 32
 #: The default bound on an object's tracked fields (the UTF-8 size of their canonical JSON); over it is TOO_LARGE.
 DEFAULT_MAX_TRACKED_BYTES = 4096
 

@@ -2,7 +2,8 @@
 
 A case is given-when-then over one object, as an event-sourced aggregate is tested: ``given`` commands (each must be
 accepted), ``when`` one command, ``then`` its expected outcome — ``accepted``, or ``{rejected: <rule>}`` naming the
-rule that refuses it (``order:status-flow``) or a reason code (``VERSION_CONFLICT``). Commands are written as the
+rule that refuses it (``order:status-flow``) or a reason code (``VERSION_CONFLICT``), or ``{warned: <rule>}``: accepted,
+with a warning of that rule in warn or audit mode (it would have refused the command). Commands are written as the
 API takes them: ``{kind: create, by: alice, groups: [finance], type: order, document: {...}}``,
 ``{kind: update, by: alice, patch: {...}, if_match: 2}``, ``{kind: delete}``, ``{kind: grant_editor, principal: bob}``,
 and so on (``commands.rules.meta_schema.COMMAND_KINDS``).
@@ -11,7 +12,7 @@ Cases run against the document they sit in (compiled as version 1: a version cha
 object at a fixed clock, so a case decides the same everywhere. ``arbiter rules test FILE`` prints the report; a
 document whose own cases fail is refused by ``arbiter rules check``, ``deploy`` and ``PUT /rules``.
 
-Coverage names what no case exercised: rules that no case saw refuse (a guard that never said no was never tested
+Coverage names what no case exercised: rules that no case saw refuse or warn (a guard that never said no was never tested
 at its boundary), and transitions' allowed moves that no accepted command made.
 """
 
@@ -110,7 +111,8 @@ def _command(step: dict[str, Any], i: int) -> Command:
 
 def _describe(outcome: Any) -> str:  # noqa: ANN401 - an Event or a Rejection
     if not isinstance(outcome, Rejection):
-        return f"accepted ({outcome.type.value} at version {outcome.version})"
+        warned = "".join(f"; {w.mode} {w.rule} ({w.message})" for w in outcome.warnings)
+        return f"accepted ({outcome.type.value} at version {outcome.version}{warned})"
     what = f"rejected {outcome.reason.value}"
     if outcome.rule:
         what += f" by {outcome.rule}"
@@ -123,6 +125,8 @@ def _describe(outcome: Any) -> str:  # noqa: ANN401 - an Event or a Rejection
 def _matches(expected: Any, outcome: Any) -> bool:  # noqa: ANN401
     if expected == "accepted":
         return not isinstance(outcome, Rejection)
+    if "warned" in expected:
+        return not isinstance(outcome, Rejection) and any(w.rule == expected["warned"] for w in outcome.warnings)
     wanted = expected["rejected"]
     if not isinstance(outcome, Rejection):
         return False
@@ -153,6 +157,8 @@ def _run_case(case: dict[str, Any], rules: RuleSet, seen: _Seen) -> CaseResult:
         outcome = decision.outcome
         if isinstance(outcome, Rejection) and outcome.rule:
             seen.refused_by.add(outcome.rule)
+        elif not isinstance(outcome, Rejection):
+            seen.refused_by.update(w.rule for w in outcome.warnings)
         if decision.accepted:
             _note_move(rules, state, decision.state, seen)
         if i < len(steps) - 1:
@@ -161,7 +167,9 @@ def _run_case(case: dict[str, Any], rules: RuleSet, seen: _Seen) -> CaseResult:
             state = decision.state
             continue
         if not _matches(case["then"], outcome):
-            want = "accepted" if case["then"] == "accepted" else f"rejected by {case['then']['rejected']}"
+            then = case["then"]
+            want = "accepted" if then == "accepted" else f"accepted with a warning of {then['warned']}" \
+                if "warned" in then else f"rejected by {then['rejected']}"
             return CaseResult(name, f"expected {want}, got {_describe(outcome)}")
     return CaseResult(name, None)
 

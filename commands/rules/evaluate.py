@@ -38,6 +38,18 @@ the error as ``rule_message``. The variables, all maps:
   parsed JSON, null otherwise;
 - ``caller``: ``principal``, ``groups`` (the names, without ``group:``) and ``issuer`` (or null) of the command.
 
+Modes (``mode``, of the document or of one transition or guard; ``commands.rules.meta_schema.MODES``): a rule in
+``enforce`` mode (the default) refuses what it fails, as above. A rule in ``warn`` or ``audit`` mode runs at the same
+place and on the same inputs, and never refuses: its failure (RULE_VIOLATED or RULE_ERROR, with its message and
+pointers) becomes a warning, and the rules after it run as if it had passed. The schemas take the document's mode;
+the built-in ``types`` and ``max_tracked_bytes`` always enforce (they keep the state's tracked fields true and
+bounded). Guards in warn or audit mode run after the kind's enforced guards pass, one by one through cel-cpp, on a
+cost budget of their own; the enforced ones decide exactly as they would without them. A command an enforced rule
+refuses carries no warnings (its rejection names the rule that refused it); an accepted one carries every warning,
+in the order the rules ran (``Event.warnings``). The mode is part of the document, so of its digest and version:
+promoting a rule to ``enforce`` is a new version, in force from its control record's offset, and every replay
+decides (and warns) the same.
+
 Nothing here raises: a rule's failure is a rejection. ``decide`` stays a pure function of (state, command, rules).
 """
 
@@ -64,7 +76,7 @@ from commands.errors import ReasonCode
 from commands.rules.bounds import MAX_GUARD_COST, MAX_MESSAGE_BYTES, MAX_POINTER_BYTES, MAX_POINTERS
 from commands.rules.cost import length, over_budget, weight
 from commands.rules.document import pointer
-from commands.rules.ruleset import Guard, RuleSet, Transition, TypeRules
+from commands.rules.ruleset import ENFORCE, Guard, RuleSet, Transition, TypeRules
 from commands.rules.tracked import decode_tracked, encode_tracked, loads, patched_value, value_at
 from commands.state import ObjectState
 
@@ -80,6 +92,7 @@ class Verdict:
     rule: str
     message: str
     pointers: tuple[str, ...] = ()
+    mode: str = "enforce"  # a warning's mode (warn or audit): that rule would have refused, and did not
 
 
 def clip_bytes(text: str, limit: int) -> str:
@@ -97,6 +110,15 @@ def _pointers(pointers: tuple[str, ...] | list[str]) -> tuple[str, ...]:
 def _violated(rule: str, message: str, pointers: tuple[str, ...] | list[str] = (),
               reason: ReasonCode = ReasonCode.RULE_VIOLATED) -> Verdict:
     return Verdict(reason, rule, clip_bytes(message, MAX_MESSAGE_BYTES), _pointers(pointers))
+
+
+def _failed(verdict: Verdict | None, mode: str, warnings: list[Verdict]) -> Verdict | None:
+    """Return ``verdict`` if it refuses (a failure of a rule in enforce mode), else None, keeping it as a warning
+    in ``warnings`` when a rule in warn or audit mode failed."""
+    if verdict is None or mode == ENFORCE:
+        return verdict
+    warnings.append(Verdict(verdict.reason, verdict.rule, verdict.message, verdict.pointers, mode))
+    return None
 
 
 def _as_json(value: Any) -> str:  # noqa: ANN401
@@ -156,7 +178,36 @@ def _transition_verdict(t: Transition, old: Any, new: Any, creating: bool) -> Ve
 
 
 def _guards_verdict(rules: TypeRules, state: ObjectState | None, command: Command, kind: str,
-                    old: dict[str, Any], new: dict[str, Any], payload: Any) -> Verdict | None:  # noqa: ANN401
+                    old: dict[str, Any], new: dict[str, Any], payload: Any,  # noqa: ANN401
+                    warnings: list[Verdict]) -> Verdict | None:
+    verdict = _enforced_verdict(rules, state, command, kind, old, new, payload)
+    watching = rules.watching.get(kind)
+    if verdict is None and watching:
+        _watch(rules, state, command, kind, old, new, payload, watching, warnings)
+    return verdict
+
+
+def _watch(rules: TypeRules, state: ObjectState | None, command: Command, kind: str, old: dict[str, Any],
+           new: dict[str, Any], payload: Any, guards: tuple[Guard, ...], warnings: list[Verdict]) -> None:  # noqa: ANN401
+    """Evaluate the guards in warn or audit mode one by one (cel-cpp), adding each failure to ``warnings``.
+
+    They are priced as a kind's enforced guards are, on their own budget: past it the guard at which the sum passes
+    it is a RULE_ERROR warning and no later one is evaluated.
+    """
+    over = over_budget([g.cost for g in guards], _weights(rules, state, command, kind, old, new))
+    data = _variables(rules, state, command, kind, old, new, payload)
+    for i, g in enumerate(guards):
+        if over is not None and i == over[0]:
+            _failed(_violated(g.rule, f"not evaluated: the {kind} guards in warn or audit mode up to this one "
+                              f"could cost {over[1]:,} units with this command's inputs, over the budget of "
+                              f"{MAX_GUARD_COST:,} (commands.rules.cost)", g.pointers, ReasonCode.RULE_ERROR),
+                    g.mode, warnings)
+            return
+        _failed(_cel_verdict((g,), None, data), g.mode, warnings)
+
+
+def _enforced_verdict(rules: TypeRules, state: ObjectState | None, command: Command, kind: str,
+                      old: dict[str, Any], new: dict[str, Any], payload: Any) -> Verdict | None:  # noqa: ANN401
     runs = rules.by_kind.get(kind)
     if not runs:
         return None
@@ -319,19 +370,30 @@ def _variables(rules: TypeRules, state: ObjectState | None, command: Command, ki
 
 def apply_rules(ruleset: RuleSet | None, state: ObjectState | None, command: Command,
                 object_type: str) -> tuple[Verdict | None, str | None]:
-    """Return (the verdict of the first failing rule, or None; the object's tracked text after the command).
+    """Return (the verdict of the first failing rule in enforce mode, or None; the object's tracked text after the
+    command).
 
     ``object_type`` is the command's type on create and the object's otherwise. See the module for the order.
     Never raises: anything unforeseen (a state whose tracked text is not JSON) is RULE_ERROR of rule ``types``.
     """
+    verdict, text, _ = watched_rules(ruleset, state, command, object_type)
+    return verdict, text
+
+
+def watched_rules(ruleset: RuleSet | None, state: ObjectState | None, command: Command,
+                  object_type: str) -> tuple[Verdict | None, str | None, tuple[Verdict, ...]]:
+    """Return what ``apply_rules`` does and the warnings: every failure of a rule in warn or audit mode, in the
+    order the rules ran (``Verdict.mode`` names the mode); none when an enforced rule refuses the command."""
+    warnings: list[Verdict] = []
     try:
-        return _apply_rules(ruleset, state, command, object_type)
+        verdict, text = _apply_rules(ruleset, state, command, object_type, warnings)
     except Exception as e:  # noqa: BLE001 - a rule's failure rejects one command, it never stops the validator
-        return _violated("types", f"the rules could not be applied: {e!r}", (), ReasonCode.RULE_ERROR), None
+        return _violated("types", f"the rules could not be applied: {e!r}", (), ReasonCode.RULE_ERROR), None, ()
+    return verdict, text, (() if verdict is not None else tuple(warnings))
 
 
 def _apply_rules(ruleset: RuleSet | None, state: ObjectState | None, command: Command,
-                 object_type: str) -> tuple[Verdict | None, str | None]:
+                 object_type: str, warnings: list[Verdict]) -> tuple[Verdict | None, str | None]:
     rules = ruleset.types.get(object_type) if ruleset is not None else None
     kept = state.tracked if state is not None else None
     creating = isinstance(command, CreateObject)
@@ -346,13 +408,14 @@ def _apply_rules(ruleset: RuleSet | None, state: ObjectState | None, command: Co
     payload: Any = None
     if isinstance(command, CreateObject):
         payload = loads(command.document)
-        verdict = _schema_verdict(rules.create_schema, payload, rules, "document")
+        verdict = _failed(_schema_verdict(rules.create_schema, payload, rules, "document"), rules.schema_mode,
+                          warnings)
         if verdict is not None:
             return verdict, None
         new = {ptr: value_at(payload, tokens) for _, ptr, tokens in rules.tracked}
     elif isinstance(command, UpdateObject):
         payload = loads(command.patch)
-        verdict = _schema_verdict(rules.patch_schema, payload, rules, "patch")
+        verdict = _failed(_schema_verdict(rules.patch_schema, payload, rules, "patch"), rules.schema_mode, warnings)
         if verdict is not None:
             return verdict, None
         if payload.keys().isdisjoint(rules.first_tokens) and old.keys() <= rules.pointers and None not in old.values():
@@ -361,7 +424,7 @@ def _apply_rules(ruleset: RuleSet | None, state: ObjectState | None, command: Co
             new = {ptr: old.get(ptr) for _, ptr, _ in rules.tracked}
             if kept is not None and utf8_size(kept) > rules.max_tracked_bytes:
                 return _bounded(rules, new)[0], None
-            verdict = _guards_verdict(rules, state, command, kind, old, new, payload)
+            verdict = _guards_verdict(rules, state, command, kind, old, new, payload, warnings)
             return verdict, None if verdict is not None else kept
         # A field whose first token the patch does not name keeps its value (patched_value's first step, inline).
         new = {ptr: patched_value(old.get(ptr), tokens, payload) if tokens[0] in payload else old.get(ptr)
@@ -374,8 +437,9 @@ def _apply_rules(ruleset: RuleSet | None, state: ObjectState | None, command: Co
         if verdict is not None:
             return verdict, None
         for t in rules.transitions:
-            verdict = _transition_verdict(t, old.get(t.pointer), new.get(t.pointer), creating)
+            verdict = _failed(_transition_verdict(t, old.get(t.pointer), new.get(t.pointer), creating), t.mode,
+                              warnings)
             if verdict is not None:
                 return verdict, None
-    verdict = _guards_verdict(rules, state, command, kind, old, new, payload)
+    verdict = _guards_verdict(rules, state, command, kind, old, new, payload, warnings)
     return verdict, None if verdict is not None else text

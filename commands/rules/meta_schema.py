@@ -25,6 +25,9 @@ from commands.rules.bounds import (
 
 #: The command kinds a guard may run on (``kinds``), as CEL sees them in ``command.kind``.
 COMMAND_KINDS = ("create", "update", "delete", "grant_editor", "revoke_editor", "grant_reader", "revoke_reader")
+#: What a rule does when it would refuse a command (``commands.rules.evaluate``): ``enforce`` refuses it; ``warn``
+#: and ``audit`` let it pass and record the would-be refusal in its event (``warn`` also tells the caller).
+MODES = ("enforce", "warn", "audit")
 
 _NAME = {"type": "string", "pattern": NAME_PATTERN, "maxLength": MAX_NAME_BYTES}
 _POINTER = {"type": "string", "pattern": "^(/([^~]|~[01])*)+$", "maxLength": MAX_POINTER_BYTES,
@@ -63,9 +66,16 @@ _CASE = {
         "then": {"oneOf": [{"const": "accepted"},
                            {"type": "object", "required": ["rejected"], "additionalProperties": False,
                             "properties": {"rejected": {"type": "string", "minLength": 1, "maxLength": 160}},
-                            "description": "The refusing rule (<type>:<name>, types) or a reason code."}]},
+                            "description": "The refusing rule (<type>:<name>, types) or a reason code."},
+                           {"type": "object", "required": ["warned"], "additionalProperties": False,
+                            "properties": {"warned": {"type": "string", "minLength": 1, "maxLength": 160}},
+                            "description": "Accepted, with a warning of this rule (<type>:<name>) in warn or "
+                                           "audit mode."}]},
     },
 }
+_MODE = {"enum": list(MODES),
+         "description": "enforce: a failure refuses the command; warn: the command passes, its event and the HTTP "
+                        "answer carry the would-be refusal; audit: the same, in the event only."}
 _SCHEMA = {"type": ["object", "boolean"],
            "description": "A JSON Schema, Draft 2020-12 (its $schema, if given, must name that draft); no remote $ref."}
 
@@ -81,6 +91,10 @@ META_SCHEMA: dict[str, Any] = {
     "properties": {
         "rules": {"const": 1, "description": "The format of this document: 1."},
         "description": {"type": "string", "maxLength": 4096},
+        "mode": {**_MODE, "default": "enforce",
+                 "description": "The mode of every rule of the document (its schemas, transitions and guards; not "
+                                "the built-in types and max_tracked_bytes): a transition or guard may name its own. "
+                                + str(_MODE["description"])},
         "max_tracked_bytes": {"type": "integer", "minimum": 2, "maximum": MAX_TRACKED_BYTES_BOUND,
                               "default": DEFAULT_MAX_TRACKED_BYTES,
                               "description": "Default bound on an object's tracked fields (UTF-8 bytes of their "
@@ -129,6 +143,7 @@ META_SCHEMA: dict[str, Any] = {
                                     "description": "Each value of the field to the values it may move to.",
                                 },
                                 "message": _MESSAGE,
+                                "mode": _MODE,
                             },
                         },
                     },
@@ -148,6 +163,7 @@ META_SCHEMA: dict[str, Any] = {
                                 "kinds": {"type": "array", "items": {"enum": list(COMMAND_KINDS)}, "minItems": 1,
                                        "uniqueItems": True, "default": ["create", "update"]},
                                 "pointers": {"type": "array", "items": _POINTER, "maxItems": MAX_POINTERS},
+                                "mode": _MODE,
                             },
                         },
                     },

@@ -32,6 +32,9 @@ from commands.rules.meta_schema import COMMAND_KINDS
 from commands.rules.python_guards import Run, translate
 from commands.rules.tracked import parse_pointer
 
+#: The mode of a rule that refuses what it fails (``commands.rules.meta_schema.MODES``).
+ENFORCE = "enforce"
+
 #: The names of the built-in rules (a document's rules may not take them): unknown type, the two schemas, the bound.
 BUILTIN_RULES = ("types", "create_schema", "patch_schema", "max_tracked_bytes")
 DEFAULT_KINDS = ("create", "update")
@@ -48,6 +51,7 @@ class Transition:
     initial: frozenset[str] | None
     allowed: dict[str, frozenset[str]]
     message: str | None
+    mode: str = "enforce"  # one of MODES: what a failure does (commands.rules.evaluate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +64,7 @@ class Guard:
     kinds: frozenset[str]
     pointers: tuple[str, ...]
     cost: CostFunction  # its bound on the weights of what it reads (``commands.rules.cost``)
+    mode: str = "enforce"  # one of MODES: what a failure does (commands.rules.evaluate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +99,11 @@ class TypeRules:
     # it they are priced exactly.
     weighed: tuple[tuple[str, str, str, bool, str | None], ...] = ()
     cost_caps: dict[str, int] = field(default_factory=dict)
+    # The mode of the two schemas (the document's), and per command kind the guards in warn or audit mode, in
+    # document order: evaluated one by one after the enforced ones pass (``by_kind``, ``in_python`` and
+    # ``cost_caps`` hold the enforced guards only, so they decide exactly as a document without the others).
+    schema_mode: str = "enforce"
+    watching: dict[str, tuple[Guard, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +130,8 @@ class RuleSet:
         env = new_environment()
         problems: list[str] = []
         default_bound = value.get("max_tracked_bytes", DEFAULT_MAX_TRACKED_BYTES)
-        types = {name: _compile_type(name, spec, default_bound, env, problems)
+        mode = value.get("mode", ENFORCE)
+        types = {name: _compile_type(name, spec, default_bound, mode, env, problems)
                  for name, spec in sorted(value["types"].items())}
         if problems:
             raise RulesInvalid(problems)
@@ -161,7 +172,7 @@ def _compile_schema(schema: Any, at: str, problems: list[str]) -> Any:  # noqa: 
         return None
 
 
-def _compile_type(name: str, spec: dict[str, Any], default_bound: int, env: Any,  # noqa: ANN401
+def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str, env: Any,  # noqa: ANN401
                   problems: list[str]) -> TypeRules:
     at = pointer("types", name)
     create = _compile_schema(spec["create_schema"], at + "/create_schema", problems) if "create_schema" in spec else None
@@ -200,7 +211,8 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, env: Any,
             if value not in allowed:
                 problems.append(f"{where}/initial/{j}: {value!r} is not a key of allowed")
         transitions.append(Transition(rule, t["field"], tracked_spec.get(t["field"], ""),
-                                      frozenset(t["initial"]) if "initial" in t else None, allowed, t.get("message")))
+                                      frozenset(t["initial"]) if "initial" in t else None, allowed, t.get("message"),
+                                      t.get("mode", mode)))
     guards = []
     trees: list[Node] = []
     field_names = tuple(tracked_spec)
@@ -216,18 +228,21 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, env: Any,
             p for n, p, _ in tracked if ("next", n) in reads_of or ("state", n) in reads_of)
         cost = cost_function(tree) if tree is not None else _free
         trees += [tree] if tree is not None else []
-        guards.append(Guard(rule, program, g["message"], frozenset(g.get("kinds", DEFAULT_KINDS)), pointers, cost))
+        guards.append(Guard(rule, program, g["message"], frozenset(g.get("kinds", DEFAULT_KINDS)), pointers, cost,
+                            g.get("mode", mode)))
     needs_document = ("command", "document") in read
     needs_patch = ("command", "patch") in read
     needs_times = not read.isdisjoint({("state", "created_at"), ("state", "updated_at"), ("command", "issued_at")})
     by_kind: dict[str, tuple[tuple[tuple[Guard, ...], Any], ...]] = {}
     in_python: dict[str, Run | None] = {}
+    enforced = [g for g in guards if g.mode == ENFORCE]
+    watching = {kind: tuple(g for g in guards if kind in g.kinds and g.mode != ENFORCE) for kind in COMMAND_KINDS}
     exprs = {g.rule: e["expr"] for g, e in zip(guards, spec.get("guards", []), strict=True)}
     reads = {var: tuple(sorted(m for v, m in read if v == var)) for var in VARIABLES}
     if not problems:
         by_name = {n: p for n, p, _ in tracked}
         for kind in COMMAND_KINDS:
-            chosen = [g for g in guards if kind in g.kinds]
+            chosen = [g for g in enforced if kind in g.kinds]
             runs = [tuple(chosen[i:i + CHAIN]) for i in range(0, len(chosen), CHAIN)]
             by_kind[kind] = tuple((run, _chain(env, [exprs[g.rule] for g in run])) for run in runs)
             in_python[kind] = translate([g.program for g in chosen], reads, name, by_name) if chosen else None
@@ -236,11 +251,11 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, env: Any,
     weighed = tuple((f"{v}.{m}", v, m, f"{v}.{m}" in iterated, tracked_at.get(m) if v in ("state", "next") else None)
                     for v in VARIABLES for m in reads.get(v, ()))
     members = [key for key, *_ in weighed]
-    cost_caps = {kind: uniform_cap([g.cost for g in guards if kind in g.kinds], members) for kind in by_kind}
+    cost_caps = {kind: uniform_cap([g.cost for g in enforced if kind in g.kinds], members) for kind in by_kind}
     return TypeRules(name, create, patch, tracked, spec.get("max_tracked_bytes", default_bound), tuple(transitions),
                      tuple(guards), needs_document, needs_patch, needs_times, by_kind, reads,
                      frozenset(p for _, p, _ in tracked), frozenset(t[0] for _, _, t in tracked), in_python,
-                     weighed, cost_caps)
+                     weighed, cost_caps, mode, {k: v for k, v in watching.items() if v})
 
 
 def _free(weights: Mapping[str, int]) -> int:

@@ -17,4 +17,4 @@ mod py;
 
 /// What this build implements, for `app.native.core`'s status line.
 pub const SPEC: &str = "generic decision of untyped objects (with or without rules in force), command v4, state v3, \
-                        event v4, rejection v4";
+                        event v5, rejection v4";

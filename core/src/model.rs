@@ -279,6 +279,7 @@ pub fn encode_event(out: &mut Vec<u8>, ev: &Event, c: &Command, rules_version: O
     avro::write_opt_string(out, c.jti);
     out.push(0); // object_type: untyped (typed objects go to the Python path)
     avro::write_opt_long(out, rules_version);
+    out.push(0); // warnings (event v5): none, only rules in warn or audit mode give them, and only typed objects
 }
 
 pub fn encode_rejection(out: &mut Vec<u8>, rej: &Rejection, c: &Command, rules_version: Option<i64>) {

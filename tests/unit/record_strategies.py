@@ -27,6 +27,7 @@ from commands import (
     Rejection,
     RevokeEditor,
     RevokeReader,
+    RuleWarning,
     UpdateObject,
 )
 
@@ -60,7 +61,9 @@ def record_strategies(texts: Strategy, times: st.SearchStrategy[datetime], longs
     )
     events = st.builds(Event, texts, st.sampled_from(EventType), texts, longs, texts, texts, times, texts,
                        st.none() | texts, st.none() | texts, st.none() | texts, st.none() | texts,
-                       st.none() | texts, st.none() | texts, st.none() | texts, opt_longs)
+                       st.none() | texts, st.none() | texts, st.none() | texts, opt_longs,
+                       st.lists(st.builds(RuleWarning, texts, texts, texts, texts,
+                                          st.lists(texts, max_size=3).map(tuple)), max_size=3).map(tuple))
     # "" and 0 stand for "none" in a stored window (schemas.records), so entries use None for them.
     recents = st.builds(RecentCommand, texts, texts, longs, times, st.none() | texts.filter(bool),
                         st.none() | longs.filter(bool))

@@ -149,6 +149,8 @@ def test_under_rules_in_force_the_core_decides_untyped_objects_and_names_the_ver
     decided = [o for batch in compiled[0][1:-1] for o in batch]
     assert all(("ce_rulesversion", b"1") in headers for _, _, _, _, headers in decided)
     assert all(codec.decode_outcome(value).rules_version == 1 for _, _, value, _, _ in decided)
+    typed = [codec.decode_outcome(value) for _, _, value, _, _ in compiled[0][-1]]  # the fold's, with its warning
+    assert [[(w.rule, w.mode) for w in getattr(o, "warnings", ())] for o in typed] == [[("note:watched", "warn")]]
 
 
 json_values = st.recursive(

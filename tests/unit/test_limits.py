@@ -37,10 +37,11 @@ from commands import (
     ObjectState,
     ReasonCode,
     Rejection,
+    RuleWarning,
     UpdateObject,
     decide,
 )
-from commands.rules import compile_rules
+from commands.rules import bounds, compile_rules
 from commands.rules.bounds import MAX_NAME_BYTES
 from schemas import codec
 
@@ -76,7 +77,9 @@ def test_the_default_chain() -> None:
     assert FRAME_BYTES == 61 + 21 + 5 + 5 + 1 == 93
     assert sizes.max_record_bytes == M - 93 - 2048 - 1024 == 1_045_411
     # output headers; events carry issuer and jti; and object_type (union 1 + length 2 + 64) and rules_version (1 + 10)
-    assert sizes.max_document_bytes == 1_046_101 - 2048 - 390 - 78
+    # and up to 4 warnings (array count 1 + end 1, each: rule 2 + 129, mode 1 + 16, reason 1 + 32, message 2 + 1024,
+    # pointers 1 + 16 * (2 + 256) + 1)
+    assert sizes.max_document_bytes == 1_046_101 - 2048 - 390 - 78 - (2 + 4 * (131 + 17 + 33 + 1026 + 4130))
     assert sizes.keep_bytes == 64 * 1024
     assert sizes.max_id_bytes == 256
     assert limits_for(S).max_document_bytes == sizes.max_document_bytes
@@ -175,6 +178,11 @@ def test_the_worst_case_events_fit_and_one_byte_more_is_too_large(m: int) -> Non
     ev = decide(None, create, lim, rules).outcome
     assert isinstance(ev, Event) and ev.object_type == "t" * MAX_NAME_BYTES
     ev = replace(ev, rules_version=-(2**63))  # the longest rules version: 10 bytes as a zig-zag varint
+    # and the most warnings, each at its bounds (rules in warn or audit mode that would have refused it)
+    worst = RuleWarning("r" * bounds.MAX_RULE_BYTES, "m" * bounds.MAX_MODE_BYTES, "R" * bounds.MAX_REASON_BYTES,
+                        "x" * bounds.MAX_MESSAGE_BYTES,
+                        tuple("/" + "p" * (bounds.MAX_POINTER_BYTES - 1) for _ in range(bounds.MAX_POINTERS)))
+    ev = replace(ev, warnings=(worst,) * bounds.MAX_WARNINGS)
     rec = outcome_record(ev, s, 3, WORST_TRACE)
     _fits(rec, m)
     assert record_size(rec) > sizes.max_record_bytes - 32  # the bound is tight, not a guess far below the limit

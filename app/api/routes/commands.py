@@ -34,6 +34,7 @@ from app.api.writes.outcomes import durable_lookup
 from app.api.writes.producer import Delivered
 from app.api.writes.quota import refusal
 from app.api.writes.submit import new_object_id, now, refuse_reserved
+from app.api.writes.summary import warning_header, warnings_json
 from app.errors import BrokerUnavailable
 from app.limits import for_settings
 from commands import (
@@ -213,4 +214,8 @@ async def command_outcome(request: Request, command_id: Annotated[str, Path(max_
                        "trail", code="NOT_FOUND")
     body = {"command_id": command_id, "object_id": o.object_id, "status": o.kind, "version": o.version,
             "event": o.event, "reason": o.reason, "message": o.message}
-    return JSONResponse(body, headers={"ETag": f'"{o.version}"'} if o.kind == "accepted" else None)
+    headers = {"ETag": f'"{o.version}"'} if o.kind == "accepted" else {}
+    if o.warnings:  # rules in warn mode that would have refused it
+        body["warnings"] = warnings_json(o.warnings)
+        headers["Warning"] = warning_header(o.warnings)
+    return JSONResponse(body, headers=headers or None)

@@ -48,6 +48,9 @@ class ApiMetrics:
         self.rule_rejections = Counter("arbiter_api_rule_rejections", "Rejections by a rule of the team's rules "
                                        "(RULE_VIOLATED, RULE_ERROR) seen on the rejections topic, by rule and version",
                                        ["rule", "rules_version"], registry=self.registry)
+        self.rule_warnings = Counter("arbiter_api_rule_warnings", "Accepted commands a rule in warn or audit mode "
+                                     "would have refused, seen on the events topic, by rule, version and mode",
+                                     ["rule", "rules_version", "mode"], registry=self.registry)
         self.rules_version = Gauge("arbiter_rules_version", "The newest rules version a decision of each commands "
                                    "partition named (0: none yet), as seen on the events/rejections topics",
                                    ["partition"], registry=self.registry, multiprocess_mode="livemax")
@@ -72,6 +75,9 @@ class ApiMetrics:
         if o.rules_version is not None:
             if isinstance(o, Rejection) and o.rule is not None:
                 self.rule_rejections.labels(o.rule, str(o.rules_version)).inc()
+            elif isinstance(o, Event):
+                for w in o.warnings:
+                    self.rule_warnings.labels(w.rule, str(o.rules_version), w.mode).inc()
             if partition is not None and o.rules_version > self._rules_seen.get(partition, 0):
                 self._rules_seen[partition] = o.rules_version
                 self.rules_version.labels(str(partition)).set(o.rules_version)

@@ -22,7 +22,7 @@ from app.api.rules import RULES_VERSION_HEADER, precheck
 from app.api.telemetry.traces import note_command
 from app.api.writes.outcomes import OVER_SHARE
 from app.api.writes.quota import refusal
-from app.api.writes.summary import OutcomeSummary, summarize
+from app.api.writes.summary import OutcomeSummary, summarize, warning_header, warnings_json
 from app.api.writes.timing import HEADER as TIMING_HEADER
 from app.api.writes.timing import server_timing
 from app.errors import BrokerUnavailable
@@ -133,13 +133,18 @@ def _decided(cmd: Command, version: int, event: str | None, decision: OutcomeSum
         headers[POSITION_HEADER] = format_position(decision.partition, decision.offset)
     if decision is not None and decision.rules_version is not None:  # decided under the team's rules (README "Rules")
         headers[RULES_VERSION_HEADER] = str(decision.rules_version)
+    warnings = decision.warnings if decision is not None else ()
+    if warnings:  # rules in warn mode that would have refused it (commands.rules.evaluate)
+        headers["Warning"] = warning_header(warnings)
     status = _success_status(cmd)
     if status == 204:
         return Response(status_code=204, headers=headers)
     if status == 201:
         headers["Location"] = f"/objects/{cmd.object_id}"
-    body = {"command_id": cmd.command_id, "object_id": cmd.object_id, "status": "accepted", "version": version,
-            "event": event}
+    body: dict[str, Any] = {"command_id": cmd.command_id, "object_id": cmd.object_id, "status": "accepted",
+                            "version": version, "event": event}
+    if warnings:
+        body["warnings"] = warnings_json(warnings)
     return _json(body, status, headers)
 
 

@@ -6,12 +6,13 @@ over-estimate of the Python heap an entry keeps alive (``tests/unit/test_api_out
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from commands import Event, Rejection
+from commands import Event, Rejection, RuleWarning
 from commands.rejection import clip
 
 #: Characters of a rejection's message kept; the rest is cut with an ellipsis.
@@ -51,6 +52,30 @@ class OutcomeSummary:
     rule: str | None = None  # for RULE_VIOLATED / RULE_ERROR: the rule's name, message and JSON pointers
     rule_message: str | None = None
     rule_pointers: tuple[str, ...] = ()
+    # For an accepted command: the rules in warn mode that would have refused it (audit mode's stay in the event).
+    warnings: tuple[RuleWarning, ...] = ()
+
+
+def told(warnings: tuple[RuleWarning, ...]) -> tuple[RuleWarning, ...]:
+    """Return the warnings a caller is told of: those of rules in warn mode (audit mode's are kept in the event,
+    counted, and not shown to the caller)."""
+    return tuple(w for w in warnings if w.mode == "warn")
+
+
+#: The warn-code of a ``Warning`` header (RFC 7234 5.5: 299, a persistent miscellaneous warning) and its agent.
+WARN_CODE = 299
+WARN_AGENT = "arbiter"
+
+
+def warning_header(warnings: tuple[RuleWarning, ...]) -> str:
+    """Return a ``Warning`` header's value naming each rule in warn mode that would have refused the command:
+    ``299 arbiter "<rule>: <message>"``, comma-separated (ASCII: other characters as JSON escapes)."""
+    return ", ".join(f"{WARN_CODE} {WARN_AGENT} {json.dumps(f'{w.rule}: {w.message}')}" for w in warnings)
+
+
+def warnings_json(warnings: tuple[RuleWarning, ...]) -> list[dict[str, object]]:
+    """Return the warnings as an answer's body carries them."""
+    return [{"rule": w.rule, "reason": w.reason, "message": w.message, "pointers": list(w.pointers)} for w in warnings]
 
 
 def _size(*texts: str | None) -> int:
@@ -64,10 +89,13 @@ def summarize(outcome: Event | Rejection, partition: int | None = None,
     if outcome.command_id is None or outcome.principal is None:
         return None
     if isinstance(outcome, Event):
+        warnings = told(outcome.warnings)
         return OutcomeSummary("accepted", outcome.command_id, outcome.principal, outcome.object_id, outcome.version,
                               outcome.occurred_at, event=outcome.type.value, partition=partition, offset=offset,
-                              written_ms=written_ms, nbytes=_size(outcome.command_id, outcome.principal, outcome.object_id),
-                              rules_version=outcome.rules_version)
+                              written_ms=written_ms, nbytes=_size(outcome.command_id, outcome.principal, outcome.object_id,
+                                                                  *(t for w in warnings for t in (w.rule, w.message,
+                                                                                                  *w.pointers))),
+                              rules_version=outcome.rules_version, warnings=warnings)
     message = clip(outcome.message, MESSAGE_CHARS)
     return OutcomeSummary("rejected", outcome.command_id, outcome.principal, outcome.object_id,
                           outcome.current_version, outcome.occurred_at, reason=outcome.reason.value, message=message,

@@ -113,6 +113,9 @@ function render(s) {
   const byRule = document.getElementById("rule_rejections"); byRule.replaceChildren();
   Object.entries(s.rejections_by_rule || {}).forEach(([r, n]) => byRule.appendChild(row([r], [n, true])));
   if (!byRule.children.length) byRule.appendChild(row(["no rule rejections yet"]));
+  const warned = document.getElementById("rule_warnings"); warned.replaceChildren();
+  Object.entries(s.warnings_by_rule || {}).forEach(([r, n]) => warned.appendChild(row([r], [n, true])));
+  if (!warned.children.length) warned.appendChild(row(["no would-be refusals yet"]));
   renderParked(s.parking_lot);
   const lag = document.getElementById("lag"); lag.replaceChildren();
   Object.entries(s.lag_by_partition).forEach(([p, n]) => lag.appendChild(row(["partition " + p], [n, true])));
