@@ -26,15 +26,18 @@ def _run(args: argparse.Namespace) -> int:
     from app.metrics.server import serve_metrics
     from app.rescale.generation import exit_on_switch, generation_settings
     from app.rescale.late import LateRecords
+    from app.settings import checkpoint_uri
     from app.spark_session import spark_session
     from app.topics import ensure_topics
     from app.validator.job import drain, run
     from app.validator.metrics import ValidatorCollector
+    from app.validator.owner import check_lease
 
     # The current generation of the commands topic (app.rescale): its topic, partition count and checkpoint.
     settings = generation_settings(get_settings())
     ensure_topics(settings)
     RegistryRegistration(settings).start()  # ids that disagree refuse the start; an outage is retried meanwhile
+    check_lease(settings, checkpoint_uri(settings))  # a second driver is refused before Spark's JVM starts
     spark = spark_session(settings, app_name="arbiter-validator")
     metrics = serve_metrics("validator", settings.metrics_host, settings.validator_metrics_port,
                             [ValidatorCollector(settings)])

@@ -142,17 +142,28 @@ def _reclaim(spark: Any, path: Path) -> None:  # noqa: ANN401
         _forget(qid)
 
 
+def check_lease(settings: Settings, checkpoint: str) -> None:
+    """Raise ``CheckpointLeased`` if another driver's instance holds ``checkpoint``'s lease (no join, no Spark).
+
+    ``arbiter validator`` asks before it starts Spark's JVM: a second driver is refused in about a second instead
+    of after the seconds (tens of seconds on a busy host) a JVM takes to start. ``take`` asks again: a driver may
+    take the lease in between.
+    """
+    if settings.validator_lease:
+        from app.topics import ensure_lease_topic
+
+        ensure_lease_topic(settings)
+        ValidatorLease(lease_config(settings, checkpoint)).check()
+
+
 def take(spark: Any, settings: Settings, checkpoint: str) -> Ownership:  # noqa: ANN401
     """Take the job lock and the lease on ``checkpoint``; raise ``CheckpointLeased`` or ``CheckpointInUse``."""
     root = rocks_root(settings, checkpoint)
     _reclaim(spark, job_lock_path(checkpoint, root))
     lease: ValidatorLease | None = None
     if settings.validator_lease:
-        from app.topics import ensure_lease_topic
-
-        ensure_lease_topic(settings)
+        check_lease(settings, checkpoint)  # before the flock: a driver elsewhere is named as the lease holder, not as a lock file
         lease = ValidatorLease(lease_config(settings, checkpoint))
-        lease.check()  # before the flock: a driver elsewhere is named as the lease holder, not as a lock file
     lock = acquire_job_lock(checkpoint, root)
     owner = Ownership(checkpoint, lock, lease, spark)
     if lease is not None:

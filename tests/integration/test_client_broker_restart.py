@@ -9,6 +9,7 @@ tests that stop it) so stopping it does not disturb the session broker.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -30,9 +31,10 @@ from tests.integration.validator_oracle import ROOT, start_validator, stop_valid
 pytestmark = pytest.mark.integration
 
 PROGRAM = ROOT / "clients" / "python" / "examples" / "shared_counters.py"
-# Enough rounds that the racers are still writing when the broker goes: on an idle machine ten rounds could all be
-# decided before its shutdown finished (CI saw no retry at all), and the outage assertion then fails.
-OBJECTS, ROUNDS = 4, 30
+# The program is frozen (SIGSTOP) while the broker shuts down, so it is still writing when the broker has gone
+# however fast the machine: before, ten rounds could all be decided during the shutdown on an idle machine (CI saw no
+# retry at all), and thirty rounds were run only to outlast it (240 decided writes, most of this test's time).
+OBJECTS, ROUNDS = 4, 10
 # At most this many outages, each until a write met it or OUTAGE_S passed (see the test).
 OUTAGES, OUTAGE_S = 4, 30.0
 
@@ -69,41 +71,45 @@ def test_a_client_program_loses_nothing_through_a_broker_restart(
             program = subprocess.Popen(  # noqa: S603 - our own example program
                 [sys.executable, str(PROGRAM), url, token(s, "alice"), token(s, "bob"), "--objects", str(OBJECTS),
                  "--rounds", str(ROUNDS), "--tag", tag], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            reader = threading.Thread(target=lambda: lines.extend(json.loads(x) for x in program.stdout), daemon=True)  # type: ignore[union-attr]
-            reader.start()
-            deadline = time.monotonic() + 300
-            while not any(x.get("phase") == "round" for x in lines):  # the racers are writing
-                assert program.poll() is None, program.stderr.read()  # type: ignore[union-attr]
-                assert job.poll() is None, log.read_text()[-4000:]
-                assert time.monotonic() < deadline, "the program made no round in 300 s"
-                time.sleep(0.2)
-            # The broker goes away while the racers write, and stays away until a write of the program has met
-            # the outage (the API answered 503 BROKER_UNAVAILABLE after the produce timeout, which the program
-            # retries). A racer whose write was produced just before the stop waits for its decision until the
-            # broker is back; when both do, no write meets that outage, so the broker is restarted and stopped
-            # again (a fixed 5 s outage left "the program never met the outage" to chance under load).
-            for _ in range(OUTAGES):
-                assert program.poll() is None, "the program finished before the broker went: no outage to go through"
-                failed_before = produce_failures(url, s)
-                own_broker.stop()
-                deadline = time.monotonic() + OUTAGE_S
-                while produce_failures(url, s) <= failed_before and time.monotonic() < deadline \
-                        and program.poll() is None:
-                    time.sleep(0.2)
-                met = produce_failures(url, s) > failed_before
-                own_broker.start(Settings())
-                if met:
-                    break
-                # back: wait until the racers write again (their held writes decided) before the next outage
-                produced = api_total(url, s, "arbiter_api_commands_produced_total")
-                deadline = time.monotonic() + 180
-                while api_total(url, s, "arbiter_api_commands_produced_total") < produced + 2 \
-                        and program.poll() is None:
-                    assert time.monotonic() < deadline, "the program wrote nothing in 180 s after the broker came back"
-                    time.sleep(0.2)
             try:
+                reader = threading.Thread(target=lambda: lines.extend(json.loads(x) for x in program.stdout), daemon=True)  # type: ignore[union-attr]
+                reader.start()
+                deadline = time.monotonic() + 300
+                while not any(x.get("phase") == "round" for x in lines):  # the racers are writing
+                    assert program.poll() is None, program.stderr.read()  # type: ignore[union-attr]
+                    assert job.poll() is None, log.read_text()[-4000:]
+                    assert time.monotonic() < deadline, "the program made no round in 300 s"
+                    time.sleep(0.2)
+                # The broker goes away while the racers write, and stays away until a write of the program has met
+                # the outage (the API answered 503 BROKER_UNAVAILABLE after the produce timeout, which the program
+                # retries). A racer whose write was produced just before the stop waits for its decision until the
+                # broker is back; when both do, no write meets that outage, so the broker is restarted and stopped
+                # again (a fixed 5 s outage left "the program never met the outage" to chance under load).
+                for _ in range(OUTAGES):
+                    assert program.poll() is None, "the program finished before the broker went: no outage to go through"
+                    failed_before = produce_failures(url, s)
+                    program.send_signal(signal.SIGSTOP)  # mid-round: it cannot finish while the broker shuts down
+                    try:
+                        own_broker.stop()
+                    finally:
+                        program.send_signal(signal.SIGCONT)
+                    deadline = time.monotonic() + OUTAGE_S
+                    while produce_failures(url, s) <= failed_before and time.monotonic() < deadline \
+                            and program.poll() is None:
+                        time.sleep(0.2)
+                    met = produce_failures(url, s) > failed_before
+                    own_broker.start(Settings())
+                    if met:
+                        break
+                    # back: wait until the racers write again (their held writes decided) before the next outage
+                    produced = api_total(url, s, "arbiter_api_commands_produced_total")
+                    deadline = time.monotonic() + 180
+                    while api_total(url, s, "arbiter_api_commands_produced_total") < produced + 2 \
+                            and program.poll() is None:
+                        assert time.monotonic() < deadline, "the program wrote nothing in 180 s after the broker came back"
+                        time.sleep(0.2)
                 program.wait(400)
-            finally:
+            finally:  # a failure above leaves no program running (or stopped) behind
                 if program.poll() is None:
                     program.kill()
             reader.join(10)

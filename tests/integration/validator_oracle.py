@@ -118,14 +118,20 @@ def decided(settings: Settings) -> tuple[int, set[tuple[str | None, str | None]]
     return len(out), ids
 
 
-def output_count(settings: Settings) -> int:
+def probe(settings: Settings) -> Consumer:
+    """A consumer for ``output_count`` to ask again and again (a new one per call costs a connection and threads)."""
+    return Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "arbiter-probe", "log_level": 0})
+
+
+def output_count(settings: Settings, consumer: Consumer | None = None) -> int:
     """Return the records on the events and rejections topics (sum of their high watermarks), cheaply."""
-    c = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "arbiter-probe", "log_level": 0})
+    c = consumer or probe(settings)
     try:
         return sum(c.get_watermark_offsets(TopicPartition(t, p), timeout=5)[1]
                    for t in (settings.topic_events, settings.topic_rejections) for p in range(settings.partitions))
     finally:
-        c.close()
+        if consumer is None:
+            c.close()
 
 
 def validator_env(settings: Settings) -> dict[str, str]:
@@ -154,23 +160,27 @@ def start_validator(settings: Settings, log: Path, extra_env: dict[str, str] | N
 
 
 def kill_mid_stream(job: subprocess.Popen[bytes], settings: Settings, commands: list[Command], log: Path,
-                    timeout: float = 120) -> set[tuple[str | None, str | None]]:
+                    timeout: float = 300) -> set[tuple[str | None, str | None]]:
     """SIGKILL ``job``'s process group once a third of ``commands`` have outputs and some have none yet.
 
     Returns what the topics decided at the kill, after asserting from them that at least one batch reached
     the topics and that commands are left undecided: otherwise the kill landed outside the stream.
+    ``timeout`` covers the job's start too: its Spark JVM alone took 72 s on a machine at load 60 (a 120 s wait
+    failed there with the job deciding), so it guards against a hang, not a slow start.
     """
     n = len(commands)
     assert len({(c.object_id, c.command_id) for c in commands}) == n, "command ids must tell the commands apart"
     deadline = time.monotonic() + timeout
+    counter = probe(settings)
     try:
-        while output_count(settings) < n // 3:
+        while output_count(settings, counter) < n // 3:
             assert job.poll() is None, f"the validator exited with {job.returncode}: {log.read_text()[-3000:]}"
             assert time.monotonic() < deadline, f"no third of the outputs in {timeout:.0f} s: {log.read_text()[-3000:]}"
             time.sleep(0.05)
     finally:
         os.killpg(job.pid, signal.SIGKILL)  # the job's own process group: its driver, JVM and Python workers
         job.wait(30)
+        counter.close()
     records, ids = decided(settings)
     assert records > 0, "no batch reached the topics before the kill"
     assert len(ids) < n, f"all {n} commands were decided before the kill landed: the kill proved nothing"
