@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 from pydantic import SecretStr
 
+from app.errors import SetupError
 from app.local.kafka_broker import free_port
 from app.local.kafka_cluster import LocalCluster
 from app.local.postgres_server import LocalPostgres
@@ -159,7 +160,14 @@ def start_stack(work: Path, say: Callable[[str], None], *, partitions: int, batc
         stack.postgres.start()
         dsn = stack.postgres.create_database("drill")
         stack.spark = start_cluster(work, 2)
-        brokers.wait_ready(240)
+        try:
+            brokers.wait_ready(240)
+        except SetupError:  # on a loaded host a node can give up registering with the quorum: start it once more
+            for node in brokers.nodes:
+                pid = node.running_pid()
+                if pid is not None and os.waitpid(pid, os.WNOHANG)[0] == pid:  # our child, exited: reaped
+                    node.start(base, wait=False)
+            brokers.wait_ready(240)
         secret = secrets.token_urlsafe(48)
         s = stack.settings = base.model_copy(update={"kafka_bootstrap": brokers.bootstrap, "read_model": "postgresql",
                                                      "auth_secret": SecretStr(secret)})
