@@ -24,6 +24,7 @@ class Provider:
         self.published: list[str] = []
         self.jwks_fetches = 0
         self.jwks_delay_s = 0.0  # how long the JWKS endpoint takes to answer
+        self.jwks_gate: threading.Event | None = None  # if set, the JWKS endpoint answers once the gate opens
         self.jwks_down = False  # the JWKS endpoint answers 503
         provider = self
 
@@ -34,6 +35,8 @@ class Provider:
                 elif self.path == "/certs":
                     provider.jwks_fetches += 1
                     time.sleep(provider.jwks_delay_s)
+                    if provider.jwks_gate is not None:
+                        provider.jwks_gate.wait(60)
                     if provider.jwks_down:
                         self.send_error(503)
                         return
@@ -78,5 +81,7 @@ class Provider:
                           headers={"kid": kid})
 
     def close(self) -> None:
+        if self.jwks_gate is not None:
+            self.jwks_gate.set()  # a held answer is released, so the server's threads can be joined
         self.server.shutdown()
         self.server.server_close()

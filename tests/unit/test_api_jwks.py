@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,22 +56,29 @@ def _client(s: Settings) -> httpx.AsyncClient:
 
 
 def test_a_slow_jwks_holds_no_other_request_and_tokens_share_one_fetch(provider: Provider, tmp_path: Path) -> None:
-    """Six tokens arrive while the provider takes 1.5 s: one fetch; an open route answers meanwhile."""
-    provider.jwks_delay_s = 1.5
+    """Six tokens arrive while the provider holds its JWKS answer: one fetch; an open route answers meanwhile.
+
+    The provider answers only once the open route has (a gate, not a delay: a fetch run on the event loop would
+    hold the open route until the gate opens, which it never would — the hang guard then fails the test; no
+    timing threshold, so a loaded machine cannot fail it)."""
+    provider.jwks_gate = gate = threading.Event()
 
     async def main() -> None:
         async with _client(settings(provider, tmp_path)) as client:
-            t0 = time.monotonic()
             reads = [asyncio.create_task(_timed(client, "/objects/doc", bearer(provider.token(jti=f"j{i}"))))
                      for i in range(6)]
-            await asyncio.sleep(0.2)  # the fetch is under way
-            open_route = await client.get("/asyncapi.json")
-            took = time.monotonic() - t0  # from before the tokens: a fetch on the loop would hold it 1.5 s
-            assert open_route.status_code == 200 and took < 0.8, took
+            while provider.jwks_fetches == 0:  # the fetch is under way, and held
+                await asyncio.sleep(0.01)
+            open_route = await asyncio.wait_for(client.get("/asyncapi.json"), 120)  # a hang guard
+            assert open_route.status_code == 200 and not gate.is_set()
+            gate.set()
             for r, _ in await asyncio.gather(*reads):
                 assert r.status_code == 200 and r.json() == {"t": 1}, r.text
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    finally:
+        gate.set()
     assert provider.jwks_fetches == 1
 
 
@@ -80,9 +88,10 @@ def test_a_jwks_that_is_down_is_503_fast_and_not_fetched_per_token(provider: Pro
     async def main() -> None:
         async with _client(settings(provider, tmp_path, oidc_jwks_retry_s=60)) as client:
             for i in range(6):
-                r, took = await _timed(client, "/objects/doc", bearer(provider.token(jti=f"j{i}")))
+                r, _ = await _timed(client, "/objects/doc", bearer(provider.token(jti=f"j{i}")))
                 assert r.status_code == 503 and r.json()["code"] == "IDENTITY_PROVIDER_UNAVAILABLE", r.text
-                assert i == 0 or took < 0.2, (i, took)
+                if i == 0:  # every later fetch would be held (and counted): the failure is remembered
+                    provider.jwks_gate = threading.Event()
             assert provider.jwks_fetches == 1  # the failure is remembered for ARBITER_OIDC_JWKS_RETRY_S
             assert 55 <= int(r.headers["retry-after"]) <= 60
 
