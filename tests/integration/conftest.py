@@ -6,7 +6,8 @@ fixture ``SHARED_ON[kind]`` names: on PostgreSQL the same validator's events are
 own, with an API reading it, started on first use) and names its objects, idempotency keys and principals
 with ``arbiter.tag`` (or a uuid of its own), so tests never meet each other's objects. A test that kills, restarts
 or reconfigures a component (the broker, the validator, the API's limits, the rules) starts its own stack, as
-before: the shared one must stay as every other test expects it.
+before: the shared one must stay as every other test expects it. ``played_run`` is one ``arbiter run`` subprocess
+(scenario, status page, archive) for the tests that claim that command as a user runs it.
 """
 
 from __future__ import annotations
@@ -58,6 +59,20 @@ def arbiter(shared_arbiter: tuple[Settings, Any]) -> RunningArbiter:
     """The shared running Arbiter, with a tag for this test's object ids, keys and principals."""
     s, client = shared_arbiter
     return RunningArbiter(s, client, uuid.uuid4().hex[:8])
+
+
+@pytest.fixture(scope="package")
+def played_run(base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One ``arbiter run`` (a subprocess, its scenario played, serving) on topics and a var directory of its own,
+    for the tests of ``arbiter run`` as a user runs it (``tests.integration.played_run``): the first to claim it
+    while it serves stops it; another test that needs one serving starts its own."""
+    from tests.integration.played_run import start_run, stop_run
+
+    run = start_run(module_settings_for(base_settings, tmp_path_factory, "played-run"))
+    try:
+        yield run
+    finally:
+        stop_run(run)
 
 
 #: The session fixture serving each read-model backend (``tests.conftest.READ_MODELS``).
