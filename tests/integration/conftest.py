@@ -8,7 +8,8 @@ with ``arbiter.tag`` (or a uuid of its own), so tests never meet each other's ob
 or reconfigures a component (the broker, the validator, the API's limits, the rules) starts its own stack, as
 before: the shared one must stay as every other test expects it. A test that stops and starts a broker takes
 ``own_broker``: one broker apart from the session's, started once for all such tests (each on topics of its own)
-and found running by each, instead of a broker started per module.
+and found running by each, instead of a broker started per module. ``played_run`` is one ``arbiter run`` subprocess
+(scenario, status page, archive) for the tests that claim that command as a user runs it.
 """
 
 from __future__ import annotations
@@ -64,6 +65,20 @@ def arbiter(shared_arbiter: tuple[Settings, Any]) -> RunningArbiter:
     """The shared running Arbiter, with a tag for this test's object ids, keys and principals."""
     s, client = shared_arbiter
     return RunningArbiter(s, client, uuid.uuid4().hex[:8])
+
+
+@pytest.fixture(scope="package")
+def played_run(base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One ``arbiter run`` (a subprocess, its scenario played, serving) on topics and a var directory of its own,
+    for the tests of ``arbiter run`` as a user runs it (``tests.integration.played_run``): the first to claim it
+    while it serves stops it; another test that needs one serving starts its own."""
+    from tests.integration.played_run import start_run, stop_run
+
+    run = start_run(module_settings_for(base_settings, tmp_path_factory, "played-run"))
+    try:
+        yield run
+    finally:
+        stop_run(run)
 
 
 #: The session fixture serving each read-model backend (``tests.conftest.READ_MODELS``).

@@ -1,4 +1,5 @@
-"""The README's first command end to end: ``arbiter run`` plays its scenario, serves the status page, stops cleanly."""
+"""The README's first command end to end: ``arbiter run`` plays its scenario, serves the status page, stops cleanly
+(the package's played run, whose history test_verify_run replays next)."""
 
 from __future__ import annotations
 
@@ -25,62 +26,25 @@ from app.validator.rocks.client import lanes, socket_path
 from projections import archived
 from tests.docs_snippets import run_shell
 from tests.integration.browser import chromium, console_errors
+from tests.integration.played_run import ARCHIVE_EVERY, Run, settle, start_run, stop_run
+from tests.integration.played_run import run_env as _env
 
 pytestmark = pytest.mark.integration
 
 
-def _env(settings: Settings, api_port: int) -> dict[str, str]:
-    return {**os.environ,
-            "ARBITER_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-            "ARBITER_KAFKA_PORT": str(free_port()),  # not the session broker's: `run` must not manage it
-            "ARBITER_TOPIC_COMMANDS": settings.topic_commands,
-            "ARBITER_TOPIC_EVENTS": settings.topic_events,
-            "ARBITER_TOPIC_REJECTIONS": settings.topic_rejections,
-            "ARBITER_PARTITIONS": str(settings.partitions),
-            "ARBITER_VAR_DIR": str(settings.path(settings.var_dir)),
-            "ARBITER_API_PORT": str(api_port),
-            "ARBITER_TRIGGER_INTERVAL": "200 milliseconds",
-            "PYTHONUNBUFFERED": "1"}
-
-
-class Run:
-    def __init__(self, proc: subprocess.Popen[str], lines: list[str], api: str, var: Path,
-                 metrics: dict[str, int]) -> None:
-        self.proc, self.lines, self.api, self.var, self.metrics = proc, lines, api, var, metrics
-
-
-#: The archive's trigger in these runs (the default, a minute, would archive nothing while the test looks)
-ARCHIVE_EVERY = "2 seconds"
-
-
 @pytest.fixture
-def pipeline(settings: Settings) -> Iterator[Run]:
-    port = free_port()
-    metrics = {"validator": free_port(), "db": free_port(), "audit": free_port(), "log": free_port()}
-    env = {**_env(settings, port), "ARBITER_VALIDATOR_METRICS_PORT": str(metrics["validator"]),
-           "ARBITER_ARCHIVE_TRIGGER_INTERVAL": ARCHIVE_EVERY,
-           "ARBITER_PROJECTION_METRICS_PORTS": json.dumps({k: v for k, v in metrics.items() if k != "validator"})}
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "run"], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    lines: list[str] = []
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 420
-    for line in proc.stdout:
-        lines.append(line.rstrip("\n"))
-        if line.startswith("Serving") or time.monotonic() > deadline:
-            break
-    run = Run(proc, lines, f"http://127.0.0.1:{port}", settings.path(settings.var_dir), metrics)
+def pipeline(played_run: Run, request: pytest.FixtureRequest) -> Iterator[Run]:
+    """The package's played run, serving (this test stops it); a run of this test's own if another test took it."""
+    if not played_run.claimed:
+        played_run.claimed = True
+        run = played_run
+    else:
+        run = start_run(request.getfixturevalue("settings"))
     try:
-        assert any(line.startswith("Serving") for line in lines), "\n".join(lines[-60:])
+        assert any(line.startswith("Serving") for line in run.lines), "\n".join(run.lines[-60:])
         yield run
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, as a user would
-            try:
-                proc.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        stop_run(run, timeout=90)  # stopped already unless the test failed before its clean stop
 
 
 def _row(lines: list[str], step: str) -> list[str]:
@@ -212,7 +176,8 @@ def assert_docs_sample(out: list[str], settings: Settings, api: str) -> None:
                                              "UPDATE_DOCS_SAMPLE=1 and review the diff\n" + "\n".join(sample))
 
 
-def test_scenario_status_page_and_clean_stop(pipeline: Run, settings: Settings, tmp_path: Path) -> None:
+def test_scenario_status_page_and_clean_stop(pipeline: Run, tmp_path: Path) -> None:
+    settings = pipeline.settings
     out = pipeline.lines
     print("\n".join(out))
     assert_scenario(out)
@@ -262,8 +227,10 @@ def test_scenario_status_page_and_clean_stop(pipeline: Run, settings: Settings, 
     servers = [int(d) for d in os.listdir("/proc") if d.isdigit() and _cmdline_has(int(d), b"app.validator.rocks.server")
                and _cmdline_has(int(d), digest)]
     assert servers, "no shard server process runs for this run's checkpoint"
+    settle(settings)  # its history whole in the topics, projections and archive: test_verify_run replays it
     os.killpg(pipeline.proc.pid, signal.SIGINT)
     pipeline.proc.wait(timeout=90)
+    pipeline.settled = True
     for name, pid in pids.items():
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)  # every child it started is gone

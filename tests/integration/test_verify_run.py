@@ -1,22 +1,19 @@
 """``arbiter verify replay`` and ``arbiter rules what-if`` as a user runs them: ``arbiter run`` plays its scenario
 (the order rules deployed, then a limit raised; a deletion) and a mixed load (creates, updates, grants, deletes,
-garbage) runs on it; the run stops. ``rules what-if`` with the order example's finance guard tightened lists the
-flips a hand-written sequential ``decide`` over the commands topic predicts, and its HTML report opens in headless
-Chromium; then ``arbiter erase`` purges a deleted object, and the replay — a subprocess, like every command here —
-proves the history clean with the erased object apart, and finds an outcome record forged on the events topic at its
-coordinates. One history serves both tests (the erasure and the forgery come last).
+garbage) runs on it; the run stops (the package's played run: test_pipeline_e2e's, when it ran first). ``rules
+what-if`` with the order example's finance guard tightened lists the flips a hand-written sequential ``decide`` over
+the commands topic predicts, and its HTML report opens in headless Chromium; then ``arbiter erase`` purges a deleted
+object, and the replay — a subprocess, like every command here — proves the history clean with the erased object
+apart, and finds an outcome record forged on the events topic at its coordinates. One history serves both tests
+(the erasure and the forgery come last).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
-import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,11 +24,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from app.limits import size_limits
-from app.local.kafka_broker import free_port
 from app.rules.control import CONTROL_HEADER, is_control
 from app.settings import Settings
 from app.signing import SIGNATURE_HEADER, checker_for
-from app.topics import ensure_topics
 from app.validator.decode import decode_record
 from app.validator.fold import limits_for
 from app.validator.rules import NO_RULES, ShardRules, control_step, rules_checker
@@ -40,8 +35,9 @@ from commands import Event, ObjectState, Rejection, decide
 from commands.rules import canonical_rules, compile_rules
 from projections import archived
 from tests.docs_snippets import ROOT, run_shell
-from tests.integration.test_backup_drill import _caught_up as caught_up
-from tests.integration.test_pipeline_e2e import _env
+from tests.integration.played_run import Run, settle, start_run, stop_run
+from tests.integration.played_run import run_env as _env
+from tests.integration.test_api_support import module_settings_for
 
 pytestmark = pytest.mark.integration
 
@@ -51,53 +47,32 @@ def _cli(settings: Settings, *args: str, timeout: float = 600) -> subprocess.Com
                           capture_output=True, timeout=timeout)
 
 
-def _stop(proc: subprocess.Popen[str]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C, as a user would
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 ORDERS = Path(__file__).resolve().parents[2] / "docs" / "examples" / "rules" / "orders.yaml"
 #: The candidate: the finance guard tightened from 10,000 to 1,000.
 TIGHTER = ORDERS.read_text().replace("next.amount > 10000", "next.amount > 1000")
 
 
 @pytest.fixture(scope="module")
-def history(base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
-    """``arbiter run`` with its scenario, a mixed load on it, then stopped; the archive brought up to the topics."""
-    tag = uuid.uuid4().hex[:10]
-    tmp = tmp_path_factory.mktemp("verify-run")
-    settings = base_settings.model_copy(update={
-        "topic_commands": f"commands-{tag}", "topic_events": f"events-{tag}", "topic_rejections": f"rejections-{tag}",
-        "var_dir": tmp / "var"})
-    ensure_topics(settings)
-    log = tmp / "run.log"
-    env = {**_env(settings, free_port()), "ARBITER_ARCHIVE_TRIGGER_INTERVAL": "2 seconds",
-           "ARBITER_VALIDATOR_METRICS_PORT": str(free_port()),
-           "ARBITER_PROJECTION_METRICS_PORTS": json.dumps({k: free_port() for k in ("db", "audit", "log")})}
-    with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "run"], env=env, text=True, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+def history(played_run: Run, base_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    """``arbiter run`` with its scenario, a mixed load on it, settled (every command decided, projected and archived),
+    then stopped: the package's played run as test_pipeline_e2e left it (its loads, status page and clean stop), or,
+    if that test did not take it, with a load of this fixture's own (on a run of its own if that test failed)."""
+    if played_run.settled:
+        yield played_run.settings
+        return
+    played_run.claimed = True  # a later test_pipeline_e2e starts a run of its own
+    run = played_run if played_run.serving() else start_run(module_settings_for(base_settings, tmp_path_factory,
+                                                                                "verify-run"))
     try:
-        deadline = time.monotonic() + 480
-        while not any(line.startswith("Serving") for line in log.read_text().splitlines()):
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
-            time.sleep(1)
-        load = _cli(settings, "load", "--via", "topic", "--rate", "100", "--duration", "6", "--objects", "20",
+        assert run.serving(), "\n".join(run.lines[-60:])
+        load = _cli(run.settings, "load", "--via", "topic", "--rate", "100", "--duration", "6", "--objects", "20",
                     "--wait", "60", timeout=300)
         assert load.returncode == 0, load.stdout[-2000:] + load.stderr[-2000:]
-        # the projections read the load's last decisions (erase takes liveness from the audit trail)
-        caught_up(settings)
+        settle(run.settings)
     finally:
-        _stop(proc)
-    assert proc.returncode is not None
-    once = _cli(settings, "archive", "run", "--once")
-    assert once.returncode == 0, once.stderr[-3000:]
-    yield settings
+        stop_run(run)
+    run.settled = True
+    yield run.settings
 
 
 def _commands_on_topic(settings: Settings) -> int:
