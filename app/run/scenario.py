@@ -78,6 +78,9 @@ class Scenario:
             if r.status_code == 200:
                 o = r.json()
                 version = "" if o.get("version") is None else str(o["version"])
+                rules = r.headers.get("Arbiter-Rules-Version")  # as _row shows a decision under the team's rules
+                if rules is not None:
+                    version = f"{version} (rules v{rules})" if version else f"rules v{rules}"
                 return Step(row.what, row.principal, "202", o["status"], o.get("reason") or "", version)
             time.sleep(0.5)
         return row

@@ -245,3 +245,26 @@ def test_metrics_and_the_status_page_count_would_be_refusals_per_rule_version_an
         status.observe(o, 0)
     assert dict(status.rule_warnings) == {"order:finance-approves-large (v3, warn)": 2,
                                           "order:customer-immutable (v3, audit)": 1}
+
+
+def test_an_outcome_read_after_a_202_names_the_rules_version_and_the_warnings(tmp_path: Any) -> None:  # noqa: ANN401
+    """A ``Prefer: wait`` that ran out answers 202; the client then reads ``GET /commands/{id}``, which must say
+    what the write's answer would have: the rules version (``Arbiter-Rules-Version``) and warn-mode warnings (the
+    scenario's table showed ``1`` for ``1 (rules v1)`` when the wait ran out on a loaded machine)."""
+    from fastapi.testclient import TestClient
+
+    from app.api.callers.identity import dev_token
+    from app.api.deps import ApiContext
+    from app.api.main import create_app
+
+    s = Settings(var_dir=tmp_path / "var")
+    app = create_app(s)
+    app.state.ctx = ApiContext(s, None, app.state.outcomes, app.state.metrics, app.state.quotas)  # type: ignore[arg-type]
+    app.state.outcomes.offer(_event(WARNED))
+    alice = {"Authorization": f"Bearer {dev_token(s, 'alice', ttl_s=60)}"}
+    r = TestClient(app).get("/commands/c2", headers=alice)
+    assert r.status_code == 200 and r.json()["status"] == "accepted", r.text
+    assert r.headers["Arbiter-Rules-Version"] == "3" and r.headers["warning"].startswith("299 arbiter ")
+    untyped = replace(_event(), command_id="c3", rules_version=None)
+    app.state.outcomes.offer(untyped)
+    assert "Arbiter-Rules-Version" not in TestClient(app).get("/commands/c3", headers=alice).headers

@@ -28,7 +28,7 @@ from app.api.models import (
     compact_json,
 )
 from app.api.problems import PROBLEM_RESPONSES, RATE_LIMITED_RESPONSE, ApiError, status_of
-from app.api.rules import PRECHECK_DEADLINE_S, precheck
+from app.api.rules import PRECHECK_DEADLINE_S, RULES_VERSION_HEADER, precheck
 from app.api.writes.claims import KeyClaims
 from app.api.writes.outcomes import durable_lookup
 from app.api.writes.producer import Delivered
@@ -215,6 +215,8 @@ async def command_outcome(request: Request, command_id: Annotated[str, Path(max_
     body = {"command_id": command_id, "object_id": o.object_id, "status": o.kind, "version": o.version,
             "event": o.event, "reason": o.reason, "message": o.message}
     headers = {"ETag": f'"{o.version}"'} if o.kind == "accepted" else {}
+    if o.rules_version is not None:  # decided under the team's rules: their version, as the write's answer says
+        headers[RULES_VERSION_HEADER] = str(o.rules_version)
     if o.warnings:  # rules in warn mode that would have refused it
         body["warnings"] = warnings_json(o.warnings)
         headers["Warning"] = warning_header(o.warnings)
