@@ -158,7 +158,8 @@ class KeyClaims:
 
     def _loop(self) -> None:
         while self._running:
-            for msg in records(self._consumer, 0.05, "claims"):
+            # prompt: a keyed write waits for its own claim here (consume alone would hold it up to the timeout)
+            for msg in records(self._consumer, 0.05, "claims", prompt=True):
                 self.fold.add(msg.partition(), msg.offset(), msg.value())
 
     def _serve_reports(self) -> None:

@@ -260,10 +260,17 @@ def durable_lookup(audit: AuditOutcomes, principal: str, command_id: str) -> Out
     return max(summaries, key=lambda s: s.occurred_at.timestamp() if s.occurred_at else 0.0)
 
 
-def records(consumer: Consumer, timeout: float, what: str) -> list[Message]:
-    """Return the records of one ``consume`` (up to 500 in ``timeout`` s); errors are logged as ``what``'s, not returned."""
+def records(consumer: Consumer, timeout: float, what: str, *, prompt: bool = False) -> list[Message]:
+    """Return the records of one ``consume`` (up to 500 in ``timeout`` s); errors are logged as ``what``'s, not returned.
+
+    ``prompt``: return as soon as one record is there (with those already fetched), not after ``timeout``.
+    """
     try:
-        msgs = consumer.consume(500, timeout)
+        if prompt:
+            first = consumer.poll(timeout)
+            msgs = [] if first is None else [first, *consumer.consume(499, 0)]
+        else:
+            msgs = consumer.consume(500, timeout)
     except KafkaException as e:  # pragma: no cover - librdkafka reports most trouble per message
         log.warning("%s: %s", what, e)
         return []
