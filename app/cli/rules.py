@@ -67,6 +67,9 @@ def _check(args: argparse.Namespace) -> int:
         print(f"{args.file}: {len(e.problems or (1,))} problem(s); not deployable", file=sys.stderr)
         return 1
     print(f"{args.file}: OK, digest {rules.digest}")
+    watching = rules.watching()
+    if watching:  # they never refuse: a reader of the check should not take them for enforced
+        print("rules in warn or audit mode (never refuse): " + ", ".join(f"{r} ({m})" for r, m in watching))
     return 0
 
 

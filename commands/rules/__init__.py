@@ -12,7 +12,8 @@ every later command on that object is decided under its type's rules too. Exact 
   refuses);
 - ``commands.rules.tracked``: tracked fields under merge-patch semantics;
 - ``commands.rules.evaluate``: the order in which rules run and what each outcome is (RULE_VIOLATED, RULE_ERROR,
-  TOO_LARGE), the variables of a guard;
+  TOO_LARGE), the variables of a guard, and the modes (a rule in ``warn`` or ``audit`` mode never refuses: its
+  failure is a warning in the event, ``Event.warnings``);
 - ``commands.rules.python_guards``: guards answered in Python from cel-cpp's checked AST where the answer is
   certainly cel-cpp's, cel-cpp deciding the rest (the cost per decision: ``bench.domain_rules``).
 

@@ -149,6 +149,18 @@ class RuleSet:
             names += [r.rule for r in t.transitions] + [g.rule for g in t.guards]
         return tuple(names)
 
+    def watching(self) -> tuple[tuple[str, str], ...]:
+        """Return (rule, mode) of every rule in warn or audit mode (``arbiter rules check`` lists them), in the
+        order of ``rule_names``."""
+        out = []
+        for t in self.types.values():
+            if t.schema_mode != ENFORCE:
+                out += [(f"{t.name}:{n}", t.schema_mode) for n, used in (("create_schema", t.create_schema),
+                                                                         ("patch_schema", t.patch_schema)) if used]
+            out += [(r.rule, r.mode) for r in t.transitions if r.mode != ENFORCE]
+            out += [(g.rule, g.mode) for g in t.guards if g.mode != ENFORCE]
+        return tuple(out)
+
     def __reduce__(self) -> tuple[Any, tuple[int, str, str]]:
         """Pickle as (version, digest, document); loading compiles again."""
         return RuleSet, (self.version, self.digest, self.document)

@@ -38,7 +38,7 @@ from app.native.core_check import (
 from app.native.core_check import MAX_MESSAGE_BYTES as MESSAGE_BYTES
 from app.signing import signer_for
 from app.validator.fold import InputRecord
-from commands import CreateObject, ReasonCode, Rejection, UpdateObject
+from commands import CreateObject, Event, ReasonCode, Rejection, UpdateObject
 from schemas import codec
 
 pytestmark = pytest.mark.unit
@@ -140,7 +140,7 @@ def test_under_rules_in_force_the_core_decides_untyped_objects_and_names_the_ver
     deploy = MANGLES.index("rules deployed before it")
     stream = [Step(0, 0, 0, 6, 0, 0, 0, 0, deploy, True)]  # rules v1, then an untyped create: the batch switches
     stream += [Step(1, 0, 0, 7 + i % 4, 1, 0, 0, 0, 0, i % 3 == 0) for i in range(12)]  # updates under v1
-    stream += [Step(0, 1, 0, 6, 0, 0, 3, 0, 0, True)]  # a typed create ("note"): the fold's
+    stream += [Step(0, 1, 0, 6, 0, 0, 10, 0, 0, True)]  # a typed create ("note", an object document): the fold's
     with tempfile.TemporaryDirectory() as d:
         pure, compiled = both(CORE, stream, Path(d))
     assert compiled[:3] == pure[:3]
@@ -149,8 +149,9 @@ def test_under_rules_in_force_the_core_decides_untyped_objects_and_names_the_ver
     decided = [o for batch in compiled[0][1:-1] for o in batch]
     assert all(("ce_rulesversion", b"1") in headers for _, _, _, _, headers in decided)
     assert all(codec.decode_outcome(value).rules_version == 1 for _, _, value, _, _ in decided)
-    typed = [codec.decode_outcome(value) for _, _, value, _, _ in compiled[0][-1]]  # the fold's, with its warning
-    assert [[(w.rule, w.mode) for w in getattr(o, "warnings", ())] for o in typed] == [[("note:watched", "warn")]]
+    outcomes = [codec.decode_outcome(value) for batch in compiled[0] for _, _, value, _, _ in batch]
+    typed = [o for o in outcomes if isinstance(o, Event) and o.object_type == "note"]  # the fold's, warned
+    assert [[(w.rule, w.mode) for w in o.warnings] for o in typed] == [[("note:watched", "warn")]]
 
 
 json_values = st.recursive(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from app.api.telemetry.metrics import ApiMetrics
 from app.api.writes.submit import _decided as decided
 from app.api.writes.summary import summarize
+from app.cli import main
 from app.settings import Settings
 from app.status.collector import StatusCollector
 from commands import (
@@ -119,6 +121,21 @@ def test_a_guard_in_warn_mode_that_fails_to_evaluate_is_a_rule_error_warning() -
     assert isinstance(event, Event)
     assert [(w.rule, w.reason) for w in event.warnings] == [("order:odd", "RULE_ERROR")]
     assert "evaluation failed" in event.warnings[0].message
+
+
+def test_rules_check_lists_the_rules_that_never_refuse(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = json.loads(json.dumps(ORDER_RULES))
+    doc["mode"] = "audit"
+    doc["types"]["order"]["guards"][1]["mode"] = "enforce"
+    doc["types"]["order"]["transitions"][0]["mode"] = "warn"
+    del doc["tests"]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    assert main(["rules", "check", str(path)]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == (
+        "rules in warn or audit mode (never refuse): order:create_schema (audit), order:patch_schema (audit), "
+        "order:status-flow (warn), order:finance-approves-large (audit), ticket:create_schema (audit), "
+        "ticket:at-most-20-watchers (audit)")
 
 
 def test_the_mode_is_part_of_the_version_a_promotion_is_a_new_digest() -> None:
