@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.api.writes.claims import SLACK_MS, ClaimFold, claim_record, read_claim
 from commands.claims import Holder, KeyClaim, settle, won
 from commands.state import Limits
+
+pytestmark = pytest.mark.unit
 
 TTL_MS = 10_000
 LIMITS = Limits(dedup_ttl=timedelta(milliseconds=TTL_MS))
