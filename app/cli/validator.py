@@ -53,6 +53,7 @@ def _run(args: argparse.Namespace) -> int:
                 while run(spark, settings, until=handover.switched):
                     settings = handover.next_settings()
                     ensure_topics(settings)
+                    RegistryRegistration(settings).start()  # its commands topic's <topic>-value subject
                     if "spark.sql.shuffle.partitions" not in settings.spark_conf:  # as a session started on it has
                         spark.conf.set("spark.sql.shuffle.partitions", str(settings.partitions))
                     collector.settings = settings
