@@ -70,6 +70,17 @@ def _du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
+def bench_settings(bootstrap: str, root: Path, partitions: int) -> Settings:
+    """Return the settings of a rescale bench under ``root``: topics of their own (created), rocksdb shards."""
+    tag = uuid.uuid4().hex[:8]
+    settings = Settings(  # type: ignore[call-arg]
+        kafka_bootstrap=bootstrap, var_dir=root / "var", partitions=partitions, state_backend="rocksdb",
+        checkpoint_location=str(root / "checkpoint"), topic_commands=f"bench-commands-{tag}",
+        topic_events=f"bench-events-{tag}", topic_rejections=f"bench-rejections-{tag}")
+    ensure_topics(settings)
+    return settings
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--objects", type=int, default=100_000)
@@ -82,12 +93,7 @@ def main() -> None:
     load0 = os.getloadavg()
     try:
         with bootstrap_for(args.bootstrap, root) as bootstrap:
-            tag = uuid.uuid4().hex[:8]
-            settings = Settings(  # type: ignore[call-arg]
-                kafka_bootstrap=bootstrap, var_dir=root / "var", partitions=args.source, state_backend="rocksdb",
-                checkpoint_location=str(root / "checkpoint"), topic_commands=f"bench-commands-{tag}",
-                topic_events=f"bench-events-{tag}", topic_rejections=f"bench-rejections-{tag}")
-            ensure_topics(settings)
+            settings = bench_settings(bootstrap, root, args.source)
             scratch = root / "build"
             scratch.mkdir()
             t = time.perf_counter()

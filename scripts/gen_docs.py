@@ -194,8 +194,10 @@ def values() -> dict[str, str]:
         out[f"limits.api_producer.{key}"] = _n(int(value))
     out["limits.KEEP_BYTES"] = _n(KEEP_BYTES)
     from app.rescale.generation import WATCH_INTERVAL_S
+    from app.rescale.handover import HANDOVER_INTERVAL_S
     from app.rescale.late import LATE_INTERVAL_S
     out["rescale.WATCH_INTERVAL_S"] = f"{WATCH_INTERVAL_S:g}"
+    out["rescale.HANDOVER_INTERVAL_S"] = f"{HANDOVER_INTERVAL_S:g}"
     out["rescale.LATE_INTERVAL_S"] = f"{LATE_INTERVAL_S:g}"
     from commands.rules.meta_schema import MAX_CASE_STEPS, MAX_CASES
     out["rules.MAX_CASES"], out["rules.MAX_CASE_STEPS"] = _n(MAX_CASES), _n(MAX_CASE_STEPS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from app.settings import get_settings
+from app.settings import Settings, checkpoint_uri, get_settings
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,7 +24,8 @@ def _run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     from app.contract.registry import RegistryRegistration
     from app.metrics.server import serve_metrics
-    from app.rescale.generation import exit_on_switch, generation_settings
+    from app.rescale.generation import generation_settings
+    from app.rescale.handover import Handover
     from app.rescale.late import LateRecords
     from app.settings import checkpoint_uri
     from app.spark_session import spark_session
@@ -34,27 +35,44 @@ def _run(args: argparse.Namespace) -> int:
     from app.validator.owner import check_lease
 
     # The current generation of the commands topic (app.rescale): its topic, partition count and checkpoint.
-    settings = generation_settings(get_settings())
+    handover = None if args.available_now else Handover(get_settings(), warm=_warm_servers)
+    settings = generation_settings(get_settings()) if handover is None else handover.settings()
     ensure_topics(settings)
     RegistryRegistration(settings).start()  # ids that disagree refuse the start; an outage is retried meanwhile
     check_lease(settings, checkpoint_uri(settings))  # a second driver is refused before Spark's JVM starts
     spark = spark_session(settings, app_name="arbiter-validator")
-    metrics = serve_metrics("validator", settings.metrics_host, settings.validator_metrics_port,
-                            [ValidatorCollector(settings)])
+    collector = ValidatorCollector(settings)
+    metrics = serve_metrics("validator", settings.metrics_host, settings.validator_metrics_port, [collector])
     try:
-        if args.available_now:
+        if handover is None:
             drain(spark, settings, timeout=args.timeout)
         else:
-            # A rescale's switch stops this run like SIGTERM; `arbiter run` starts it again on the new generation.
-            exit_on_switch(get_settings(), settings)
             # What a direct producer still writes to a closed generation is rejected and parked, never lost.
             late = LateRecords(get_settings()).start()
+            handover.start()
             try:
-                run(spark, settings)
+                # A rescale's switch stops the drained generation's query; the next one starts in this process and
+                # Spark session (app.rescale.handover), not in a new process started cold.
+                while run(spark, settings, until=handover.switched):
+                    settings = handover.next_settings()
+                    ensure_topics(settings)
+                    RegistryRegistration(settings).start()  # its commands topic's <topic>-value subject
+                    if "spark.sql.shuffle.partitions" not in settings.spark_conf:  # as a session started on it has
+                        spark.conf.set("spark.sql.shuffle.partitions", str(settings.partitions))
+                    collector.settings = settings
             finally:
+                handover.stop()
                 late.stop()
     finally:
         if metrics is not None:
             metrics.close()
         spark.stop()
     return 0
+
+
+def _warm_servers(settings: Settings) -> None:
+    """Start the shard servers of a generation before its query needs them (``app.rescale.handover``)."""
+    from app.validator.rocks.client import start_servers
+
+    if settings.state_backend == "rocksdb" and settings.spark_master.startswith("local"):  # servers beside this driver
+        start_servers(settings, checkpoint_uri(settings))

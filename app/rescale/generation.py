@@ -13,8 +13,6 @@ through the same fold (``app.rescale.chain``), which decides which records count
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import threading
 from collections.abc import Callable
 from dataclasses import replace
@@ -126,27 +124,15 @@ def generation_settings(settings: Settings) -> Settings:
     A rescaled generation's state is in rocksdb shards seeded by the rescale: the spark backend would start it
     empty, so it is refused (``RESCALE_REFUSED``).
     """
-    now = current(settings)
+    return validator_settings(settings, current(settings))
+
+
+def validator_settings(settings: Settings, now: Generation) -> Settings:
+    """Return ``settings`` for a validator of generation ``now``; refuse the spark backend after a rescale."""
     if now.number > 0 and settings.state_backend != "rocksdb":
         raise BadRequest(f"the commands topic was rescaled (generation {now.number}, {now.topic}); its state is in "
                          "rocksdb shards, so ARBITER_STATE_BACKEND must be rocksdb")
     return overlay(settings, now)
-
-
-def exit_on_switch(settings: Settings, running: Settings) -> GenerationWatch:
-    """Send this process SIGTERM once the current generation is not the one ``running`` reads.
-
-    The validator's planned stop for a rescale: it has drained its topic by then (the rescale checked), stops
-    cleanly handing its lease over, and the supervisor behind ``arbiter run`` starts it again, which reads
-    the new generation.
-    """
-    def changed(now: Generation) -> None:
-        if now.topic != running.topic_commands:  # switched to, or being rescaled again: start on it to drain it
-            log.warning("commands generation %d (%s) is current: stopping this validator so that it starts "
-                        "again on it", now.number, now.topic)
-            os.kill(os.getpid(), signal.SIGTERM)
-
-    return GenerationWatch(settings, WATCH_INTERVAL_S * 2, on_change=changed).start()
 
 
 def current_generation_settings(settings: Settings) -> Settings:

@@ -13,8 +13,8 @@ so until ``switch`` nothing a validator or the API uses has moved.
 - topic: ``<commands>.g<k>`` is created with N partitions; the output topics keep their count.
 - split: the old shards are restored from the checkpoint and split or merged by murmur2(object id) into N
   seeds of the new checkpoint (``app.rescale.split``); a seed already complete is kept.
-- switch: the new generation is appended, unpaused: writes go to the new topic, and a validator started now
-  (``arbiter run`` restarts its child when the generation changes) reads it from its seeded checkpoint.
+- switch: the new generation is appended, unpaused: writes go to the new topic, and a running validator hands
+  itself over to it (``app.rescale.handover``), reading it from its seeded checkpoint.
 """
 
 from __future__ import annotations

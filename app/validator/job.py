@@ -86,17 +86,21 @@ def drain(spark, settings: Settings, timeout: float = 300) -> None:  # noqa: ANN
         write_progress(progress_path(settings), add_state(progress_path(settings), json.loads(last.json)))
 
 
-def run(spark, settings: Settings) -> None:  # noqa: ANN001
+def run(spark, settings: Settings, until: threading.Event | None = None) -> bool:  # noqa: ANN001
     """Run the validator until it is stopped or fails; raise ``LeaseLost`` if another driver took its lease.
 
     Cut off from Kafka for longer than the lease session, the driver loses its lease without any other driver
     owning the checkpoint: the query stays stopped, and it starts again in this process once the broker answers
-    and this driver holds the lease again (``_supervise``).
+    and this driver holds the lease again (``_supervise``). Once ``until`` is set (a rescale's switch:
+    ``app.rescale.handover``) the query is stopped, its lease handed over, and True returned: the caller starts
+    the next generation's query in the same Spark session.
     """
-    _supervise(spark, settings, available_now=False, timeout=None)
+    _supervise(spark, settings, available_now=False, timeout=None, until=until)
+    return until is not None and until.is_set()
 
 
-def _supervise(spark, settings: Settings, *, available_now: bool, timeout: float | None):  # noqa: ANN001, ANN202
+def _supervise(spark, settings: Settings, *, available_now: bool, timeout: float | None,  # noqa: ANN001, ANN202
+               until: threading.Event | None = None):
     """Start the query and wait for it; after a lost lease no other member holds, take it back and start again."""
     deadline = None if timeout is None else time.monotonic() + timeout
     query = build_query(spark, settings, available_now=available_now)
@@ -104,11 +108,14 @@ def _supervise(spark, settings: Settings, *, available_now: bool, timeout: float
         while True:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
-                ended = await_query(query, left, stop)
+                ended = await_query(query, left, stop, until)
             finally:
                 release_after(query)  # a clean stop (Ctrl-C, SIGTERM to this process) hands the lease over at once
             if stop.is_set():
                 raise KeyboardInterrupt
+            if until is not None and until.is_set():
+                _wait_inactive(spark, query, stop)  # a new generation's query must not meet this one in the session
+                return query
             if not ended:
                 raise DrainTimeout(f"validator did not drain {settings.topic_commands} within {timeout:.0f} s")
             cause = loss_cause(query)

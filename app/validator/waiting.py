@@ -37,10 +37,12 @@ def stop_on_signal() -> Iterator[threading.Event]:
             signal.signal(sig, old)
 
 
-def await_query(query: Any, timeout: float | None, stop: threading.Event) -> bool:  # noqa: ANN401
-    """Wait until ``query`` ends (True), ``timeout`` seconds pass or ``stop`` is set (False), in short py4j calls."""
+def await_query(query: Any, timeout: float | None, stop: threading.Event,  # noqa: ANN401
+                until: threading.Event | None = None) -> bool:
+    """Wait until ``query`` ends (True), ``timeout`` seconds pass or ``stop`` (or ``until``) is set (False), in short
+    py4j calls."""
     deadline = None if timeout is None else time.monotonic() + timeout
-    while not stop.is_set():
+    while not stop.is_set() and not (until is not None and until.is_set()):
         left = AWAIT_STEP_S if deadline is None else min(AWAIT_STEP_S, deadline - time.monotonic())
         if left <= 0:
             return False

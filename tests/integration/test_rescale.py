@@ -30,6 +30,7 @@ from app.rescale.generation import (
     publish,
     successor,
 )
+from app.rescale.seed import lag
 from app.rescale.steps import KILL_AT, read_plan, rescale
 from app.rules.deploy import deploy
 from app.settings import Settings
@@ -131,31 +132,38 @@ def test_rescale_equals_the_oracle_across_generations_refuses_retries_and_resume
         deploy(s, RULES_V3, principal="ops:test")
 
     # A running validator (as `arbiter run` keeps one) drains the paused generation while the rescale waits for
-    # it (killed -9 once drained, then run again), and stops by itself once the new generation is switched to; the
-    # supervisor would start it again.
-    job = start_validator(s, tmp_path / "validator.log")
+    # it (killed -9 once drained, then run again), and once the new generation is switched to hands itself over
+    # to it in the same process (app.rescale.handover): it decides generation 1 without a restart.
+    log = tmp_path / "validator.log"
+    job = start_validator(s, log)
     try:
         _killed(_cli_rescale(s, n1, kill_at="drain", wait_s=180), "drain", n1)
         assert read_plan(s).step == "drain" and current(s).paused
         g1 = rescale(s, n1, wait_s=180)
-        assert job.wait(60) == 130, (tmp_path / "validator.log").read_text()[-3000:]
+        assert (g1.number, g1.partitions, g1.topic) == (1, n1, f"{s.topic_commands}.g1")
+        assert read_plan(s).step == "done" and not current(s).paused
+        s1 = generation_settings(s)
+        assert (s1.topic_commands, s1.partitions, s1.output_partitions) == (g1.topic, n1, n0)
+        watch = GenerationWatch(s)
+        assert CommandProducer(s, generation=watch)._follow() is None and watch.generation == current(s)
+
+        # Generation 1: updates of objects from generation 0, a rules deploy, and retries across the cut-over,
+        # decided by the validator that ran generation 0, handed over.
+        retries = [gen0[592], gen0[598]]  # accepted near generation 0's end: in their objects' dedup windows
+        gen1 = _commands(300, 60, 600)
+        send_commands(s1, gen1[:150] + retries)
+        deploy(s, RULES_V3, principal="ops:test")  # the current generation's topic, every one of its partitions
+        send_commands(s1, gen1[150:])
+        deadline = time.monotonic() + 240
+        while lag(s, s1.checkpoint_location, s1.topic_commands, n1):
+            assert job.poll() is None, log.read_text()[-3000:]  # the same process, never restarted
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        assert job.poll() is None, log.read_text()[-3000:]
     finally:
         stop_validator(job)
-    assert "is current: stopping this validator" in (tmp_path / "validator.log").read_text()
-    assert (g1.number, g1.partitions, g1.topic) == (1, n1, f"{s.topic_commands}.g1")
-    assert read_plan(s).step == "done" and not current(s).paused
-    s1 = generation_settings(s)
-    assert (s1.topic_commands, s1.partitions, s1.output_partitions) == (g1.topic, n1, n0)
-    watch = GenerationWatch(s)
-    assert CommandProducer(s, generation=watch)._follow() is None and watch.generation == current(s)
-
-    # Generation 1: updates of objects from generation 0, a rules deploy, and retries across the cut-over.
-    retries = [gen0[592], gen0[598]]  # accepted near generation 0's end: in their objects' dedup windows
-    gen1 = _commands(300, 60, 600)
-    send_commands(s1, gen1[:150] + retries)
-    deploy(s, RULES_V3, principal="ops:test")  # the current generation's topic, every one of its partitions
-    send_commands(s1, gen1[150:])
-    drain(spark, s1, timeout=240)
+    said = log.read_text()
+    assert "is current: handing this validator over to it" in said and said.count("validator started") == 2, said
 
     # kill -9 after the topic step (pause, drain and topic done), then in the split after the first new shard's
     # seed: each time the same command continues from the step it reached.

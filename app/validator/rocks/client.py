@@ -218,6 +218,23 @@ class ShardClient:
             lock.release()
 
 
+def start_servers(settings: Settings, checkpoint: str) -> int:
+    """Start this host's shard servers of ``checkpoint`` now (those not running yet); return how many lanes answer.
+
+    For a rescale's hand-over (``app.rescale.handover``): a new generation's checkpoint has servers of its own,
+    and a server started by its first batch's task costs that batch a Python start and the imports of the
+    decision path. Started earlier, by the driver, a server watches the driver's process (``executor_pid``
+    here) and, from its first request on, the executor's. It opens no shard: a shard is restored by its first
+    request, from the seed the switch published.
+    """
+    client = ShardClient(settings, checkpoint)
+    for lane in range(client.lanes):
+        path = socket_path(settings, checkpoint, lane)
+        client._connection(path)
+        _drop(path)  # tasks connect on their own; the driver keeps no connection
+    return client.lanes
+
+
 def _connect(path: Path) -> socket.socket | None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
