@@ -3,6 +3,7 @@ in the event; the enforced rules decide exactly as if the others were absent (is
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import replace
 from datetime import timedelta
@@ -186,6 +187,14 @@ def order_lives(draw: st.DrawFn) -> list[Command]:
 modes = st.dictionaries(st.sampled_from(RULES), st.sampled_from(("warn", "audit")), min_size=1)
 
 
+@functools.cache
+def _compiled(chosen: frozenset[tuple[tuple[str, int], str]]) -> tuple[RuleSet, RuleSet, RuleSet]:
+    """The documents one choice of modes needs, compiled once (26 choices; a compile per example made this test
+    the unit tier's slowest: development.md, *build once what every example reuses*)."""
+    modes = dict(chosen)
+    return moded(modes), without(modes), orders()
+
+
 def _plain(outcome: Event | Rejection) -> bytes:
     return codec.encode_outcome(replace(outcome, warnings=()) if isinstance(outcome, Event) else outcome)
 
@@ -197,7 +206,7 @@ def test_watching_rules_never_change_a_decision_and_warn_exactly_where_enforcing
     """Under a document with some rules in warn or audit mode, every decision is the one the document without them
     makes (byte for byte, the warnings aside); an accepted command's first warning names the rule that refuses it
     when they all enforce, and one without warnings is accepted then too."""
-    watching, absent, enforcing = moded(chosen), without(chosen), orders()
+    watching, absent, enforcing = _compiled(frozenset(chosen.items()))
     names = {f"order:{ORDER_RULES['types']['order'][k][i]['name']}": mode for (k, i), mode in chosen.items()}
     states: dict[str, ObjectState | None] = {}
     for cmd in workload:
