@@ -181,12 +181,13 @@ def _schema(subject: str) -> Any:  # noqa: ANN401
     return default_codec.catalog.latest(subject).schema
 
 
-def event_record_size(payload_bytes: int, id_bytes: int) -> int:
-    """Return the most key + value bytes of an event with a payload of ``payload_bytes`` and ids of ``id_bytes``."""
+def event_record_size(payload_bytes: int, id_bytes: int, warnings: int = MAX_WARNINGS) -> int:
+    """Return the most key + value bytes of an event with a payload of ``payload_bytes``, ids of ``id_bytes`` and
+    ``warnings`` warnings of rules in warn or audit mode (each at its bounds; room for ``MAX_WARNINGS`` is kept)."""
     bounds = {"event_id": UUID_BYTES, "object_id": id_bytes, "command_id": id_bytes, "principal": id_bytes,
               "owner": id_bytes, "editor": id_bytes, "reader": id_bytes,
               "document": payload_bytes, "patch": payload_bytes, "issuer": ISSUER_BYTES, "jti": JTI_BYTES,
-              "object_type": MAX_NAME_BYTES, "warnings#count": MAX_WARNINGS, "rule": MAX_RULE_BYTES,
+              "object_type": MAX_NAME_BYTES, "warnings#count": warnings, "rule": MAX_RULE_BYTES,
               "mode": MAX_MODE_BYTES, "reason": MAX_REASON_BYTES, "message": MAX_MESSAGE_BYTES,
               "pointers#count": MAX_POINTERS, "pointers": MAX_POINTER_BYTES}
     return id_bytes + HEADER_SIZE + avro_max_size(_schema(EVENT), bounds, PAYLOAD_FIELDS)
@@ -201,6 +202,12 @@ def command_record_size(payload_bytes: int, id_bytes: int, *, identity: bool = F
               "issuer": ISSUER_BYTES if identity else 0, "jti": JTI_BYTES if identity else 0,
               "object_type": MAX_NAME_BYTES}
     return id_bytes + HEADER_SIZE + avro_max_size(_schema(COMMAND), bounds, PAYLOAD_FIELDS)
+
+
+def warnings_bytes() -> int:
+    """Return the most bytes the warnings of rules in warn or audit mode add to an event (the room every event
+    keeps for them, so an accepted command's event fits whatever the watching rules say)."""
+    return event_record_size(0, 0) - event_record_size(0, 0, warnings=0)
 
 
 def identity_bytes() -> int:
