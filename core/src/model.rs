@@ -1,5 +1,5 @@
 //! The command, state, event and rejection as the core holds them, and their Avro bodies
-//! (`schemas/compiled.py`: command v4, state v3, event v4, rejection v4).
+//! (`schemas/compiled.py`: command v4, state v3, event v5, rejection v4).
 
 use crate::avro::{self, Reader};
 

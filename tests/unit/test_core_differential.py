@@ -38,6 +38,7 @@ from app.native.core_check import (
 from app.native.core_check import MAX_MESSAGE_BYTES as MESSAGE_BYTES
 from app.signing import signer_for
 from app.validator.fold import InputRecord
+from app.validator.rocks import core_step
 from commands import CreateObject, Event, ReasonCode, Rejection, UpdateObject
 from schemas import codec
 
@@ -78,6 +79,13 @@ def test_core_writes_the_python_folds_bytes_for_generated_streams(stream: list[S
 GENERIC = {ReasonCode.ALREADY_EXISTS, ReasonCode.NOT_FOUND, ReasonCode.DELETED, ReasonCode.VERSION_CONFLICT,
            ReasonCode.FORBIDDEN, ReasonCode.DUPLICATE, ReasonCode.TOO_LARGE, ReasonCode.MALFORMED,
            ReasonCode.IDEMPOTENCY_KEY_REUSED}
+
+
+def test_the_core_implements_the_codecs_newest_schemas() -> None:
+    """A new schema version with the core's table not moved along turns the core off for every batch, silently
+    (the shard servers fall back to the Python fold; only a benchmark or the backends' comparison would notice):
+    event v5 did exactly that (issue 52) until test_backends_compared caught it."""
+    assert core_step.unusable() is None
 
 
 @needs_core

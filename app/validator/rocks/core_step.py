@@ -22,7 +22,7 @@ from schemas.compiled import COMPILED
 from schemas.wire import header
 
 # The schema versions the core reads and writes (core/src/model.rs); another newest version turns the core off.
-CORE_SCHEMAS = {COMMAND: 4, EVENT: 4, REJECTION: 4, STATE: 3}
+CORE_SCHEMAS = {COMMAND: 4, EVENT: 5, REJECTION: 4, STATE: 3}
 # batch::Fallback in core/src/batch.rs: why a key went back to the Python fold (the shard counts them, and
 # ``rules`` for every record of a batch decided under rules, ``no_key`` for keyless records).
 FALLBACKS = {1: "record", 2: "payload", 3: "state", 4: "too_large", 5: "traced", 6: "typed"}
