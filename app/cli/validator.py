@@ -27,19 +27,16 @@ def _run(args: argparse.Namespace) -> int:
     from app.rescale.generation import generation_settings
     from app.rescale.handover import Handover
     from app.rescale.late import LateRecords
-    from app.settings import checkpoint_uri
     from app.spark_session import spark_session
     from app.topics import ensure_topics
     from app.validator.job import drain, run
     from app.validator.metrics import ValidatorCollector
-    from app.validator.owner import check_lease
 
     # The current generation of the commands topic (app.rescale): its topic, partition count and checkpoint.
     handover = None if args.available_now else Handover(get_settings(), warm=_warm_servers)
     settings = generation_settings(get_settings()) if handover is None else handover.settings()
     ensure_topics(settings)
     RegistryRegistration(settings).start()  # ids that disagree refuse the start; an outage is retried meanwhile
-    check_lease(settings, checkpoint_uri(settings))  # a second driver is refused before Spark's JVM starts
     spark = spark_session(settings, app_name="arbiter-validator")
     collector = ValidatorCollector(settings)
     metrics = serve_metrics("validator", settings.metrics_host, settings.validator_metrics_port, [collector])

@@ -169,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     a = parse(argv)
     work = a.work or Path(tempfile.mkdtemp(prefix="arbiter-drill-"))
     work.mkdir(parents=True, exist_ok=True)
+    if a.work is None:  # mkdtemp's 0700: PostgreSQL, run as its own user under root, must enter it (CI runs as root)
+        work.chmod(0o755)
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stopped like Ctrl-C: everything by PID
     t0 = time.monotonic()
     stack: Stack | None = None
