@@ -174,7 +174,12 @@ async def submit(cmd: Command, ctx: ApiContext, wait: float | None, *, keyed: bo
         raise Rejected(summary, expected_version=cmd.expected_version,
                        headers={RULES_VERSION_HEADER: str(early.rules_version)})
     if keyed and ctx.claims is not None:
-        await ctx.claims.check(cmd)
+        try:
+            await ctx.claims.check(cmd)
+        except ApiError as e:  # the key's claim not stored, so neither is the command: counted as a produce failure
+            if e.code == BrokerUnavailable.code:
+                ctx.metrics.produce_failures.labels(e.code).inc()
+            raise
     outcomes = ctx.outcomes
     if not wait:
         return await _submit(cmd, ctx, None)
