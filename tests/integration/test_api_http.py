@@ -191,9 +191,12 @@ def test_get_object_from_the_read_model(client: TestClient, module_settings: Set
 
 def test_ops_endpoints(client: TestClient) -> None:
     health = client.get("/healthz")
+    lag = health.json()["claims_lag"]  # null until the claims reader's first fetch answered
     assert health.status_code == 200 and health.json() == {"ok": True, "broker": True, "read_model": True,
                                                            "outcomes_consumer": True, "outcomes_consumer_restarts": 0,
-                                                           "outcomes_consumer_error": None}
+                                                           "outcomes_consumer_error": None, "claims_reader": True,
+                                                           "claims_skipped": 0, "claims_reader_error": None,
+                                                           "claims_lag": lag} and lag in (None, 0)
     spec = client.get("/openapi.json").json()
     assert "/commands:batch" in spec["paths"] and "Problem" in spec["components"]["schemas"]
 
