@@ -187,5 +187,13 @@ def test_a_principal_holds_at_most_max_keys_keys(arbiter: RunningArbiter) -> Non
         assert again.status_code == 202, again.text
         free = c.post("/objects", json={"id": f"lim4-{t}", "document": {}}, headers=alice)
         assert free.status_code == 202, free.text
-    ids = sorted(c.object_id for c in _commands_of(arbiter, *(f"lim{i}-{t}" for i in (1, 2, 3, 4))))
-    assert ids == sorted([f"lim1-{t}", f"lim1-{t}", f"lim2-{t}", f"lim4-{t}"]), ids
+        # the batch route: the item beyond the bound is refused alone, the batch answered 429 with Retry-After
+        batch = c.post("/commands:batch", headers=alice, json={"commands": [
+            {"kind": "update", "object_id": f"lim1-{t}", "patch": {"n": 1}, "idempotency_key": f"l5-{t}"},
+            {"kind": "update", "object_id": f"lim1-{t}", "patch": {"n": 2}}]})
+        is_problem(batch, 429, "TOO_MANY_IDEMPOTENCY_KEYS")
+        assert [r["status"] for r in batch.json()["results"]] == [429, 202], batch.text
+        assert 1 <= int(batch.headers["retry-after"]) <= s.dedup_ttl_ms // 1000, batch.headers
+    got = sorted((c.object_id, c.command_id) for c in _commands_of(arbiter, *(f"lim{i}-{t}" for i in (1, 2, 3, 4))))
+    assert [o for o, _ in got] == sorted([f"lim1-{t}"] * 3 + [f"lim2-{t}", f"lim4-{t}"]), got
+    assert f"l3-{t}" not in {k for _, k in got} and f"l5-{t}" not in {k for _, k in got}, got

@@ -129,15 +129,22 @@ def test_the_fold_evicts_only_long_expired_holders_and_skips_junk() -> None:
 
 
 def test_memory_holds_only_the_keys_claimed_within_the_ttl_and_slack_of_the_newest_claim() -> None:
-    # 20,000 keys of 50 principals claimed 10 ms apart over 20 TTLs: the fold holds the last ~(TTL + slack) of them,
-    # evicted by the claims' own times (no clock), the same at every count whatever the wall clock says
+    # 8,000 keys of 50 principals (each on partition p % 4, as claims are keyed) claimed 10 ms apart over 8 TTLs:
+    # the fold holds the last ~(TTL + slack) of them, evicted by the claims' own times (no clock)
     f = genuine_fold(slack_ms=TTL_MS // 2)
-    for i in range(20_000):
-        at = i * 10
-        f.add(i % 4, i // 4, *signed(KeyClaim(f"p{i % 50}", f"k{i}", "o", at)))
-        if i % 997 == 0:  # each partition holds the claims of its last TTL + slack (1,500 in all, 375 each)
-            assert min(i + 1, (TTL_MS + TTL_MS // 2) // 10 - 4) <= f.holders <= (TTL_MS + TTL_MS // 2) // 10, i
-    assert f.holder("p0", "k0") is None and f.holder("p49", "k19999") == Holder("o", 199_990)
+    window = (TTL_MS + TTL_MS // 2) // 10  # claims within TTL + slack of the newest: 1,500
+    offsets = [0, 0, 0, 0]
+    for i in range(8_000):
+        p = i % 50
+        f.add(p % 4, offsets[p % 4], *signed(KeyClaim(f"p{p}", f"k{i}", "o", i * 10)))
+        offsets[p % 4] += 1
+        if i % 997 == 0:  # a partition's newest claim is at most one round of 50 (500 ms) behind the newest of all
+            assert min(i + 1, window) <= f.holders <= window + 50, (i, f.holders)
+    assert f.holder("p0", "k0") is None and f.holder("p49", "k7999") == Holder("o", 79_990)
+    assert f.figures() == (8_000, f.holders, 50, 0)
+    f.add(0, offsets[0], *signed(KeyClaim("p0", "late", "o", 10**9)))  # far later: partition 0's holders expire
+    assert f.figures()[1:3] == (f.holders, 50 - 13 + 1) and f.holder("p4", "k7954") is None  # 13 principals on 0
+    assert f.holder("p1", "k7951") == Holder("o", 79_510)  # partition 1 evicts by its own claims only
 
 
 def test_a_principal_holds_at_most_max_keys_keys() -> None:
@@ -205,3 +212,32 @@ def test_the_claims_topic_keeps_claims_longer_than_the_fold_reads_back() -> None
     assert claims_retention_ms(Settings()) == Settings().retention_ms  # 7 days, above 24 h + 2 h
     short = Settings(retention_ms=3600_000, dedup_ttl_ms=24 * 3600_000)
     assert claims_retention_ms(short) == 24 * 3600_000 + 2 * SLACK_MS
+
+
+def test_a_keyed_write_is_503_never_accepted_while_the_claims_reader_has_not_caught_up() -> None:
+    # No broker answers: the reader never catches up, so a keyed write is refused 503 with Retry-After once
+    # produce_timeout_s passed (nothing appended, nothing produced), and the reader's status says why.
+    import asyncio
+    import socket
+
+    from app.api.problems import ApiError
+    from app.api.writes.claims import KeyClaims
+    from app.api.writes.submit import now
+    from app.settings import Settings
+    from commands import UpdateObject
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    s = Settings(kafka_bootstrap=f"127.0.0.1:{port}", produce_timeout_s=0.5, retry_after_s=2)
+    claims = KeyClaims(s)
+    try:
+        cmd = UpdateObject("k", "o", "alice", now(), patch="{}")
+        with pytest.raises(ApiError) as refused:
+            asyncio.run(claims.check(cmd))
+        assert refused.value.code == "BROKER_UNAVAILABLE" and refused.value.headers == {"Retry-After": "2"}
+        assert "caught up" in refused.value.message
+        status = claims.status()
+        assert status["ready"] is False and status["lag"] is None and status["holders"] == 0, status
+    finally:
+        claims.close()

@@ -108,6 +108,15 @@ class ClaimFold:
         mine = part.by_principal.setdefault(claim.principal, {})
         times = part.times.setdefault(claim.principal, [])
         before = mine.get(claim.key)
+        self._take(part, claim, mine, times, before)
+        if not mine:  # it holds nothing here (its only key expired and this claim took none)
+            self._forget(partition, part, claim.principal)
+        if claim.at_ms > part.newest:
+            part.newest = claim.at_ms
+            self._evict(partition, part)
+
+    def _take(self, part: _Partition, claim: KeyClaim, mine: dict[str, Holder], times: list[int],
+              before: Holder | None) -> None:
         live = len(times) if self._ttl_ms is None else len(times) - bisect_right(times, claim.at_ms - self._ttl_ms)
         after = settle(before, claim, self.limits, live=live, max_keys=self.max_keys)
         if after is not before:
@@ -120,11 +129,13 @@ class ClaimFold:
                 mine[claim.key] = after
                 heapq.heappush(part.heap, (after.at_ms, claim.principal, claim.key))
                 self.holders += 1
-        if claim.at_ms > part.newest:
-            part.newest = claim.at_ms
-            self._evict(part)
 
-    def _evict(self, part: _Partition) -> None:
+    def _forget(self, partition: int, part: _Partition, principal: str) -> None:
+        del part.by_principal[principal], part.times[principal]
+        if self._where.get(principal) == partition:
+            del self._where[principal]
+
+    def _evict(self, partition: int, part: _Partition) -> None:
         if self._ttl_ms is None:
             return
         horizon = part.newest - self.slack_ms - self._ttl_ms  # a holder this old expired against every later claim
@@ -139,7 +150,12 @@ class ClaimFold:
             del times[bisect_left(times, at_ms)]
             self.holders -= 1
             if not mine:
-                del part.by_principal[principal], part.times[principal]
+                self._forget(partition, part, principal)
+
+    def figures(self) -> tuple[int, int, int, int]:
+        """Return (records folded, summed over partitions; keys held; principals known; records skipped)."""
+        with self._lock:
+            return sum(self.positions.values()), self.holders, len(self._where), self.skipped
 
     def passed(self, partition: int, offset: int) -> bool:
         """Return True once the record at ``partition``/``offset`` is folded."""

@@ -69,7 +69,8 @@ class KeyClaims:
         self.lag: int | None = None  # records on the topic not folded yet (None: not known yet)
         self.restarts = 0
         self.last_error: str | None = None
-        self._start_ends: dict[int, int] = {}  # partition -> its end when the fold was assigned
+        self._starts: dict[int, int] = {}  # partition -> the offset the fold was assigned at
+        self._start_ends: dict[int, int] = {}  # partition -> its end then
         self._producer = Producer({"bootstrap.servers": settings.kafka_bootstrap, "linger.ms": 1,
                                    "socket.nagle.disable": True, **settings.kafka_config, "acks": "all",
                                    "enable.idempotence": True, "partitioner": "murmur2_random", "logger": log})
@@ -97,9 +98,10 @@ class KeyClaims:
 
     def status(self) -> dict[str, Any]:
         """Return the reader's figures for /healthz and the status page."""
+        position, holders, principals, skipped = self.fold.figures()
         return {"ready": self.ready.is_set(), "alive": self._thread.is_alive(), "lag": self.lag,
-                "position": sum(self.fold.positions.values()), "holders": self.fold.holders,
-                "skipped": self.fold.skipped, "restarts": self.restarts, "error": self.last_error}
+                "position": position, "holders": holders, "principals": principals, "skipped": skipped,
+                "restarts": self.restarts, "error": self.last_error}
 
     def _assign(self) -> None:
         """Create the topic if missing and assign every partition from ``dedup_ttl`` + ``SLACK_MS`` ago."""
@@ -111,14 +113,16 @@ class KeyClaims:
         # a partition with no record that recent starts at its end (-1 from offsets_for_times means "none")
         self._consumer.assign([TopicPartition(self.topic, tp.partition, tp.offset if tp.offset >= 0 else
                                               ends[tp.partition]) for tp in starts])
-        for tp in starts:  # the fold has read everything before its start: nothing to wait for there
-            if tp.offset < 0 or tp.offset >= ends[tp.partition]:
-                self.fold.positions.setdefault(tp.partition, ends[tp.partition])
+        self._starts = {tp.partition: tp.offset if tp.offset >= 0 else ends[tp.partition] for tp in starts}
         self._start_ends = ends
         self.assigned.set()
 
+    def _position(self, partition: int) -> int:
+        """Return the next offset the fold reads on ``partition`` (where it was assigned, before its first record)."""
+        return self.fold.positions.get(partition, self._starts[partition])
+
     def _caught_up(self) -> bool:
-        return all(self.fold.positions.get(p, -1) >= end for p, end in self._start_ends.items())
+        return all(self._position(p) >= end for p, end in self._start_ends.items())
 
     def _run(self) -> None:
         # Started off the event loop and retried: the API starts (and answers keyed writes 503) while the broker is
@@ -157,7 +161,7 @@ class KeyClaims:
             high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, p), cached=True)[1]
             if high < 0:
                 return self.lag  # not known since the last fetch: keep the last figure
-            total += max(0, high - self.fold.positions.get(p, high))
+            total += max(0, high - self._position(p))
         return total
 
     def _serve_reports(self) -> None:
