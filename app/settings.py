@@ -137,8 +137,8 @@ class Settings(BaseSettings):
     topic_rules: str = Field(default="", description="One-partition catalog of deployed rules versions (who, what, "
                              "when); empty = <topic_commands>-rules (README \"Rules\").")
     topic_validator_leases: str = Field(default="arbiter-validator-leases", description="One-partition lease topic.")
-    topic_claims: str = Field(default="", description="The API's claims of Idempotency-Keys, keyed by (principal, key): "
-                              "the first claim names the one object a key may change (app/api/writes/claims.py); "
+    topic_claims: str = Field(default="", description="The API's signed claims of Idempotency-Keys, keyed by principal: "
+                              "the first claim of a key names the one object it may change (app/api/writes/claims.py); "
                               "empty = <topic_commands>-claims.")
     lease_session_timeout_ms: int = Field(
         default=10_000, ge=1000, description="A lease holder that sends no heartbeat for this long (crash, network "
@@ -288,6 +288,9 @@ class Settings(BaseSettings):
                                 "its further Prefer: wait writes are produced and answered 202 without waiting.")
     outcome_cache_share: float = Field(default=0.25, gt=0, le=1, description="Share of the outcome cache (entries "
                                        "and bytes) one principal's outcomes may hold; beyond it its own oldest go.")
+    max_keys_per_principal: int = Field(default=100_000, ge=1, description="Most Idempotency-Keys one principal may "
+                                        "hold at once (each for dedup_ttl after its first claim); a write with one more "
+                                        "is 429 TOO_MANY_IDEMPOTENCY_KEYS. Every API process must use the same value.")
     # --- identity (issue 27: app/api/callers/auth.py, tokens.py, local_issuer.py, identity.py) -----------------
     oidc_issuer: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Trusted OIDC issuers (their `iss`; keys found by discovery), separated "

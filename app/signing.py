@@ -10,7 +10,8 @@ no record signed with it is left to decide. Without ``ARBITER_RECORD_KEYS`` one 
 
 Each kind of record is signed in its own domain (the tag that starts the HMAC input), so a genuine record of one
 kind never verifies as another: a user's command keyed ``arbiter:generation`` is no generation record, a deploy's
-claim on the catalog is no control record on the commands topic. ``COMMAND_DOMAIN`` is the tag command records always had;
+claim on the catalog is no control record on the commands topic, an API's claim of an Idempotency-Key
+(``KEY_CLAIM_DOMAIN``, always checked, never legacy) is none of them. ``COMMAND_DOMAIN`` is the tag command records always had;
 the control plane's (``CONTROL_DOMAIN``, ``CLAIM_DOMAIN``, ``PLACED_DOMAIN``, ``GENERATION_DOMAIN``) are ``-v2``: before
 them those records were signed as commands (``LEGACY_DOMAIN``), which only the readers of the catalog and generations
 topics still accept, and only for the records before the first one signed in the new domain
@@ -37,9 +38,10 @@ CONTROL_DOMAIN = b"arbiter-rules-control-v2\x00"  # a control record on the comm
 CLAIM_DOMAIN = b"arbiter-rules-claim-v2\x00"  # a deploy's claim of a version on the catalog (app.rules.catalog)
 PLACED_DOMAIN = b"arbiter-rules-placed-v2\x00"  # where a deploy's control records landed, on the catalog
 GENERATION_DOMAIN = b"arbiter-generation-v2\x00"  # a generation record (app.rescale.generation)
+KEY_CLAIM_DOMAIN = b"arbiter-key-claim-v1\x00"  # an API's claim of an Idempotency-Key (app.api.writes.claims)
 #: What the control plane's records were signed in before they had their own domains (the command domain).
 LEGACY_DOMAIN = COMMAND_DOMAIN
-DOMAINS = (COMMAND_DOMAIN, CONTROL_DOMAIN, CLAIM_DOMAIN, PLACED_DOMAIN, GENERATION_DOMAIN)
+DOMAINS = (COMMAND_DOMAIN, CONTROL_DOMAIN, CLAIM_DOMAIN, PLACED_DOMAIN, GENERATION_DOMAIN, KEY_CLAIM_DOMAIN)
 _NO_KEY = b"\xff\xff\xff\xff"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,8 +64,11 @@ def admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0, **RECONNECT})
 
 
-def ensure_topics(settings: Settings, names: list[str] | None = None, partitions: int | None = None) -> list[str]:
+def ensure_topics(settings: Settings, names: list[str] | None = None, partitions: int | None = None,
+                  config: Mapping[str, str] | None = None) -> list[str]:
     """Create the topics that do not exist yet; refuse a mismatched partition count. Returns the created ones.
+
+    ``config`` overrides ``topic_config`` for the topics created here (e.g. the claims topic's retention).
 
     Existing topics get ``max.message.bytes`` = ``settings.max_message_bytes`` (see ``align_max_message_bytes``),
     and what would lose records is aligned or refused (``check_durability``).
@@ -93,7 +97,7 @@ def ensure_topics(settings: Settings, names: list[str] | None = None, partitions
     check_durability(client, settings, present, {n: existing[n] for n in present})
     new = [
         NewTopic(n, num_partitions=partitions, replication_factor=settings.replication_factor,
-                 config=topic_config(settings, n))
+                 config={**topic_config(settings, n), **(config or {})})
         for n in names if n not in existing
     ]
     if new:

@@ -201,6 +201,11 @@ def values() -> dict[str, str]:
     out["rescale.LATE_INTERVAL_S"] = f"{LATE_INTERVAL_S:g}"
     from commands.rules.meta_schema import MAX_CASE_STEPS, MAX_CASES
     out["rules.MAX_CASES"], out["rules.MAX_CASE_STEPS"] = _n(MAX_CASES), _n(MAX_CASE_STEPS)
+    from app.api.writes.claim_fold import SLACK_MS
+    from app.api.writes.claims import SKIP_LOG_INTERVAL_S, claims_retention_ms
+    out["claims.SLACK_MS"] = _human("SLACK_MS".lower(), SLACK_MS)
+    out["claims.SKIP_LOG_INTERVAL_S"] = _human("skip_log_interval_s", SKIP_LOG_INTERVAL_S)
+    out["claims.retention_ms"] = _human("retention_ms", claims_retention_ms(s))
     from app.cli.rescale import DEFAULT_WAIT_S
     out["rescale.default_wait_s"] = f"{DEFAULT_WAIT_S:g} s"
     for name, value in vars(bounds).items():  # the rules language's bounds (commands/rules/bounds.py)

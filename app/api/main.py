@@ -75,6 +75,11 @@ async def _set_gauges(metrics: ApiMetrics, outcomes: OutcomeCache) -> None:
         await asyncio.sleep(1.0)
 
 
+def _claims_status(app: FastAPI) -> dict[str, Any] | None:
+    claims = getattr(app.state, "claims", None)
+    return claims.status() if claims is not None else None
+
+
 def position_watch(settings: Settings, rm: ReadModelPort | None) -> PositionWatch | None:
     """Return the waits for ``rm``'s offsets on the events topic, or None if it keeps none (no read model)."""
     offsets = getattr(rm, "offsets", None)
@@ -120,7 +125,8 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
         # the pre-check of a patch learns the object's type and owner from the audit trail (app.api.rules)
         app.state.rules.latest = partial(app.state.durable_outcomes.latest_event, events_topic=settings.topic_events)
         # one principal's Idempotency-Key names one object, across workers and restarts (app.api.writes.claims)
-        app.state.claims = await asyncio.to_thread(KeyClaims, settings)
+        app.state.claims = await asyncio.to_thread(
+            KeyClaims, settings, lambda topic: metrics.control_skipped.labels(topic).inc())
         app.state.ctx = ApiContext(settings, app.state.producer, app.state.outcomes, metrics, app.state.quotas,
                                    app.state.rules, app.state.claims)
         app.state.status.start_sampling()  # the status page's charts: a point a second whether or not anyone looks
@@ -164,7 +170,7 @@ def create_app(settings: Settings, *, read_model: ReadModelPort | None = None,
         max_queue_bytes=settings.changes_queue_bytes, max_total_bytes=settings.changes_total_bytes)
     app.state.status_memo = status_routes.status_memo(
         lambda: {**app.state.status.snapshot(), "read_model_history": history_figures(),
-                 "change_subscribers": app.state.changes.subscribers})
+                 "change_subscribers": app.state.changes.subscribers, "claims": _claims_status(app)})
 
     def on_outcome(outcome: Any) -> None:  # noqa: ANN401 - Event | Rejection
         ruled = outcome.rules_version is not None and outcome.object_id is not None

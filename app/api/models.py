@@ -202,3 +202,11 @@ class Health(_Strict):
     outcomes_consumer: bool
     outcomes_consumer_restarts: int = Field(description="Times the outcomes consumer failed and was restarted.")
     outcomes_consumer_error: str | None = Field(description="Its last failure, if any.")
+    claims_reader: bool | None = Field(description="The Idempotency-Keys' claims reader has read the claims topic up "
+                                       "to where it stood when the process started (keyed writes are 503 until then); "
+                                       "null: this process has none.")
+    claims_lag: int | None = Field(description="Claim records not folded yet, by the high watermarks its fetches saw "
+                                   "(null: not known yet).")
+    claims_skipped: int = Field(description="Records on the claims topic that counted for nothing (unsigned, "
+                                "forged, malformed).")
+    claims_reader_error: str | None = Field(description="The claims reader's last failure, if any.")

@@ -62,6 +62,7 @@ STATUS: dict[str, int] = {
     "VERSION_NOT_FOUND": 404,
     "TOO_MANY_SUBSCRIBERS": 503,
     "TOO_MANY_SUBSCRIPTIONS": 429,
+    "TOO_MANY_IDEMPOTENCY_KEYS": 429,
     "CHANGES_EXPIRED": 410,
 }
 
@@ -97,6 +98,8 @@ _TITLES: dict[str, str] = {
     "VERSION_NOT_FOUND": "The object has not reached this version",
     "TOO_MANY_SUBSCRIBERS": "This API process serves its most change streams; retry later",
     "TOO_MANY_SUBSCRIPTIONS": "The principal holds its most change streams on this API process",
+    "TOO_MANY_IDEMPOTENCY_KEYS": "The principal holds its most Idempotency-Keys; nothing was produced, retry after "
+                                 "Retry-After seconds",
     "CHANGES_EXPIRED": "Events after Last-Event-ID are no longer kept (retention); start again without it",
 }
 

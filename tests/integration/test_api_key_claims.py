@@ -125,3 +125,75 @@ def test_two_api_apps_at_once_then_a_restart_keep_one_object_per_key(arbiter: Ru
         decided(again.post("/objects", json={"id": winner, "document": {}},
                            headers={**alice, **WAIT, "Idempotency-Key": f"both-{t}"}), 201, '"1"')
     assert [c.object_id for c in _commands_of(arbiter, winner, loser)] == [winner, winner]
+
+
+def _produce_claims(s: Any, records: list[tuple[bytes, bytes, list[tuple[str, bytes]] | None]]) -> None:  # noqa: ANN401
+    """Produce ``records`` (key, value, headers) to the claims topic as any producer with access could."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": s.kafka_bootstrap, "partitioner": "murmur2_random", "acks": "all"})
+    for key, value, headers in records:
+        p.produce(s.claims_topic, value, key, headers=headers)
+    assert p.flush(30) == 0
+
+
+def test_a_forged_claim_can_neither_take_nor_block_a_key(arbiter: RunningArbiter) -> None:
+    # Mallory can produce to the claims topic but holds no record key: her claims of alice's key for her own object,
+    # unsigned, signed as a command with Arbiter's own key (a genuine command signature) and signed as a key claim
+    # with a key of her own, come first in the log; alice's write with that key is still hers, and the skipped
+    # records are counted on /healthz. A claim signed as the API signs one (the control) does take a key.
+    from app.api.writes.claim_fold import claim_record
+    from app.signing import KEY_CLAIM_DOMAIN, RecordSigner, signer_for
+    from commands.claims import KeyClaim
+
+    t, client, s = arbiter.tag, arbiter.client, arbiter.settings
+    alice, principal = auth(s, f"alice-{t}"), f"alice-{t}"
+    key, mine, theirs = f"fk-{t}", f"mine-{t}", f"theirs-{t}"
+    skipped_before = client.get("/healthz").json()["claims_skipped"]
+    k, v = claim_record(KeyClaim(principal, key, theirs, int(now().timestamp() * 1000)))
+    mallory = RecordSigner({"m": b"mallory-s-own-key-of-enough-bytes"}, "m", KEY_CLAIM_DOMAIN)
+    _produce_claims(s, [(k, v, None), (k, v, signer_for(s).headers(k, v)), (k, v, mallory.headers(k, v))])
+    decided(client.post("/objects", json={"id": mine, "document": {}}, headers={**alice, **WAIT, "Idempotency-Key": key}),
+            201, '"1"')
+    is_problem(client.post("/objects", json={"id": theirs, "document": {}},
+                           headers={**alice, **WAIT, "Idempotency-Key": key}), 422, "IDEMPOTENCY_KEY_REUSED")
+    health = client.get("/healthz").json()
+    assert health["claims_reader"] is True and health["claims_skipped"] >= skipped_before + 3, health
+    figures = client.get("/status.json", headers=auth(s, "operator")).json()["claims"]  # the status page's figures
+    assert figures["ready"] and figures["skipped"] >= skipped_before + 3 and figures["holders"] >= 1, figures
+    # the control: the same record signed as the API signs a key claim takes the key from alice's next write
+    k2, v2 = claim_record(KeyClaim(principal, f"{key}-2", theirs, int(now().timestamp() * 1000)))
+    _produce_claims(s, [(k2, v2, signer_for(s, KEY_CLAIM_DOMAIN).headers(k2, v2))])
+    is_problem(client.post("/objects", json={"id": f"{mine}-2", "document": {}},
+                           headers={**alice, **WAIT, "Idempotency-Key": f"{key}-2"}), 422, "IDEMPOTENCY_KEY_REUSED")
+    assert [c.object_id for c in _commands_of(arbiter, mine, theirs, f"{mine}-2")] == [mine]
+
+
+def test_a_principal_holds_at_most_max_keys_keys(arbiter: RunningArbiter) -> None:
+    # At the boundary (2 keys) a keyed write is accepted, one past it is 429 problem+json with Retry-After and
+    # never produced; a retry of a held key and an unkeyed write still go through.
+    t = arbiter.tag
+    s = arbiter.settings.model_copy(update={"max_keys_per_principal": 2})
+    alice = auth(s, f"alice-{t}")
+    with api_client(s) as c:
+        for i in (1, 2):
+            r = c.post("/objects", json={"id": f"lim{i}-{t}", "document": {}}, headers={**alice, "Idempotency-Key": f"l{i}-{t}"})
+            assert r.status_code == 202, r.text
+        over = c.post("/objects", json={"id": f"lim3-{t}", "document": {}}, headers={**alice, "Idempotency-Key": f"l3-{t}"})
+        body = is_problem(over, 429, "TOO_MANY_IDEMPOTENCY_KEYS")
+        retry_after = int(over.headers["retry-after"])
+        assert body["command_id"] == f"l3-{t}" and 1 <= retry_after <= s.dedup_ttl_ms // 1000, (body, over.headers)
+        again = c.post("/objects", json={"id": f"lim1-{t}", "document": {}}, headers={**alice, "Idempotency-Key": f"l1-{t}"})
+        assert again.status_code == 202, again.text
+        free = c.post("/objects", json={"id": f"lim4-{t}", "document": {}}, headers=alice)
+        assert free.status_code == 202, free.text
+        # the batch route: the item beyond the bound is refused alone, the batch answered 429 with Retry-After
+        batch = c.post("/commands:batch", headers=alice, json={"commands": [
+            {"kind": "update", "object_id": f"lim1-{t}", "patch": {"n": 1}, "idempotency_key": f"l5-{t}"},
+            {"kind": "update", "object_id": f"lim1-{t}", "patch": {"n": 2}}]})
+        is_problem(batch, 429, "TOO_MANY_IDEMPOTENCY_KEYS")
+        assert [r["status"] for r in batch.json()["results"]] == [429, 202], batch.text
+        assert 1 <= int(batch.headers["retry-after"]) <= s.dedup_ttl_ms // 1000, batch.headers
+    got = sorted((c.object_id, c.command_id) for c in _commands_of(arbiter, *(f"lim{i}-{t}" for i in (1, 2, 3, 4))))
+    assert [o for o, _ in got] == sorted([f"lim1-{t}"] * 3 + [f"lim2-{t}", f"lim4-{t}"]), got
+    assert f"l3-{t}" not in {k for _, k in got} and f"l5-{t}" not in {k for _, k in got}, got

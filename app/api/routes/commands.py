@@ -136,9 +136,10 @@ async def batch(body: BatchRequest, caller: CallerDep, ctx: ContextDep) -> JSONR
             continue
         results.append(None)
         queued.append(i)
+    keys_retry_after: str | None = None  # Retry-After of items refused TOO_MANY_IDEMPOTENCY_KEYS
     if ctx.claims is not None:  # each keyed item's key must name its object (app.api.writes.claims), as on POST /objects
-        queued = await _claimed(ctx.claims, [(i, cmds[i]) for i in queued if body.commands[i].idempotency_key],
-                                queued, results)
+        queued, keys_retry_after = await _claimed(
+            ctx.claims, [(i, cmds[i]) for i in queued if body.commands[i].idempotency_key], queued, results)
     records = [(cmds[i].object_id, encode(cmds[i])) for i in queued]
     start = time.perf_counter()
     delivered = await producer.send_many(records) if records else []
@@ -162,6 +163,11 @@ async def batch(body: BatchRequest, caller: CallerDep, ctx: ContextDep) -> JSONR
     if too_large:
         raise ApiError(f"{too_large} of {len(cmds)} commands were too large and not stored; the others were",
                        code="TOO_LARGE", results=answers)
+    over_keys = statuses.count(429)
+    if over_keys:
+        raise ApiError(f"{over_keys} of {len(cmds)} commands would claim an Idempotency-Key beyond the most the principal "
+                       "may hold and were not stored; the others were", code="TOO_MANY_IDEMPOTENCY_KEYS",
+                       headers={"Retry-After": keys_retry_after or str(settings.retry_after_s)}, results=answers)
     reused = sum(1 for r in answers if r.get("code") == "IDEMPOTENCY_KEY_REUSED")
     if reused:
         raise ApiError(f"{reused} of {len(cmds)} commands reuse an Idempotency-Key that names another object and were "
@@ -180,17 +186,21 @@ def _rule_refused(c: Command, early: Rejection) -> dict[str, Any]:
 
 
 async def _claimed(claims: KeyClaims, keyed: list[tuple[int, Command]], queued: list[int],
-                   results: list[dict[str, Any] | None]) -> list[int]:
-    """Return ``queued`` without the keyed items whose key another object holds (their results say why)."""
+                   results: list[dict[str, Any] | None]) -> tuple[list[int], str | None]:
+    """Return ``queued`` without the keyed items whose key is refused (their results say why), and the longest
+    Retry-After of those refused because the principal holds its most keys (None: none was)."""
     refused: set[int] = set()
+    retry_after: str | None = None
     checks = await asyncio.gather(*(claims.check(c) for _, c in keyed), return_exceptions=True)
     for (i, c), e in zip(keyed, checks, strict=True):
         if isinstance(e, ApiError):
             results[i] = _refused(c, e)
             refused.add(i)
+            if e.code == "TOO_MANY_IDEMPOTENCY_KEYS":
+                retry_after = max(retry_after or "0", e.headers["Retry-After"], key=int)
         elif e is not None:
             raise e
-    return [i for i in queued if i not in refused]
+    return [i for i in queued if i not in refused], retry_after
 
 
 def _refused(c: Command, e: ApiError | BrokerUnavailable) -> dict[str, Any]:

@@ -15,7 +15,8 @@ router = APIRouter(tags=["operations"])
 
 
 @router.get("/healthz", response_model=Health, responses={503: {"model": Health, "description": "Not healthy"}},
-            summary="Is the broker reachable, the read model open and the outcomes consumer running?")
+            summary="Is the broker reachable, the read model open, the outcomes consumer running and the claims reader "
+                    "caught up?")
 async def healthz(request: Request) -> JSONResponse:
     # Open to load balancers; the broker probe (a metadata request) runs at most once per second however
     # many clients poll.
@@ -29,10 +30,16 @@ async def healthz(request: Request) -> JSONResponse:
     if oc is not None:
         oc.ensure_running()
     consumer = oc is not None and oc.alive
-    ok = broker and read_model and consumer
+    # the Idempotency-Keys' claims reader (app.api.writes.claims): keyed writes are 503 until it has caught up
+    claims = request.app.state.claims.status() if getattr(request.app.state, "claims", None) is not None else None
+    claims_ready = None if claims is None else bool(claims["ready"] and claims["alive"])
+    ok = broker and read_model and consumer and claims_ready is not False
     return JSONResponse({"ok": ok, "broker": broker, "read_model": read_model, "outcomes_consumer": consumer,
                          "outcomes_consumer_restarts": oc.restarts if oc is not None else 0,
-                         "outcomes_consumer_error": oc.last_error if oc is not None else None},
+                         "outcomes_consumer_error": oc.last_error if oc is not None else None,
+                         "claims_reader": claims_ready, "claims_lag": claims["lag"] if claims else None,
+                         "claims_skipped": claims["skipped"] if claims else 0,
+                         "claims_reader_error": claims["error"] if claims else None},
                         status_code=200 if ok else 503)
 
 

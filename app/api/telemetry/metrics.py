@@ -28,7 +28,7 @@ class ApiMetrics:
         self.requests = Counter("arbiter_api_requests", "HTTP requests by route template, method and status",
                                 ["route", "method", "status"], registry=self.registry)
         self.control_skipped = Counter("arbiter_api_control_records_skipped",
-                                       "Records on the rules catalog or generations topic that count for nothing "
+                                       "Records on the rules catalog, generations or claims topic that count for nothing "
                                        "(unsigned, forged, oversized, unparsable, replayed), by topic",
                                        ["topic"], registry=self.registry)
         self.produce_seconds = Histogram("arbiter_api_produce_seconds",

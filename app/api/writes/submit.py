@@ -156,7 +156,8 @@ async def submit(cmd: Command, ctx: ApiContext, wait: float | None, *, keyed: bo
     TOO_MANY_WAITERS and nothing was produced; when the principal already holds its share of them
     (``ARBITER_WAITER_SHARE``) the command is produced and answered 202 without waiting. A principal over its write
     rate is 429 RATE_LIMITED before anything else. A ``keyed`` command (its id is the client's Idempotency-Key) is
-    produced only if its key names its object (``app.api.writes.claims``): else 422 IDEMPOTENCY_KEY_REUSED.
+    produced only if its key names its object (``app.api.writes.claims``): else 422 IDEMPOTENCY_KEY_REUSED, or 429
+    TOO_MANY_IDEMPOTENCY_KEYS when its principal holds ``ARBITER_MAX_KEYS_PER_PRINCIPAL`` other keys.
     """
     writes = ctx.quotas.writes
     pause = writes.take(cmd.principal)

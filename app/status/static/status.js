@@ -99,6 +99,9 @@ function render(s) {
   renderCharts(s.history);
   ["commands_in_per_s", "events_out_per_s", "rejections_out_per_s"].forEach((k) => set(k, s[k]));
   set("total_commands", s.totals.commands); set("total_events", s.totals.events); set("total_rejections", s.totals.rejections); set("change_subscribers", s.change_subscribers);
+  const c = s.claims;  // the Idempotency-Keys' claims reader (app/api/writes/claims.py)
+  set("claims_ready", c ? (c.ready && c.alive ? "caught up" : "not caught up") + (c.error ? " — " + c.error : "") : "none");
+  ["lag", "position", "holders", "principals", "skipped"].forEach((k) => set("claims_" + k, c ? c[k] : null));
   const v = s.validator || {};
   ["batch_id", "batch_duration_ms", "input_rows"].forEach((k) => set("v_" + k, v[k]));
   renderState(v.state);

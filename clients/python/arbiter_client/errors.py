@@ -190,6 +190,13 @@ class TooManySubscriptions(RateLimited):
     code = "TOO_MANY_SUBSCRIPTIONS"
 
 
+class TooManyIdempotencyKeys(RateLimited):
+    """429: the principal holds its most Idempotency-Keys (until its oldest expires, ``Retry-After``); nothing was
+    stored. Retrying sooner with a new key is refused the same way; a write without a key is not."""
+
+    code = "TOO_MANY_IDEMPOTENCY_KEYS"
+
+
 #: Every code the server answers with, and the class it becomes. Codes without a class of their own take the
 #: class of their kind. Held equal to ``app.api.problems.STATUS`` by a test.
 CODES: dict[str, type[ArbiterError]] = {
@@ -206,6 +213,7 @@ CODES: dict[str, type[ArbiterError]] = {
     "VIEW_STALE": Unavailable, "DOCUMENT_QUARANTINED": Unavailable, "POSITION_NOT_REACHED": PositionNotReached,
     "INVALID_CURSOR": BadRequest, "VERSION_NOT_FOUND": VersionNotFound, "TOO_MANY_SUBSCRIBERS": Unavailable,
     "WRITES_PAUSED": Unavailable, "TOO_MANY_SUBSCRIPTIONS": TooManySubscriptions, "CHANGES_EXPIRED": ChangesExpired,
+    "TOO_MANY_IDEMPOTENCY_KEYS": TooManyIdempotencyKeys,
 }
 CODES.update({"RULE_VIOLATED": RuleViolated, "RULE_ERROR": RuleError, "RULES_VERSION_UNKNOWN": Rejected,
               "RULES_INVALID": BadRequest, "RULES_CONFLICT": RulesConflict, "RULES_NOT_DEPLOYED": NotFound,
