@@ -233,7 +233,7 @@ def _enforced_verdict(rules: TypeRules, state: ObjectState | None, command: Comm
                 return None
             guard = chosen[index]
             return _violated(guard.rule, guard.message, guard.pointers)
-    data = _variables(rules, state, command, kind, old, new, payload)
+    data = _variables(rules, state, command, kind, old, new, payload, rules.enforced_reads)
     for guards, chain in runs:
         verdict = _cel_verdict(guards, chain, data)
         if verdict is not None:
@@ -355,9 +355,11 @@ def _weights(rules: TypeRules, state: ObjectState | None, command: Command, kind
 
 
 def _variables(rules: TypeRules, state: ObjectState | None, command: Command, kind: str,
-               old: dict[str, Any], new: dict[str, Any], payload: Any) -> dict[str, Any]:  # noqa: ANN401
-    """Return the four variables of a guard with the members the type's guards read (see the module docstring)."""
-    reads = rules.reads
+               old: dict[str, Any], new: dict[str, Any], payload: Any,  # noqa: ANN401
+               reads: dict[str, tuple[str, ...]] | None = None) -> dict[str, Any]:
+    """Return the four variables of a guard with the members ``reads`` names (default: those the type's guards
+    read; see the module docstring)."""
+    reads = rules.reads if reads is None else reads
     pointers = {name: ptr for name, ptr, _ in rules.tracked}
     live = state if state is not None and state.exists else None
     st = {m: old.get(pointers[m]) if m in pointers else _STATE[m](live) if live is not None else _NO_STATE[m]

@@ -104,6 +104,9 @@ class TypeRules:
     # ``cost_caps`` hold the enforced guards only, so they decide exactly as a document without the others).
     schema_mode: str = "enforce"
     watching: dict[str, tuple[Guard, ...]] = field(default_factory=dict)
+    # ``reads`` of the enforced guards alone: what they are handed (cel-cpp converts every member it is given, and
+    # refuses an integer beyond 64 bits in any of them, so a member only a watching guard reads must not reach them).
+    enforced_reads: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +232,7 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str
     trees: list[Node] = []
     field_names = tuple(tracked_spec)
     read: set[tuple[str, str]] = set()
+    read_enforced: set[tuple[str, str]] = set()
     for i, g in enumerate(spec.get("guards", [])):
         where = f"{at}/guards/{i}"
         rule = rule_name(g["name"], where + "/name")
@@ -236,6 +240,8 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str
         problems += [f"{where}/expr: {p}" for p in why]
         reads_of = references(tree) if tree is not None else set()
         read |= reads_of
+        if g.get("mode", mode) == ENFORCE:
+            read_enforced |= reads_of
         pointers = tuple(g["pointers"]) if "pointers" in g else tuple(
             p for n, p, _ in tracked if ("next", n) in reads_of or ("state", n) in reads_of)
         cost = cost_function(tree) if tree is not None else _free
@@ -251,13 +257,14 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str
     watching = {kind: tuple(g for g in guards if kind in g.kinds and g.mode != ENFORCE) for kind in COMMAND_KINDS}
     exprs = {g.rule: e["expr"] for g, e in zip(guards, spec.get("guards", []), strict=True)}
     reads = {var: tuple(sorted(m for v, m in read if v == var)) for var in VARIABLES}
+    enforced_reads = {var: tuple(sorted(m for v, m in read_enforced if v == var)) for var in VARIABLES}
     if not problems:
         by_name = {n: p for n, p, _ in tracked}
         for kind in COMMAND_KINDS:
             chosen = [g for g in enforced if kind in g.kinds]
             runs = [tuple(chosen[i:i + CHAIN]) for i in range(0, len(chosen), CHAIN)]
             by_kind[kind] = tuple((run, _chain(env, [exprs[g.rule] for g in run])) for run in runs)
-            in_python[kind] = translate([g.program for g in chosen], reads, name, by_name) if chosen else None
+            in_python[kind] = translate([g.program for g in chosen], enforced_reads, name, by_name) if chosen else None
     iterated = set().union(*(ranges(t) for t in trees))
     tracked_at = {n: p for n, p, _ in tracked}
     weighed = tuple((f"{v}.{m}", v, m, f"{v}.{m}" in iterated, tracked_at.get(m) if v in ("state", "next") else None)
@@ -267,7 +274,7 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str
     return TypeRules(name, create, patch, tracked, spec.get("max_tracked_bytes", default_bound), tuple(transitions),
                      tuple(guards), needs_document, needs_patch, needs_times, by_kind, reads,
                      frozenset(p for _, p, _ in tracked), frozenset(t[0] for _, _, t in tracked), in_python,
-                     weighed, cost_caps, mode, {k: v for k, v in watching.items() if v})
+                     weighed, cost_caps, mode, {k: v for k, v in watching.items() if v}, enforced_reads)
 
 
 def _free(weights: Mapping[str, int]) -> int:
