@@ -65,6 +65,9 @@ class Guard:
     pointers: tuple[str, ...]
     cost: CostFunction  # its bound on the weights of what it reads (``commands.rules.cost``)
     mode: str = "enforce"  # one of MODES: what a failure does (commands.rules.evaluate)
+    reads: frozenset[tuple[str, str]] = frozenset()  # (variable, member) it reads: a trace's inputs
+    message_program: Any = None  # its ``message_expression`` compiled (a string-valued CEL program), or None
+    message_cost: CostFunction | None = None  # that expression's bound, priced as a guard's
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,8 +243,16 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str
             p for n, p, _ in tracked if ("next", n) in reads_of or ("state", n) in reads_of)
         cost = cost_function(tree) if tree is not None else _free
         trees += [tree] if tree is not None else []
+        message_program, message_cost = None, None
+        if "message_expression" in g:
+            message_program, message_tree, why = compile_guard(env, g["message_expression"], field_names, message=True)
+            problems += [f"{where}/message_expression: {p}" for p in why]
+            if message_tree is not None:
+                read |= references(message_tree)
+                trees.append(message_tree)
+                message_cost = cost_function(message_tree)
         guards.append(Guard(rule, program, g["message"], frozenset(g.get("kinds", DEFAULT_KINDS)), pointers, cost,
-                            g.get("mode", mode)))
+                            g.get("mode", mode), frozenset(reads_of), message_program, message_cost))
     needs_document = ("command", "document") in read
     needs_patch = ("command", "patch") in read
     needs_times = not read.isdisjoint({("state", "created_at"), ("state", "updated_at"), ("command", "issued_at")})
@@ -298,6 +309,14 @@ def worst_case_problems(rules: RuleSet, bounds: InputBounds) -> list[str]:
                             f"budget of {MAX_GUARD_COST:,} (a loop over one input that scans or compares another "
                             "for each element is quadratic: bound it, e.g. by comparing sizes first, or check a "
                             "tracked field)")
+    for t in rules.types.values():  # a message expression is priced alone, on the same budget
+        weights = bounds.weights(t.max_tracked_bytes, tuple(name for name, _, _ in t.tracked))
+        for i, g in enumerate(t.guards):
+            cost = g.message_cost(weights) if g.message_cost is not None else 0
+            if cost > MAX_GUARD_COST:
+                problems.append(f"{pointer('types', t.name, 'guards', i, 'message_expression')}: with the largest "
+                                f"inputs the API accepts it costs up to {cost:,} units, over the budget of "
+                                f"{MAX_GUARD_COST:,}")
     return list(dict.fromkeys(problems))
 
 
