@@ -26,7 +26,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     deploy = actions.add_parser("deploy", help="check, then deploy as the next version: a signed control record to "
                                 "every partition of the commands topic (no restart)")
     deploy.add_argument("file", type=Path)
-    deploy.add_argument("--operator", help="who deploys, for the audit trail (default: cli:<OS user>)")
+    deploy.add_argument("--deployed-by", "--operator", dest="operator",
+                        help="who deploys (deployed_by in the catalog, GET /rules and the audit trail; default: "
+                        "cli:<OS user>)")
     deploy.set_defaults(handler=_deploy)
     show = actions.add_parser("show", help="print the newest deployed version (with --document, its document; "
                               "with --all, every version: who deployed it, when)")
@@ -38,6 +40,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     what_if.add_argument("file", type=Path)
     what_if.add_argument("--since", help="switch the candidate in at this RFC 3339 time (default: the beginning)")
     what_if.add_argument("--html", type=Path, help="also write the self-contained HTML report here")
+    what_if.add_argument("--tail", action="store_true", help="also the records the topics hold past the archive (a "
+                         "Kafka batch read, as verify replay --tail): the archive trails the topics by its trigger")
     what_if.set_defaults(handler=_what_if)
     explain = actions.add_parser("explain", help="re-decide one archived command with decide's tracing hook: the rules "
                                  "version, each rule that ran in order, its inputs and its result (docs/concepts/"
@@ -115,7 +119,10 @@ def _deploy(args: argparse.Namespace) -> int:
         return 1
     d = done.deploy
     what = "deployed" if done.new else "already the newest version; its control records were written again"
-    print(f"rules version {d.version} ({d.digest}) {what}, by {d.principal}")
+    print(f"rules version {d.version} ({d.digest}) {what}, deployed_by {d.principal}")
+    if done.new and d.version > 1:  # a newcomer re-deploying the example after ./dev run replaces the scenario's
+        print(f"  it replaces version {d.version - 1} from each partition's control record on "
+              "(arbiter rules what-if FILE shows first which past decisions a document flips)")
     for partition, offset in sorted(done.offsets.items()):
         print(f"  {get_settings().topic_commands}[{partition}]@{offset}")
     return 0
@@ -129,7 +136,7 @@ def _show(args: argparse.Namespace) -> int:
         print("no rules deployed")
         return 0
     for d in versions if args.all else versions[-1:]:
-        print(json.dumps({"version": d.version, "digest": d.digest, "principal": d.principal,
+        print(json.dumps({"version": d.version, "digest": d.digest, "deployed_by": d.principal,
                           "deployed_at": d.deployed_at.isoformat()}, sort_keys=True))
     if args.document:
         print(versions[-1].document)

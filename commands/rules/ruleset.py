@@ -19,7 +19,7 @@ from typing import Any
 from commands.rules.bounds import DEFAULT_MAX_TRACKED_BYTES, MAX_GUARD_COST
 from commands.rules.checked_ast import Node
 from commands.rules.cost import CostFunction, InputBounds, cost_function, over_budget, ranges, uniform_cap
-from commands.rules.document import RulesInvalid, canonical_json, parse_rules, pointer, rules_digest
+from commands.rules.document import RulesInvalid, canonical_json, parse_rules, parsed_rules, pointer, rules_digest
 from commands.rules.expression import (
     STATE_MEMBERS,
     VARIABLES,
@@ -187,11 +187,20 @@ def _compile_schema(schema: Any, at: str, problems: list[str]) -> Any:  # noqa: 
         return None
 
 
+def _broken(at: str, broken: frozenset[str]) -> bool:
+    """Return whether the published JSON Schema refused anything at or under pointer ``at``."""
+    return any(b == at or b.startswith(at + "/") for b in broken)
+
+
 def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str, env: Any,  # noqa: ANN401
-                  problems: list[str]) -> TypeRules:
+                  problems: list[str], broken: frozenset[str] = frozenset()) -> TypeRules:
+    """Compile one type's rules, adding each problem to ``problems``; the parts under a pointer in ``broken`` (where
+    the published JSON Schema refused the document: ``document_problems``) are not compiled."""
     at = pointer("types", name)
-    create = _compile_schema(spec["create_schema"], at + "/create_schema", problems) if "create_schema" in spec else None
-    patch = _compile_schema(spec["patch_schema"], at + "/patch_schema", problems) if "patch_schema" in spec else None
+    create = _compile_schema(spec["create_schema"], at + "/create_schema", problems) \
+        if "create_schema" in spec and not _broken(at + "/create_schema", broken) else None
+    patch = _compile_schema(spec["patch_schema"], at + "/patch_schema", problems) \
+        if "patch_schema" in spec and not _broken(at + "/patch_schema", broken) else None
     tracked_spec: dict[str, str] = spec.get("tracked", {})
     seen_pointers: dict[str, str] = {}
     for field_name, ptr in sorted(tracked_spec.items()):
@@ -212,8 +221,10 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str
         return f"{name}:{local}"
 
     transitions = []
-    for i, t in enumerate(spec.get("transitions", [])):
+    for i, t in enumerate(spec.get("transitions", []) if at + "/transitions" not in broken else ()):
         where = f"{at}/transitions/{i}"
+        if _broken(where, broken):
+            continue
         rule = rule_name(t["name"], where + "/name")
         if t["field"] not in tracked_spec:
             problems.append(f"{where}/field: {t['field']!r} is not a tracked field of {name}")
@@ -232,8 +243,10 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str
     trees: list[Node] = []
     field_names = tuple(tracked_spec)
     read: set[tuple[str, str]] = set()
-    for i, g in enumerate(spec.get("guards", [])):
+    for i, g in enumerate(spec.get("guards", []) if at + "/guards" not in broken else ()):
         where = f"{at}/guards/{i}"
+        if _broken(where, broken):
+            continue
         rule = rule_name(g["name"], where + "/name")
         program, tree, why = compile_guard(env, g["expr"], field_names)
         problems += [f"{where}/expr: {p}" for p in why]
@@ -260,7 +273,7 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str
     in_python: dict[str, Run | None] = {}
     enforced = [g for g in guards if g.mode == ENFORCE]
     watching = {kind: tuple(g for g in guards if kind in g.kinds and g.mode != ENFORCE) for kind in COMMAND_KINDS}
-    exprs = {g.rule: e["expr"] for g, e in zip(guards, spec.get("guards", []), strict=True)}
+    exprs = {g.rule: e["expr"] for g, e in zip(guards, spec.get("guards", []), strict=True)} if not broken else {}
     reads = {var: tuple(sorted(m for v, m in read if v == var)) for var in VARIABLES}
     if not problems:
         by_name = {n: p for n, p, _ in tracked}
@@ -333,6 +346,38 @@ def _chain(env: Any, exprs: list[str]) -> Any:  # noqa: ANN401
     program, _ = compile_expression(env, " : ".join(f"!({e}\n) ? {i}" for i, e in enumerate(exprs)) + " : -1",
                                     int_result=True)
     return program
+
+
+def document_problems(document: str | bytes) -> list[str]:
+    """Return every problem of a rules document in one pass ([] if it compiles): where the published JSON Schema
+    refuses it, and, in the types whose tracked fields it does not refuse, what compiling their other well-formed
+    parts finds (schemas, transitions, CEL guards and message expressions), in that order.
+
+    ``arbiter rules check``, ``rules deploy`` and ``PUT /rules`` report these (``app.rules.deploy.check``): a user
+    fixing the meta-schema's complaints does not meet the CEL ones only on the next try.
+    """
+    value, errors = parsed_rules(document)
+    if not errors:
+        try:
+            compile_rules(canonical_json(value), version=1)
+        except RulesInvalid as e:
+            return list(e.problems)
+        return []
+    problems = [f"{at or '/'}: {message}" for at, message in errors]
+    broken = frozenset(at for at, _ in errors)
+    types = value.get("types") if isinstance(value, dict) else None
+    if not isinstance(types, dict):
+        return problems
+    env = new_environment()
+    bound = value.get("max_tracked_bytes", DEFAULT_MAX_TRACKED_BYTES)
+    mode = value.get("mode", ENFORCE)
+    for name, spec in sorted(types.items()):
+        at = pointer("types", name)
+        if not isinstance(spec, dict) or not isinstance(spec.get("tracked", {}), dict) \
+                or _broken(at + "/tracked", broken):
+            continue  # what the rules of this type read is unknown: nothing more to check soundly
+        _compile_type(name, spec, bound, mode, env, problems, broken)
+    return list(dict.fromkeys(problems))
 
 
 def compile_rules(document: str, *, version: int) -> RuleSet:

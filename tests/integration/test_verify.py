@@ -174,6 +174,9 @@ def test_the_topics_tail_past_the_archive_replays_clean_too(spark, history: Sett
     assert archived_only.divergences == 0 and with_tail.divergences == 0, with_tail.first
     assert with_tail.commands == archived_only.commands + len(more)
     assert with_tail.stored == archived_only.stored + len(more)
+    candidate = canonical_rules(TIGHTER)
+    assert what_if(spark, history, candidate, tail=True).commands == what_if(spark, history, candidate).commands \
+        + len(more)  # what-if reads the tail too when asked (issue 52: it saw only the archive)
 
 
 def _resized(line: str, path: Path) -> str:
