@@ -64,6 +64,7 @@ from commands.rejection import Rejection, clip
 from commands.rules.bounds import MAX_RULE_BYTES, MAX_WARNINGS, type_name_problem
 from commands.rules.evaluate import Verdict, clip_bytes, watched_rules
 from commands.rules.ruleset import RuleSet
+from commands.rules.trace import RuleTrace
 from commands.state import ACCEPTED, DEFAULT_LIMITS, Limits, ObjectState, RecentCommand, remember
 
 
@@ -124,10 +125,10 @@ def _accept(state: ObjectState | None, command: Command, etype: EventType, limit
             owner: str, editors: tuple[str, ...], readers: tuple[str, ...], document_size: int,
             deleted: bool = False, document: str | None = None, patch: str | None = None,
             editor: str | None = None, reader: str | None = None, object_type: str | None = None,
-            tracked: str | None = None) -> Decision:
+            tracked: str | None = None, trace: RuleTrace | None = None) -> Decision:
     warnings: tuple[RuleWarning, ...] = ()
     if object_type is not None and (rules is not None or etype is EventType.CREATED):
-        verdict, tracked, watched = watched_rules(rules, state, command, object_type)
+        verdict, tracked, watched = watched_rules(rules, state, command, object_type, trace)
         if verdict is not None:
             return _rule_reject(state, command, verdict, rules)
         warnings = tuple(RuleWarning(clip_bytes(w.rule, MAX_RULE_BYTES), w.mode, w.reason.value, w.message,
@@ -224,21 +225,23 @@ def _dedup(state: ObjectState, command: Command, limits: Limits) -> Decision | N
 
 
 def decide(state: ObjectState | None, command: Command, limits: Limits = DEFAULT_LIMITS,
-           rules: RuleSet | None = None) -> Decision:
+           rules: RuleSet | None = None, trace: RuleTrace | None = None) -> Decision:
     """Decide ``command`` against ``state`` (None for an unknown object) under ``rules``; pure and deterministic.
 
     ``rules=None`` decides as Arbiter always has (a create that names a type is refused: no type is known);
     with a rule set every outcome names ``rules.version`` and typed objects follow their type's rules
-    (``commands.rules.evaluate``), checked after every generic check.
+    (``commands.rules.evaluate``), checked after every generic check. With ``trace`` (``commands.rules.trace``) the
+    rules record each step as they run (``arbiter rules explain``); the decision is the same with or without one.
     """
-    decision = _decide(state, command, limits, rules)
+    decision = _decide(state, command, limits, rules, trace)
     outcome = decision.outcome
     if rules is not None and isinstance(outcome, Rejection) and outcome.rules_version is None:
         return Decision(replace(outcome, rules_version=rules.version), decision.state)
     return decision
 
 
-def _decide(state: ObjectState | None, command: Command, limits: Limits, rules: RuleSet | None) -> Decision:
+def _decide(state: ObjectState | None, command: Command, limits: Limits, rules: RuleSet | None,
+            trace: RuleTrace | None) -> Decision:
     problem = _ids_problem(command, limits)
     if problem is not None:
         return _reject(state, command, ReasonCode.MALFORMED, problem)
@@ -257,7 +260,7 @@ def _decide(state: ObjectState | None, command: Command, limits: Limits, rules: 
             if state.exists:
                 return _reject(state, command, ReasonCode.ALREADY_EXISTS,
                                f"object {clip(command.object_id)} exists")
-        return _decide_create(state, command, limits, rules)
+        return _decide_create(state, command, limits, rules, trace)
     if state is None or not (state.exists or state.deleted):
         return _not_found(state, command)
     principal = command.principal
@@ -279,10 +282,11 @@ def _decide(state: ObjectState | None, command: Command, limits: Limits, rules: 
     problem_code = _check_payload(command, limits)
     if problem_code is not None:
         return _reject(state, command, *problem_code)
-    return _decide_change(state, command, limits, rules)
+    return _decide_change(state, command, limits, rules, trace)
 
 
-def _decide_create(state: ObjectState | None, command: CreateObject, limits: Limits, rules: RuleSet | None) -> Decision:
+def _decide_create(state: ObjectState | None, command: CreateObject, limits: Limits, rules: RuleSet | None,
+                   trace: RuleTrace | None) -> Decision:
     if command.expected_version is not None and command.expected_version != 0:
         return _reject(state, command, ReasonCode.VERSION_CONFLICT,
                        f"expected version {command.expected_version}, object does not exist (version 0)")
@@ -290,17 +294,21 @@ def _decide_create(state: ObjectState | None, command: CreateObject, limits: Lim
     if problem is not None:
         return _reject(state, command, *problem)
     return _accept(state, command, EventType.CREATED, limits, rules, owner=command.principal, editors=(), readers=(),
-                   document_size=command.size, document=command.document, object_type=command.object_type)
+                   document_size=command.size, document=command.document, object_type=command.object_type,
+                   trace=trace)
 
 
-def _decide_change(state: ObjectState, command: Command, limits: Limits, rules: RuleSet | None) -> Decision:
+def _decide_change(state: ObjectState, command: Command, limits: Limits, rules: RuleSet | None,
+                   trace: RuleTrace | None) -> Decision:
     owner, editors, readers, size = state.owner, state.editors, state.readers, state.document_size
     ot, tr = state.object_type, state.tracked  # a change keeps the type; only a rule-checked update moves tracked
     if isinstance(command, UpdateObject):
-        return _accept(state, command, EventType.UPDATED, limits, rules, object_type=ot, tracked=tr, owner=owner,
+        return _accept(state, command, EventType.UPDATED, limits, rules, trace=trace,
+                       object_type=ot, tracked=tr, owner=owner,
                        editors=editors, readers=readers, document_size=size, patch=command.patch)
     if isinstance(command, DeleteObject):
-        return _accept(state, command, EventType.DELETED, limits, rules, object_type=ot, tracked=tr, owner=owner,
+        return _accept(state, command, EventType.DELETED, limits, rules, trace=trace,
+                       object_type=ot, tracked=tr, owner=owner,
                        editors=editors, readers=readers, document_size=size, deleted=True)
     if isinstance(command, GrantEditor):
         if command.editor == owner or command.editor in editors:
@@ -308,13 +316,15 @@ def _decide_change(state: ObjectState, command: Command, limits: Limits, rules: 
         if len(editors) >= limits.max_editors:
             return _reject(state, command, ReasonCode.TOO_LARGE,
                            f"object already has the maximum of {limits.max_editors} editors")
-        return _accept(state, command, EventType.EDITOR_GRANTED, limits, rules, object_type=ot, tracked=tr, owner=owner,
+        return _accept(state, command, EventType.EDITOR_GRANTED, limits, rules, trace=trace,
+                       object_type=ot, tracked=tr, owner=owner,
                        editors=(*editors, command.editor), readers=readers, document_size=size,
                        editor=command.editor)
     if isinstance(command, RevokeEditor):
         if command.editor not in editors:
             return _reject(state, command, ReasonCode.NOT_FOUND, f"{clip(command.editor)} is not an editor")
-        return _accept(state, command, EventType.EDITOR_REVOKED, limits, rules, object_type=ot, tracked=tr, owner=owner,
+        return _accept(state, command, EventType.EDITOR_REVOKED, limits, rules, trace=trace,
+                       object_type=ot, tracked=tr, owner=owner,
                        editors=tuple(e for e in editors if e != command.editor), readers=readers,
                        document_size=size, editor=command.editor)
     if isinstance(command, GrantReader):
@@ -323,13 +333,15 @@ def _decide_change(state: ObjectState, command: Command, limits: Limits, rules: 
         if len(readers) >= limits.max_readers:
             return _reject(state, command, ReasonCode.TOO_LARGE,
                            f"object already has the maximum of {limits.max_readers} readers")
-        return _accept(state, command, EventType.READER_GRANTED, limits, rules, object_type=ot, tracked=tr, owner=owner,
+        return _accept(state, command, EventType.READER_GRANTED, limits, rules, trace=trace,
+                       object_type=ot, tracked=tr, owner=owner,
                        editors=editors,
                        readers=(*readers, command.reader), document_size=size, reader=command.reader)
     if isinstance(command, RevokeReader):
         if command.reader not in readers:
             return _reject(state, command, ReasonCode.NOT_FOUND, f"{clip(command.reader)} is not a reader")
-        return _accept(state, command, EventType.READER_REVOKED, limits, rules, object_type=ot, tracked=tr, owner=owner,
+        return _accept(state, command, EventType.READER_REVOKED, limits, rules, trace=trace,
+                       object_type=ot, tracked=tr, owner=owner,
                        editors=editors,
                        readers=tuple(r for r in readers if r != command.reader), document_size=size,
                        reader=command.reader)

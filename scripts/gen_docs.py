@@ -212,6 +212,10 @@ def values() -> dict[str, str]:
         if name.isupper() and isinstance(value, int):
             out[f"rules.{name}"] = _n(value)
     out["rules.PRECHECK_DEADLINE_S"] = str(api_rules.PRECHECK_DEADLINE_S)
+    from app.api import problems
+
+    for code, status in problems.STATUS.items():  # each problem code's HTTP status (app/api/problems.py)
+        out[f"status.{code}"] = str(status)
     domain = limits_for(s)
     for f in dataclasses.fields(domain):
         value = getattr(domain, f.name)

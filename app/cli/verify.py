@@ -91,7 +91,7 @@ def what_if_command(args: argparse.Namespace) -> int:
     settings = get_settings()
     spark = session(settings)
     try:
-        report = what_if(spark, settings, candidate, switch_ms=switch)
+        report = what_if(spark, settings, candidate, switch_ms=switch, tail=getattr(args, "tail", False))
     finally:
         spark.stop()
     if args.html:

@@ -30,7 +30,7 @@ from app.settings import Settings, get_settings
 from app.validator.topic_io import produce_with_headers, read_all
 from commands.rules import RuleSet, RulesInvalid, canonical_rules, compile_rules, rules_digest
 from commands.rules.cost import InputBounds
-from commands.rules.ruleset import worst_case_problems
+from commands.rules.ruleset import document_problems, worst_case_problems
 
 
 class RulesConflict(ArbiterError):
@@ -64,7 +64,10 @@ def check(text: str | bytes, settings: Settings | None = None) -> RuleSet:
     API accepts (``commands.rules.cost``), and a failing case of the document's own ``tests`` (``commands.rules.cases``)."""
     from commands.rules.cases import check_cases
 
-    rules = compile_rules(canonical_rules(text), version=1)
+    try:
+        rules = compile_rules(canonical_rules(text), version=1)
+    except RulesInvalid as e:  # every problem in one pass, not the meta-schema's alone
+        raise RulesInvalid(document_problems(text) or list(e.problems)) from None
     problems = worst_case_problems(rules, input_bounds(settings if settings is not None else get_settings()))
     if problems:
         raise RulesInvalid(problems)

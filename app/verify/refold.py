@@ -63,6 +63,7 @@ class Refolded:
     decisions: list[tuple[Row, OutputRecord]]  # one per command record, in source order (what-if compares these)
     #: (topic, partition, offset) of the records written to a closed generation: the sweeper's, not a validator's
     late: frozenset[tuple[str, int, int]] = frozenset()
+    state: ObjectState | None = None  # the object's state after the last record (``arbiter rules explain``)
 
     def lane(self, source: Source) -> bool:
         """Return whether an output of ``source`` came from the late-record sweeper (``app.rescale.late``)."""
@@ -121,7 +122,7 @@ def refold(commands: Iterable[Row], timeline: RulesTimeline, settings: Settings,
         outputs.append((copy, (p.topic, p.partition, p.offset, at.get((p.topic, p.partition, p.offset), 0))))
     # in source order: the order check compares the first copies with it
     outputs.sort(key=lambda o: topics.position(*o[1][:3]))
-    return Refolded(outputs, decisions, frozenset(late))
+    return Refolded(outputs, decisions, frozenset(late), state)
 
 
 def _fold_from(state: ObjectState | None, records: list[InputRecord], settings: Settings, limits: Limits,

@@ -138,14 +138,15 @@ class WhatIfReport:
 
 
 def what_if(spark: Any, settings: Settings, candidate: str, *, switch_ms: int = 0,  # noqa: ANN401
-            limit: int = 100_000) -> WhatIfReport:
-    """Fold the archive under the rules in force and with ``candidate`` (canonical JSON) from ``switch_ms`` on."""
+            limit: int = 100_000, tail: bool = False) -> WhatIfReport:
+    """Fold the archive under the rules in force and with ``candidate`` (canonical JSON) from ``switch_ms`` on; with
+    ``tail``, also the topics' records past the archive (``archive_rows``), as ``verify replay --tail`` reads them."""
     from pyspark.sql import functions as F
 
     from commands.rules import rules_digest
 
     topics = CommandTopics.read(settings)
-    frame = archive_rows(spark, settings, topics)
+    frame = archive_rows(spark, settings, topics, tail=tail)
     now = timeline_of(frame, settings, topics)
     cand = now.with_candidate(candidate, switch_ms)
     commands = frame.where(F.col("topic").isin(*topics.names))

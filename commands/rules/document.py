@@ -109,6 +109,16 @@ def _loader() -> Any:  # noqa: ANN401 - a yaml.SafeLoader subclass, built once (
 
 def parse_rules(document: str | bytes) -> dict[str, Any]:
     """Return the parsed rules document checked against the published JSON Schema; raise RulesInvalid."""
+    value, errors = parsed_rules(document)
+    if errors:
+        raise RulesInvalid([f"{at or '/'}: {message}" for at, message in errors])
+    assert isinstance(value, dict)  # the meta-schema says so
+    return value
+
+
+def parsed_rules(document: str | bytes) -> tuple[Any, list[tuple[str, str]]]:  # noqa: ANN401
+    """Return the parsed document and every place the published JSON Schema refuses, as (JSON pointer, message) in
+    document order; raise RulesInvalid if it is no YAML or JSON text of plain JSON values at all."""
     import yaml
 
     if isinstance(document, bytes):
@@ -128,10 +138,7 @@ def parse_rules(document: str | bytes) -> dict[str, Any]:
     if problems:
         raise RulesInvalid(problems)
     errors = sorted(_META_VALIDATOR.iter_errors(value), key=lambda e: [str(t) for t in e.instance_path])
-    if errors:
-        raise RulesInvalid([f"{pointer(*e.instance_path) or '/'}: {_clip(e.message)}" for e in errors])
-    assert isinstance(value, dict)  # the meta-schema says so
-    return value
+    return value, [(pointer(*e.instance_path), _clip(e.message)) for e in errors]
 
 
 def _clip(text: str, limit: int = 300) -> str:

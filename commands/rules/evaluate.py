@@ -77,10 +77,12 @@ from commands.rules.bounds import MAX_GUARD_COST, MAX_MESSAGE_BYTES, MAX_POINTER
 from commands.rules.cost import length, over_budget, weight
 from commands.rules.document import pointer
 from commands.rules.ruleset import ENFORCE, Guard, RuleSet, Transition, TypeRules
+from commands.rules.trace import NOT_APPLICABLE, PASSED, REFUSED, WARNED, RuleStep, RuleTrace, json_value
 from commands.rules.tracked import decode_tracked, encode_tracked, loads, patched_value, value_at
 from commands.state import ObjectState
 
-_KIND = {CreateObject: "create", UpdateObject: "update", DeleteObject: "delete", GrantEditor: "grant_editor",
+#: The name of each command class as CEL sees it in ``command.kind`` (and an explanation prints it).
+KIND_OF = {CreateObject: "create", UpdateObject: "update", DeleteObject: "delete", GrantEditor: "grant_editor",
          RevokeEditor: "revoke_editor", GrantReader: "grant_reader", RevokeReader: "revoke_reader"}
 
 
@@ -177,42 +179,123 @@ def _transition_verdict(t: Transition, old: Any, new: Any, creating: bool) -> Ve
                      [t.pointer])
 
 
-def _guards_verdict(rules: TypeRules, state: ObjectState | None, command: Command, kind: str,
-                    old: dict[str, Any], new: dict[str, Any], payload: Any,  # noqa: ANN401
-                    warnings: list[Verdict]) -> Verdict | None:
-    verdict = _enforced_verdict(rules, state, command, kind, old, new, payload)
-    watching = rules.watching.get(kind)
+class _Scope:
+    """One command's rule inputs, for the guards of its kind: what a refusal's message expression and a trace read."""
+
+    __slots__ = ("command", "data", "enforced_data", "kind", "new", "old", "payload", "rules", "state", "trace")
+
+    def __init__(self, rules: TypeRules, state: ObjectState | None, command: Command, kind: str,
+                 old: dict[str, Any], new: dict[str, Any], payload: Any, trace: RuleTrace | None) -> None:  # noqa: ANN401
+        self.rules, self.state, self.command, self.kind = rules, state, command, kind
+        self.old, self.new, self.payload, self.trace = old, new, payload, trace
+        self.data: dict[str, Any] | None = None
+        self.enforced_data: dict[str, Any] | None = None
+
+    def variables(self, enforced: bool = False) -> dict[str, Any]:
+        """The guards' variables: with every member the type's guards read, or (``enforced``) only those its
+        enforced guards and their messages read, so a rule in warn or audit mode never changes what they decide."""
+        if enforced:
+            if self.enforced_data is None:
+                self.enforced_data = _variables(self.rules, self.state, self.command, self.kind, self.old, self.new,
+                                                self.payload, self.rules.enforced_reads)
+            return self.enforced_data
+        if self.data is None:
+            self.data = _variables(self.rules, self.state, self.command, self.kind, self.old, self.new, self.payload)
+        return self.data
+
+    def weights(self) -> dict[str, int]:
+        return _weights(self.rules, self.state, self.command, self.kind, self.old, self.new)
+
+    def refusal(self, g: Guard) -> Verdict:
+        """Return guard ``g``'s RULE_VIOLATED verdict: its message expression's text, or its static message where
+        it has none, or that expression passes the cost budget, fails, or gives no non-empty string."""
+        return _violated(g.rule, self.message(g), g.pointers)
+
+    def message(self, g: Guard) -> str:
+        program = g.message_program
+        if program is None or g.message_cost is None:
+            return g.message
+        if over_budget([g.message_cost], self.weights()) is not None:
+            return g.message
+        try:
+            result = program.eval(data=self.variables(g.mode == ENFORCE))
+        except Exception:  # noqa: BLE001 - deterministic: the same input fails the same way on every replay
+            return g.message
+        if result.type() != _cel().Type.STRING:
+            return g.message
+        text = result.value()
+        return text if isinstance(text, str) and text.strip() else g.message
+
+
+def _guards_verdict(scope: _Scope, warnings: list[Verdict]) -> Verdict | None:
+    verdict, index = _enforced_verdict(scope)
+    watching = scope.rules.watching.get(scope.kind)
+    watched: dict[str, Verdict | None] = {}
     if verdict is None and watching:
-        _watch(rules, state, command, kind, old, new, payload, watching, warnings)
+        _watch(scope, watching, warnings, watched)
+    if scope.trace is not None:
+        _trace_guards(scope, verdict, index, watched)
     return verdict
 
 
-def _watch(rules: TypeRules, state: ObjectState | None, command: Command, kind: str, old: dict[str, Any],
-           new: dict[str, Any], payload: Any, guards: tuple[Guard, ...], warnings: list[Verdict]) -> None:  # noqa: ANN401
-    """Evaluate the guards in warn or audit mode one by one (cel-cpp), adding each failure to ``warnings``.
+def _trace_guards(scope: _Scope, verdict: Verdict | None, index: int, watched: dict[str, Verdict | None]) -> None:
+    """Record each guard of the type in document order: the enforced ones before ``index`` passed, the one at it
+    refused (``verdict``), later ones did not run; those in warn or audit mode as ``_watch`` answered them."""
+    assert scope.trace is not None
+    data = {var: {m: json_value(v) for m, v in members.items()} for var, members in scope.variables().items()}
+    position = 0
+    for g in scope.rules.guards:
+        inputs = {f"{var}.{m}": data[var].get(m) for var, m in sorted(g.reads)}
+        if scope.kind not in g.kinds:
+            scope.trace.add(RuleStep(g.rule, "guard", g.mode, NOT_APPLICABLE, {"command.kind": scope.kind}))
+            continue
+        if g.mode == ENFORCE:
+            if verdict is not None and position > index:
+                return  # not run: an earlier guard refused
+            if verdict is not None and position == index:
+                scope.trace.add(RuleStep(g.rule, "guard", g.mode, REFUSED, inputs, verdict.reason.value,
+                                         verdict.message))
+                return
+            position += 1
+            scope.trace.add(RuleStep(g.rule, "guard", g.mode, PASSED, inputs))
+        elif g.rule in watched:
+            w = watched[g.rule]
+            scope.trace.add(RuleStep(g.rule, "guard", g.mode, WARNED if w is not None else PASSED, inputs,
+                                     w.reason.value if w is not None else None, w.message if w is not None else None))
+
+
+def _watch(scope: _Scope, guards: tuple[Guard, ...], warnings: list[Verdict],
+           watched: dict[str, Verdict | None]) -> None:
+    """Evaluate the guards in warn or audit mode one by one (cel-cpp), adding each failure to ``warnings`` (and
+    each answer to ``watched``, by rule).
 
     They are priced as a kind's enforced guards are, on their own budget: past it the guard at which the sum passes
     it is a RULE_ERROR warning and no later one is evaluated.
     """
-    over = over_budget([g.cost for g in guards], _weights(rules, state, command, kind, old, new))
-    data = _variables(rules, state, command, kind, old, new, payload)
+    over = over_budget([g.cost for g in guards], scope.weights())
+    data = scope.variables()
     for i, g in enumerate(guards):
         if over is not None and i == over[0]:
-            _failed(_violated(g.rule, f"not evaluated: the {kind} guards in warn or audit mode up to this one "
-                              f"could cost {over[1]:,} units with this command's inputs, over the budget of "
-                              f"{MAX_GUARD_COST:,} (commands.rules.cost)", g.pointers, ReasonCode.RULE_ERROR),
-                    g.mode, warnings)
+            verdict: Verdict | None = _violated(
+                g.rule, f"not evaluated: the {scope.kind} guards in warn or audit mode up to this one could cost "
+                f"{over[1]:,} units with this command's inputs, over the budget of {MAX_GUARD_COST:,} "
+                "(commands.rules.cost)", g.pointers, ReasonCode.RULE_ERROR)
+            watched[g.rule] = verdict
+            _failed(verdict, g.mode, warnings)
             return
-        _failed(_cel_verdict((g,), None, data), g.mode, warnings)
+        verdict = _cel_verdict((g,), None, data, scope)
+        watched[g.rule] = verdict
+        _failed(verdict, g.mode, warnings)
 
 
-def _enforced_verdict(rules: TypeRules, state: ObjectState | None, command: Command, kind: str,
-                      old: dict[str, Any], new: dict[str, Any], payload: Any) -> Verdict | None:  # noqa: ANN401
+def _enforced_verdict(scope: _Scope) -> tuple[Verdict | None, int]:
+    """Return the verdict of the kind's enforced guards and the index (among them) of the one that refused (-1)."""
+    rules, kind = scope.rules, scope.kind
     runs = rules.by_kind.get(kind)
     if not runs:
-        return None
+        return None, -1
     chosen = [g for guards, _ in runs for g in guards]
-    weights = _weights(rules, state, command, kind, old, new)
+    weights = scope.weights()
     # Within the uniform cap every guard surely fits (the bound grows with each weight): priced only past it.
     over = over_budget([g.cost for g in chosen], weights) \
         if max(weights.values(), default=1) > rules.cost_caps.get(kind, 0) else None
@@ -221,27 +304,30 @@ def _enforced_verdict(rules: TypeRules, state: ObjectState | None, command: Comm
         g = chosen[index]
         return _violated(g.rule, f"not evaluated: the {kind} guards up to this one could cost {total:,} units with "
                          f"this command's inputs, over the budget of {MAX_GUARD_COST:,} (commands.rules.cost)",
-                         g.pointers, ReasonCode.RULE_ERROR)
+                         g.pointers, ReasonCode.RULE_ERROR), index
     in_python = rules.in_python.get(kind)
     if in_python is not None:  # the guards in Python (commands.rules.python_guards): cel-cpp's outcome, or Defer
+        state = scope.state
         try:
-            index = in_python(old, new, state if state is not None and state.exists else None, command, kind, payload)
+            index = in_python(scope.old, scope.new, state if state is not None and state.exists else None,
+                              scope.command, kind, scope.payload)
         except Exception:  # noqa: BLE001, S110 - Defer, or anything unforeseen: cel-cpp decides, as below
             pass
         else:
             if index < 0:
-                return None
-            guard = chosen[index]
-            return _violated(guard.rule, guard.message, guard.pointers)
-    data = _variables(rules, state, command, kind, old, new, payload, rules.enforced_reads)
+                return None, -1
+            return scope.refusal(chosen[index]), index
+    data = scope.variables(enforced=True)
+    offset = 0
     for guards, chain in runs:
-        verdict = _cel_verdict(guards, chain, data)
+        verdict = _cel_verdict(guards, chain, data, scope)
         if verdict is not None:
-            return verdict
-    return None
+            return verdict, offset + next(i for i, g in enumerate(guards) if g.rule == verdict.rule)
+        offset += len(guards)
+    return None, -1
 
 
-def _cel_verdict(guards: tuple[Guard, ...], chain: Any, data: dict[str, Any]) -> Verdict | None:  # noqa: ANN401
+def _cel_verdict(guards: tuple[Guard, ...], chain: Any, data: dict[str, Any], scope: _Scope) -> Verdict | None:  # noqa: ANN401
     """Return the verdict of a run of guards evaluated by cel-cpp (``chain``, then one by one on an error).
 
     cel-cpp raises (rather than answering an error value) for a value it cannot hold (an integer over 64 bits) and
@@ -259,7 +345,7 @@ def _cel_verdict(guards: tuple[Guard, ...], chain: Any, data: dict[str, Any]) ->
                 index = result.value()
                 if index < 0:
                     return None
-                return _violated(guards[index].rule, guards[index].message, guards[index].pointers)
+                return scope.refusal(guards[index])
             # an error somewhere: evaluate one by one, in order, to name the guard (as if there were no chain)
     for g in guards:
         try:
@@ -270,7 +356,7 @@ def _cel_verdict(guards: tuple[Guard, ...], chain: Any, data: dict[str, Any]) ->
         if kind_of == cel.Type.BOOL:
             if result.value() is True:
                 continue
-            return _violated(g.rule, g.message, g.pointers)
+            return scope.refusal(g)
         if kind_of == cel.Type.ERROR:
             return _violated(g.rule, f"evaluation failed: {result.value()}", g.pointers, ReasonCode.RULE_ERROR)
         return _violated(g.rule, f"evaluation gave a {kind_of.name()}, not a bool", g.pointers,
@@ -383,65 +469,135 @@ def apply_rules(ruleset: RuleSet | None, state: ObjectState | None, command: Com
 
 
 def watched_rules(ruleset: RuleSet | None, state: ObjectState | None, command: Command,
-                  object_type: str) -> tuple[Verdict | None, str | None, tuple[Verdict, ...]]:
+                  object_type: str, trace: RuleTrace | None = None) -> tuple[Verdict | None, str | None,
+                                                                            tuple[Verdict, ...]]:
     """Return what ``apply_rules`` does and the warnings: every failure of a rule in warn or audit mode, in the
-    order the rules ran (``Verdict.mode`` names the mode); none when an enforced rule refuses the command."""
+    order the rules ran (``Verdict.mode`` names the mode); none when an enforced rule refuses the command.
+
+    With ``trace`` (``commands.rules.trace``), also record each rule as it ran, with its inputs and result.
+    """
     warnings: list[Verdict] = []
+    if trace is not None:
+        trace.ran, trace.object_type = True, object_type
     try:
-        verdict, text = _apply_rules(ruleset, state, command, object_type, warnings)
+        verdict, text = _apply_rules(ruleset, state, command, object_type, warnings, trace)
     except Exception as e:  # noqa: BLE001 - a rule's failure rejects one command, it never stops the validator
-        return _violated("types", f"the rules could not be applied: {e!r}", (), ReasonCode.RULE_ERROR), None, ()
+        verdict = _violated("types", f"the rules could not be applied: {e!r}", (), ReasonCode.RULE_ERROR)
+        _step(trace, "types", "types", ENFORCE, verdict, {})
+        return verdict, None, ()
     return verdict, text, (() if verdict is not None else tuple(warnings))
 
 
+def _step(trace: RuleTrace | None, rule: str, what: str, mode: str, verdict: Verdict | None,
+          inputs: dict[str, Any], applies: bool = True) -> None:  # noqa: ANN401
+    """Record one rule's answer in ``trace`` (if any): passed, refused (enforced) or warned, or not applicable."""
+    if trace is None:
+        return
+    if not applies:
+        trace.add(RuleStep(rule, what, mode, NOT_APPLICABLE, inputs))
+    elif verdict is None:
+        trace.add(RuleStep(rule, what, mode, PASSED, inputs))
+    else:
+        trace.add(RuleStep(rule, what, mode, REFUSED if mode == ENFORCE else WARNED, inputs, verdict.reason.value,
+                           verdict.message))
+
+
+def _named(rules: TypeRules, values: dict[str, Any]) -> dict[str, Any]:  # noqa: ANN401
+    return {name: values.get(ptr) for name, ptr, _ in rules.tracked}
+
+
+def _trace_transitions(trace: RuleTrace | None, rules: TypeRules, old: dict[str, Any], new: dict[str, Any],  # noqa: ANN401
+                       why: str) -> None:
+    """Record every transition as not applicable (``why``: the command changes no tracked field)."""
+    if trace is not None:
+        for t in rules.transitions:
+            trace.add(RuleStep(t.rule, "transition", t.mode, NOT_APPLICABLE,
+                               {"field": t.field, "before": old.get(t.pointer), "after": new.get(t.pointer),
+                                "why": why}))
+
+
 def _apply_rules(ruleset: RuleSet | None, state: ObjectState | None, command: Command,
-                 object_type: str, warnings: list[Verdict]) -> tuple[Verdict | None, str | None]:
+                 object_type: str, warnings: list[Verdict],
+                 trace: RuleTrace | None = None) -> tuple[Verdict | None, str | None]:
     rules = ruleset.types.get(object_type) if ruleset is not None else None
     kept = state.tracked if state is not None else None
     creating = isinstance(command, CreateObject)
     if rules is None:
         if creating or isinstance(command, UpdateObject):
             where = "no rules are deployed" if ruleset is None else f"rules version {ruleset.version} has no such type"
-            return _violated("types", f"type {object_type!r} is unknown: {where}"), None
+            unknown = _violated("types", f"type {object_type!r} is unknown: {where}")
+            _step(trace, "types", "types", ENFORCE, unknown, {"type": object_type})
+            return unknown, None
+        _step(trace, "types", "types", ENFORCE, None, {"type": object_type}, applies=False)
         return None, kept
     assert ruleset is not None
-    kind = _KIND[type(command)]
+    _step(trace, "types", "types", ENFORCE, None, {"type": object_type})
+    kind = KIND_OF[type(command)]
     old = decode_tracked(kept)
+    if trace is not None:
+        trace.before = _named(rules, old)
     payload: Any = None
+    verdict: Verdict | None
     if isinstance(command, CreateObject):
         payload = loads(command.document)
-        verdict = _failed(_schema_verdict(rules.create_schema, payload, rules, "document"), rules.schema_mode,
-                          warnings)
+        verdict = _schema_verdict(rules.create_schema, payload, rules, "document")
+        _step(trace, f"{rules.name}:create_schema", "schema", rules.schema_mode, verdict, {},
+              rules.create_schema is not None)
+        verdict = _failed(verdict, rules.schema_mode, warnings)
         if verdict is not None:
             return verdict, None
         new = {ptr: value_at(payload, tokens) for _, ptr, tokens in rules.tracked}
     elif isinstance(command, UpdateObject):
         payload = loads(command.patch)
-        verdict = _failed(_schema_verdict(rules.patch_schema, payload, rules, "patch"), rules.schema_mode, warnings)
+        verdict = _schema_verdict(rules.patch_schema, payload, rules, "patch")
+        _step(trace, f"{rules.name}:patch_schema", "schema", rules.schema_mode, verdict, {},
+              rules.patch_schema is not None)
+        verdict = _failed(verdict, rules.schema_mode, warnings)
         if verdict is not None:
             return verdict, None
         if payload.keys().isdisjoint(rules.first_tokens) and old.keys() <= rules.pointers and None not in old.values():
             # The patch names no tracked field and the state tracks nothing else: every value stays, and so does
             # the canonical text (the bound is checked again: a later rules version may have lowered it).
             new = {ptr: old.get(ptr) for _, ptr, _ in rules.tracked}
+            if trace is not None:
+                trace.after = _named(rules, new)
             if kept is not None and utf8_size(kept) > rules.max_tracked_bytes:
-                return _bounded(rules, new)[0], None
-            verdict = _guards_verdict(rules, state, command, kind, old, new, payload, warnings)
+                verdict = _bounded(rules, new)[0]
+                _step(trace, f"{rules.name}:max_tracked_bytes", "bound", ENFORCE, verdict,
+                      {"bytes": utf8_size(kept), "limit": rules.max_tracked_bytes})
+                return verdict, None
+            _step(trace, f"{rules.name}:max_tracked_bytes", "bound", ENFORCE, None,
+                  {"bytes": utf8_size(kept) if kept is not None else 0, "limit": rules.max_tracked_bytes},
+                  bool(rules.tracked))
+            _trace_transitions(trace, rules, old, new, "the patch names no tracked field")
+            verdict = _guards_verdict(_Scope(rules, state, command, kind, old, new, payload, trace), warnings)
             return verdict, None if verdict is not None else kept
         # A field whose first token the patch does not name keeps its value (patched_value's first step, inline).
         new = {ptr: patched_value(old.get(ptr), tokens, payload) if tokens[0] in payload else old.get(ptr)
                for _, ptr, tokens in rules.tracked}
     else:
         new = old
+    if trace is not None:
+        trace.after = _named(rules, new)
     text = kept
     if new is not old:
         verdict, text = _bounded(rules, new)
+        if trace is not None:
+            size = utf8_size(text) if text is not None else 0
+            _step(trace, f"{rules.name}:max_tracked_bytes", "bound", ENFORCE, verdict,
+                  {"bytes": size if verdict is None else utf8_size(encode_tracked(new) or ""),
+                   "limit": rules.max_tracked_bytes}, bool(rules.tracked))
         if verdict is not None:
             return verdict, None
         for t in rules.transitions:
-            verdict = _failed(_transition_verdict(t, old.get(t.pointer), new.get(t.pointer), creating), t.mode,
-                              warnings)
+            before, after = old.get(t.pointer), new.get(t.pointer)
+            verdict = _transition_verdict(t, before, after, creating)
+            _step(trace, t.rule, "transition", t.mode, verdict, {"field": t.field, "before": before, "after": after},
+                  creating or not _same(before, after))
+            verdict = _failed(verdict, t.mode, warnings)
             if verdict is not None:
                 return verdict, None
-    verdict = _guards_verdict(rules, state, command, kind, old, new, payload, warnings)
+    else:
+        _trace_transitions(trace, rules, old, new, f"a {kind} changes no tracked field")
+    verdict = _guards_verdict(_Scope(rules, state, command, kind, old, new, payload, trace), warnings)
     return verdict, None if verdict is not None else text

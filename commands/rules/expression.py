@@ -186,8 +186,10 @@ def new_environment() -> Any:  # noqa: ANN401 - a cel_expr_python Env
     return cel.NewEnv(variables={name: dyn_map for name in VARIABLES})
 
 
-def compile_expression(env: Any, expr: str, *, int_result: bool = False) -> tuple[Any, str | None]:  # noqa: ANN401
-    """Return the compiled expression and None, or None and why cel-cpp refused it (or its type is not bool)."""
+def compile_expression(env: Any, expr: str, *, int_result: bool = False,  # noqa: ANN401
+                       string_result: bool = False) -> tuple[Any, str | None]:
+    """Return the compiled expression and None, or None and why cel-cpp refused it (or its type is not bool, or
+    not string with ``string_result``)."""
     from cel_expr_python import cel
 
     try:
@@ -197,17 +199,25 @@ def compile_expression(env: Any, expr: str, *, int_result: bool = False) -> tupl
     kind = compiled.return_type()
     if int_result:
         return (compiled, None) if kind == cel.Type.INT else (None, f"the chain's type is {kind.name()}, not int")
+    if string_result:
+        if kind != cel.Type.STRING and kind != cel.Type.DYN:
+            return None, f"the expression's type is {kind.name()}, not string"
+        return compiled, None
     if kind != cel.Type.BOOL and kind != cel.Type.DYN:
         return None, f"the expression's type is {kind.name()}, not bool"
     return compiled, None
 
 
-def compile_guard(env: Any, expr: str, tracked: tuple[str, ...]) -> tuple[Any, Node | None, list[str]]:  # noqa: ANN401
-    """Return a guard's program, its checked AST and its problems (its text's, then cel-cpp's, then the AST's)."""
+def compile_guard(env: Any, expr: str, tracked: tuple[str, ...], *,  # noqa: ANN401
+                  message: bool = False) -> tuple[Any, Node | None, list[str]]:
+    """Return a guard's program, its checked AST and its problems (its text's, then cel-cpp's, then the AST's).
+
+    With ``message``, the guard's ``message_expression``: the same bounds and variables, a string result.
+    """
     problems = text_problems(expr)
     if problems:
         return None, None, problems
-    program, why = compile_expression(env, expr)
+    program, why = compile_expression(env, expr, string_result=message)
     if why is not None:
         return None, None, [why]
     try:

@@ -160,6 +160,12 @@ META_SCHEMA: dict[str, Any] = {
                                          "description": "A CEL expression over state, next, command and caller; "
                                                         "true lets the command pass."},
                                 "message": _MESSAGE,
+                                "message_expression": {
+                                    "type": "string", "minLength": 1, "maxLength": MAX_EXPRESSION_CHARS,
+                                    "description": "A CEL expression over the guard's variables giving the message "
+                                                   "of a refusal (like Kubernetes' messageExpression), priced and "
+                                                   "bounded as a guard; if it fails, passes the cost budget or gives "
+                                                   "an empty string, the static message is used."},
                                 "kinds": {"type": "array", "items": {"enum": list(COMMAND_KINDS)}, "minItems": 1,
                                        "uniqueItems": True, "default": ["create", "update"]},
                                 "pointers": {"type": "array", "items": _POINTER, "maxItems": MAX_POINTERS},

@@ -19,7 +19,7 @@ from typing import Any
 from commands.rules.bounds import DEFAULT_MAX_TRACKED_BYTES, MAX_GUARD_COST
 from commands.rules.checked_ast import Node
 from commands.rules.cost import CostFunction, InputBounds, cost_function, over_budget, ranges, uniform_cap
-from commands.rules.document import RulesInvalid, canonical_json, parse_rules, pointer, rules_digest
+from commands.rules.document import RulesInvalid, canonical_json, parse_rules, parsed_rules, pointer, rules_digest
 from commands.rules.expression import (
     STATE_MEMBERS,
     VARIABLES,
@@ -65,6 +65,9 @@ class Guard:
     pointers: tuple[str, ...]
     cost: CostFunction  # its bound on the weights of what it reads (``commands.rules.cost``)
     mode: str = "enforce"  # one of MODES: what a failure does (commands.rules.evaluate)
+    reads: frozenset[tuple[str, str]] = frozenset()  # (variable, member) it reads: a trace's inputs
+    message_program: Any = None  # its ``message_expression`` compiled (a string-valued CEL program), or None
+    message_cost: CostFunction | None = None  # that expression's bound, priced as a guard's
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,11 +190,20 @@ def _compile_schema(schema: Any, at: str, problems: list[str]) -> Any:  # noqa: 
         return None
 
 
+def _broken(at: str, broken: frozenset[str]) -> bool:
+    """Return whether the published JSON Schema refused anything at or under pointer ``at``."""
+    return any(b == at or b.startswith(at + "/") for b in broken)
+
+
 def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str, env: Any,  # noqa: ANN401
-                  problems: list[str]) -> TypeRules:
+                  problems: list[str], broken: frozenset[str] = frozenset()) -> TypeRules:
+    """Compile one type's rules, adding each problem to ``problems``; the parts under a pointer in ``broken`` (where
+    the published JSON Schema refused the document: ``document_problems``) are not compiled."""
     at = pointer("types", name)
-    create = _compile_schema(spec["create_schema"], at + "/create_schema", problems) if "create_schema" in spec else None
-    patch = _compile_schema(spec["patch_schema"], at + "/patch_schema", problems) if "patch_schema" in spec else None
+    create = _compile_schema(spec["create_schema"], at + "/create_schema", problems) \
+        if "create_schema" in spec and not _broken(at + "/create_schema", broken) else None
+    patch = _compile_schema(spec["patch_schema"], at + "/patch_schema", problems) \
+        if "patch_schema" in spec and not _broken(at + "/patch_schema", broken) else None
     tracked_spec: dict[str, str] = spec.get("tracked", {})
     seen_pointers: dict[str, str] = {}
     for field_name, ptr in sorted(tracked_spec.items()):
@@ -212,8 +224,10 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str
         return f"{name}:{local}"
 
     transitions = []
-    for i, t in enumerate(spec.get("transitions", [])):
+    for i, t in enumerate(spec.get("transitions", []) if at + "/transitions" not in broken else ()):
         where = f"{at}/transitions/{i}"
+        if _broken(where, broken):
+            continue
         rule = rule_name(t["name"], where + "/name")
         if t["field"] not in tracked_spec:
             problems.append(f"{where}/field: {t['field']!r} is not a tracked field of {name}")
@@ -233,8 +247,10 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str
     field_names = tuple(tracked_spec)
     read: set[tuple[str, str]] = set()
     read_enforced: set[tuple[str, str]] = set()
-    for i, g in enumerate(spec.get("guards", [])):
+    for i, g in enumerate(spec.get("guards", []) if at + "/guards" not in broken else ()):
         where = f"{at}/guards/{i}"
+        if _broken(where, broken):
+            continue
         rule = rule_name(g["name"], where + "/name")
         program, tree, why = compile_guard(env, g["expr"], field_names)
         problems += [f"{where}/expr: {p}" for p in why]
@@ -246,8 +262,18 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str
             p for n, p, _ in tracked if ("next", n) in reads_of or ("state", n) in reads_of)
         cost = cost_function(tree) if tree is not None else _free
         trees += [tree] if tree is not None else []
+        message_program, message_cost = None, None
+        if "message_expression" in g:
+            message_program, message_tree, why = compile_guard(env, g["message_expression"], field_names, message=True)
+            problems += [f"{where}/message_expression: {p}" for p in why]
+            if message_tree is not None:
+                read |= references(message_tree)
+                if g.get("mode", mode) == ENFORCE:  # an enforced guard's refusal, message included, is enforced
+                    read_enforced |= references(message_tree)
+                trees.append(message_tree)
+                message_cost = cost_function(message_tree)
         guards.append(Guard(rule, program, g["message"], frozenset(g.get("kinds", DEFAULT_KINDS)), pointers, cost,
-                            g.get("mode", mode)))
+                            g.get("mode", mode), frozenset(reads_of), message_program, message_cost))
     needs_document = ("command", "document") in read
     needs_patch = ("command", "patch") in read
     needs_times = not read.isdisjoint({("state", "created_at"), ("state", "updated_at"), ("command", "issued_at")})
@@ -255,7 +281,7 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str
     in_python: dict[str, Run | None] = {}
     enforced = [g for g in guards if g.mode == ENFORCE]
     watching = {kind: tuple(g for g in guards if kind in g.kinds and g.mode != ENFORCE) for kind in COMMAND_KINDS}
-    exprs = {g.rule: e["expr"] for g, e in zip(guards, spec.get("guards", []), strict=True)}
+    exprs = {g.rule: e["expr"] for g, e in zip(guards, spec.get("guards", []), strict=True)} if not broken else {}
     reads = {var: tuple(sorted(m for v, m in read if v == var)) for var in VARIABLES}
     enforced_reads = {var: tuple(sorted(m for v, m in read_enforced if v == var)) for var in VARIABLES}
     if not problems:
@@ -305,6 +331,14 @@ def worst_case_problems(rules: RuleSet, bounds: InputBounds) -> list[str]:
                             f"budget of {MAX_GUARD_COST:,} (a loop over one input that scans or compares another "
                             "for each element is quadratic: bound it, e.g. by comparing sizes first, or check a "
                             "tracked field)")
+    for t in rules.types.values():  # a message expression is priced alone, on the same budget
+        weights = bounds.weights(t.max_tracked_bytes, tuple(name for name, _, _ in t.tracked))
+        for i, g in enumerate(t.guards):
+            cost = g.message_cost(weights) if g.message_cost is not None else 0
+            if cost > MAX_GUARD_COST:
+                problems.append(f"{pointer('types', t.name, 'guards', i, 'message_expression')}: with the largest "
+                                f"inputs the API accepts it costs up to {cost:,} units, over the budget of "
+                                f"{MAX_GUARD_COST:,}")
     return list(dict.fromkeys(problems))
 
 
@@ -321,6 +355,38 @@ def _chain(env: Any, exprs: list[str]) -> Any:  # noqa: ANN401
     program, _ = compile_expression(env, " : ".join(f"!({e}\n) ? {i}" for i, e in enumerate(exprs)) + " : -1",
                                     int_result=True)
     return program
+
+
+def document_problems(document: str | bytes) -> list[str]:
+    """Return every problem of a rules document in one pass ([] if it compiles): where the published JSON Schema
+    refuses it, and, in the types whose tracked fields it does not refuse, what compiling their other well-formed
+    parts finds (schemas, transitions, CEL guards and message expressions), in that order.
+
+    ``arbiter rules check``, ``rules deploy`` and ``PUT /rules`` report these (``app.rules.deploy.check``): a user
+    fixing the meta-schema's complaints does not meet the CEL ones only on the next try.
+    """
+    value, errors = parsed_rules(document)
+    if not errors:
+        try:
+            compile_rules(canonical_json(value), version=1)
+        except RulesInvalid as e:
+            return list(e.problems)
+        return []
+    problems = [f"{at or '/'}: {message}" for at, message in errors]
+    broken = frozenset(at for at, _ in errors)
+    types = value.get("types") if isinstance(value, dict) else None
+    if not isinstance(types, dict):
+        return problems
+    env = new_environment()
+    bound = value.get("max_tracked_bytes", DEFAULT_MAX_TRACKED_BYTES)
+    mode = value.get("mode", ENFORCE)
+    for name, spec in sorted(types.items()):
+        at = pointer("types", name)
+        if not isinstance(spec, dict) or not isinstance(spec.get("tracked", {}), dict) \
+                or _broken(at + "/tracked", broken):
+            continue  # what the rules of this type read is unknown: nothing more to check soundly
+        _compile_type(name, spec, bound, mode, env, problems, broken)
+    return list(dict.fromkeys(problems))
 
 
 def compile_rules(document: str, *, version: int) -> RuleSet:

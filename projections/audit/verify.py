@@ -182,7 +182,8 @@ class HistoryEntry:
         ver = f"v{self.version}" if self.version is not None else "-"
         token = f" token={self.issuer}#{self.jti or '-'}" if self.issuer else ""
         return (f"{at}  {self.outcome:<11} {self.what:<16} {ver:<5} command={self.command_id or '-'} "
-                f"by={self.principal or '-'}{token} at {self.where}{'  ' + self.detail if self.detail else ''}")
+                f"{'deployed_by' if self.what == 'RULES' else 'by'}={self.principal or '-'}{token} at {self.where}"
+                f"{'  ' + self.detail if self.detail else ''}")
 
 
 def _history_entry(entry: Entry) -> HistoryEntry:

@@ -54,7 +54,7 @@ def test_rules_show_all_lists_every_version_and_the_audit_shows_who_deployed_whi
     every = arbiter(s, "rules", "show", "--all")
     assert every.returncode == 0, every.stderr
     lines = [json.loads(line) for line in every.stdout.splitlines()]
-    assert [(d["version"], d["principal"], d["digest"]) for d in lines] == [
+    assert [(d["version"], d["deployed_by"], d["digest"]) for d in lines] == [
         (1, "ops:alice", digests[1]), (2, "ops:bob", digests[2])]  # carol's repeat is no new version
     assert all(d["deployed_at"] for d in lines)
     newest = arbiter(s, "rules", "show", "--document")
@@ -72,10 +72,10 @@ def test_rules_show_all_lists_every_version_and_the_audit_shows_who_deployed_whi
     placed = [r for r in rows if " PLACED " in r]
     assert len(rows) == len(deployed) + len(placed) == 5, audit.stdout
     for row, (version, who) in zip(deployed, [(1, "ops:alice"), (2, "ops:bob")], strict=True):
-        assert f" v{version} " in row and f"by={who} " in row and digests[version] in row, row
+        assert f" v{version} " in row and f" deployed_by={who} " in row and digests[version] in row, row
     for row, (version, who), where in zip(placed, [(1, "ops:alice"), (2, "ops:bob"), (2, "ops:carol")], offsets,
                                           strict=True):
-        assert f" v{version} " in row and f"by={who} " in row and digests[version] in row, row
+        assert f" v{version} " in row and f" deployed_by={who} " in row and digests[version] in row, row
         assert all(f"{s.topic_commands}[{p}]@{o}" in row for p, o in where.items()), (row, where)
     verify = arbiter(s, "audit", "verify")
     assert verify.returncode == 0 and "audit trail intact" in verify.stdout, verify.stdout

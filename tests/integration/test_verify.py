@@ -132,6 +132,37 @@ def test_what_if_a_tighter_guard_flips_what_a_sequential_decide_predicts(spark, 
         assert console_errors(driver) == []
 
 
+def test_explain_answers_for_a_refused_and_an_accepted_command(history: Settings, capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """``arbiter rules explain`` on the archived run: decide re-run with its hook on the folded state gives the
+    decision the validator stored, and names each rule with its inputs (issue 52 "Explain")."""
+    from app.cli import main
+    from app.verify.explain import explain_command
+
+    [refused] = explain_command(history, "oa2")  # order-2: 50,000 approved outside finance
+    assert refused.matches_fold and refused.explanation is not None
+    d = refused.as_dict()
+    assert d["rules_version"] == 3 and d["object_id"] == "order-2" and d["object_type"] == "order"
+    assert (d["outcome"]["status"], d["outcome"]["rule"]) == ("rejected", "order:finance-approves-large")
+    assert d["tracked"]["before"] == {"amount": 50000, "customer": "acme", "status": "submitted"}
+    assert d["tracked"]["after"]["status"] == "approved"
+    assert [(s["rule"], s["result"]) for s in d["rules"]][-2:] == [("order:status-flow", "passed"),
+                                                                   ("order:finance-approves-large", "refused")]
+    assert d["rules"][-1]["inputs"]["caller.groups"] == []
+    [accepted] = explain_command(history, "oa0", object_id="order-0", principal="alice")  # 500: no finance needed
+    a = accepted.as_dict()
+    assert accepted.matches_fold and a["outcome"]["status"] == "accepted" and a["rules_version"] == 3
+    assert {s["result"] for s in a["rules"]} == {"passed"} and len(a["rules"]) == 6
+    assert explain_command(history, "oa0", object_id="order-0", principal="bob") == []
+    [plain] = explain_command(history, "u3")  # bob's update of alice's untyped object: a check before any rule
+    assert plain.as_dict()["outcome"]["reason"] == "NOT_FOUND" and plain.as_dict()["rules"] == []
+    monkeypatch.setattr("app.cli.rules.get_settings", lambda: history)
+    assert main(["rules", "explain", "oa2"]) == 0
+    out = capsys.readouterr().out
+    assert "rejected RULE_VIOLATED [order:finance-approves-large]" in out and "rules version: 3" in out
+    assert main(["rules", "explain", "no-such-command"]) == 1
+
+
 def test_the_topics_tail_past_the_archive_replays_clean_too(spark, history: Settings) -> None:  # noqa: ANN001
     from app.validator.job import drain
 
@@ -143,6 +174,9 @@ def test_the_topics_tail_past_the_archive_replays_clean_too(spark, history: Sett
     assert archived_only.divergences == 0 and with_tail.divergences == 0, with_tail.first
     assert with_tail.commands == archived_only.commands + len(more)
     assert with_tail.stored == archived_only.stored + len(more)
+    candidate = canonical_rules(TIGHTER)
+    assert what_if(spark, history, candidate, tail=True).commands == what_if(spark, history, candidate).commands \
+        + len(more)  # what-if reads the tail too when asked (issue 52: it saw only the archive)
 
 
 def _resized(line: str, path: Path) -> str:

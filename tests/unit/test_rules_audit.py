@@ -87,7 +87,7 @@ def test_audit_show_names_who_deployed_which_version_its_digest_and_each_partiti
     assert CLAIM.digest in deployed.detail and deployed.issuer == "https://issuer.example"
     assert (where.outcome, where.version, where.principal) == ("PLACED", 1, "ops:alice")
     assert "commands[0]@17 commands[1]@4 commands[2]@0 commands[3]@9" in where.detail and CLAIM.digest in where.detail
-    assert "DEPLOYED" in str(deployed) and "by=ops:alice" in str(deployed) and "v1" in str(deployed)
+    assert "DEPLOYED" in str(deployed) and "deployed_by=ops:alice" in str(deployed) and "v1" in str(deployed)
 
 
 def test_audit_show_marks_the_claims_that_never_became_a_version(tmp_path: Path) -> None:

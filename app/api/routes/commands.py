@@ -1,4 +1,4 @@
-"""Command routes: ``POST /commands:batch`` for bulk clients and ``GET /commands/{id}`` for outcomes."""
+"""Command routes: ``POST /commands:batch`` for bulk clients, ``GET /commands/{id}`` for outcomes and its explanation."""
 
 from __future__ import annotations
 
@@ -48,6 +48,7 @@ from commands import (
     RevokeReader,
     UpdateObject,
 )
+from commands.errors import ArbiterError
 from schemas import codec
 
 router = APIRouter(prefix="/commands", tags=["commands"], route_class=StrictJsonRoute)
@@ -231,3 +232,37 @@ async def command_outcome(request: Request, command_id: Annotated[str, Path(max_
         body["warnings"] = warnings_json(o.warnings)
         headers["Warning"] = warning_header(o.warnings)
     return JSONResponse(body, headers=headers or None)
+
+
+@router.get("/{command_id}/explanation",
+            responses={401: PROBLEM_RESPONSES[401], **RATE_LIMITED_RESPONSE,
+                       404: PROBLEM_RESPONSES[401] | {"description": "No outcome known for the caller's command, or "
+                                                      "it is not archived yet"}, 503: PROBLEM_RESPONSES[503]},
+            summary="Why one of the caller's commands was decided as it was: the rules version, each rule that ran "
+                    "in order, its inputs and result (decide re-run with its tracing hook on the archived history)")
+async def command_explanation(request: Request, command_id: Annotated[str, Path(max_length=200)],
+                              principal: ReaderDep, ctx: ContextDep) -> JSONResponse:
+    # The gate of GET /commands/{id}: keyed by (principal, command id), another principal's command is exactly as
+    # unknown as none, and so is one whose object the caller has never seen decided.
+    o = ctx.outcomes.lookup(principal, command_id)
+    if o is None:
+        o = durable_lookup(request.app.state.durable_outcomes, principal, command_id)
+    missing = ApiError(f"no outcome known for command {command_id!r}: not decided yet, or not (yet) in the audit "
+                       "trail", code="NOT_FOUND")
+    if o is None or o.object_id is None:
+        raise missing
+    from app.verify.explain import explain_command
+
+    try:
+        found = await asyncio.to_thread(explain_command, ctx.settings, command_id, object_id=o.object_id,
+                                        principal=principal)
+    except ArbiterError:
+        raise  # coded (a remote archive: ARCHIVE_NOT_LOCAL), mapped by the one handler
+    except Exception as e:  # the generations topic unreadable: the broker's state, not the request's
+        raise ApiError(f"the history of command {command_id!r} could not be read ({type(e).__name__}); retry",
+                       code="BROKER_UNAVAILABLE", headers={"Retry-After": str(ctx.settings.retry_after_s)}) from e
+    if not found:
+        raise ApiError(f"command {command_id!r} is not archived yet (the archive trails the topic by its trigger); "
+                       "ask again later", code="NOT_FOUND")
+    return JSONResponse({"command_id": command_id, "object_id": o.object_id,
+                         "explanations": [e.as_dict() for e in found]})
