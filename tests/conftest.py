@@ -101,8 +101,18 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: p
 INFRASTRUCTURE = frozenset({"kafka_bootstrap", "spark", "postgres"})
 
 
+#: Test files whose tests share a costly session fixture, run by one pytest-xdist worker together (``./dev test``
+#: distributes by ``xdist_group``): ``played_run`` is one ``arbiter run`` (a validator's and an archive's Spark start,
+#: the scenario) that both files claim.
+SHARED_GROUPS = {"test_pipeline_e2e.py": "played_run", "test_verify_run.py": "played_run"}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Refuse a ``unit`` test that needs a broker, Spark or PostgreSQL (directly or through other fixtures)."""
+    """Refuse a ``unit`` test that needs a broker, Spark or PostgreSQL (directly or through other fixtures); give
+    every test the ``xdist_group`` of its file (``SHARED_GROUPS`` joins some), so a worker runs each file whole and
+    its module fixtures are built once."""
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(SHARED_GROUPS.get(item.path.name, item.path.name)))
     heavy = [f"{item.nodeid} uses {sorted(INFRASTRUCTURE & set(getattr(item, 'fixturenames', ())))}"
              for item in items if item.get_closest_marker("unit")
              and INFRASTRUCTURE & set(getattr(item, "fixturenames", ()))]
