@@ -72,7 +72,8 @@ TYPES = ("order", "ticket", "gone", "bad type!")
 _AT = 64 - len('{"/status":"draft","/tags":[""]}')
 _ORDER_V1: dict[str, Any] = {
     "create_schema": {"type": "object", "required": ["status"], "properties": {
-        "status": {"type": "string"}, "amount": {"type": "number"}, "tags": {"type": "array", "items": {"type": "string"}}}},
+        "status": {"type": "string"}, "amount": {"type": "number"}, "tags": {"type": "array", "items": {"type": "string"}},
+        "level": {"enum": ["low", "high", "mid"]}}},
     "patch_schema": {"type": "object", "properties": {"status": {"type": ["string", "null"]},
                                                       "amount": {"type": ["number", "null"]}}},
     "tracked": {"status": "/status", "amount": "/amount", "who": "/meta/owner/name", "tags": "/tags", "level": "/level"},
@@ -103,13 +104,17 @@ TYPED_DOCS = (
     '{"status": "draft", "tags": ["' + "é" + "x" * (_AT - 1) + '"]}',
     '{"status": "draft", "amount": -0, "x": 1e16, "level": "low", "y": [1.0, 0.1, 1e-5, 123456789012345678]}',
     '{"status": "draft", "amount": 123456789012345678901}', '{"phase": "open"}', '{"phase": "closed", "status": "draft"}',
-    "not json", '{"status": "draft", "status": "submitted", "amount": 18446744073709551615}', "{}")
+    "not json", '{"status": "draft", "status": "submitted", "amount": 18446744073709551615}', "{}",
+    '{"status": "draft", "level": "top"}', '{"status": ["draft", {"a": 1}]}', '{"status": "draft", "tags": [1, "x"]}',
+    '{"status": "draft", "tags": "a~b/c"}')
 TYPED_PATCHES = (
     '{"status": "submitted"}', '{"status": "approved"}', '{"status": "draft"}', '{"status": null}', '{"amount": 7}',
     '{"amount": 7.0}', '{"meta": {"owner": {"name": "bob"}}}', '{"meta": null}', '{"meta": {"owner": "x"}}',
     '{"title": "t"}', '{"level": "high"}', '{"level": "mid"}', '{"tags": ["' + "x" * (_AT - 4) + '"]}',
     '{"status": 5}', '{"phase": "closed"}', '{"phase": "open", "level": "low"}', '{"status": "rejected", "amount": -0.0}',
-    '{"status": "archived"}', '{"tags": null, "meta": {"owner": {"name": "\u00e9\n\"q\u0001"}}}')
+    '{"status": "archived"}', '{"tags": null, "meta": {"owner": {"name": "\\u00e9\\n\\"q\\u0001"}}}',
+    '{"status": {"a": [1, "b"]}}', '{"amount": "x", "status": 1}', '{"amount": 1.5, "status": 2}', '{"status": "é"}',
+    '{"meta": {"owner": {"name": "\u00e9\n"}}}')
 
 
 @dataclass(frozen=True)

@@ -18,4 +18,4 @@ mod py;
 
 /// What this build implements, for `app.native.core`'s status line.
 pub const SPEC: &str = "generic decision and the team's rules (schemas, tracked fields, transitions, modes; \
-                        guards and schema errors in Python), command v4, state v3, event v5, rejection v4";
+                        guards in Python), command v4, state v3, event v5, rejection v4";

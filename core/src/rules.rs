@@ -6,7 +6,9 @@
 //! `commands.rules.ruleset._compile_schema` compiles them with jsonschema-rs), tracked fields, bound, transitions,
 //! the schemas' mode and the command kinds that have guards. What this port does not decide goes back to the
 //! Python path for the whole key: a kind with guards (cel-cpp and the guard budget decide them), a document or
-//! patch a schema refuses (its first error's message is jsonschema-rs's), a stored tracked text it does not read.
+//! patch a schema refuses where the first error's message could read otherwise than jsonschema-rs writes it over
+//! Python values (a float in the instance or the schema, a string beyond printable ASCII or with `"`, `\`, `~`
+//! or `/`), a stored tracked text it does not read.
 
 use std::collections::{HashMap, HashSet};
 
@@ -40,10 +42,17 @@ pub struct Tracked {
     tokens: Vec<String>,
 }
 
+/// A compiled schema and whether its text holds a float (a message quoting it is then the Python path's).
+pub struct Schema {
+    validator: Validator,
+    floats: bool,
+}
+
 pub struct TypeRules {
     name: String,
-    create_schema: Option<Validator>,
-    patch_schema: Option<Validator>,
+    create_schema: Option<Schema>,
+    patch_schema: Option<Schema>,
+    schema_mode: String,
     tracked: Vec<Tracked>,
     pointers: HashSet<String>,
     first_tokens: HashSet<String>,
@@ -80,12 +89,40 @@ fn strings(v: &Value) -> Result<Vec<String>, String> {
         .map(|s| s.as_str().map(str::to_owned).ok_or_else(|| "not a string".to_string())).collect()
 }
 
-fn schema(v: &Value) -> Result<Option<Validator>, String> {
+fn schema(v: &Value) -> Result<Option<Schema>, String> {
     if v.is_null() {
         return Ok(None);
     }
-    jsonschema::draft202012::options().with_pattern_options(PatternOptions::regex()).build(v)
-        .map(Some).map_err(|e| format!("schema does not compile: {e}"))
+    let validator = jsonschema::draft202012::options().with_pattern_options(PatternOptions::regex()).build(v)
+        .map_err(|e| format!("schema does not compile: {e}"))?;
+    Ok(Some(Schema { validator, floats: !plain(v) }))
+}
+
+/// Whether every number in `v` is an integer and every string (and member name) printable ASCII without `"`, `\`,
+/// `~` or `/`: then an error message quoting any part of it reads the same from Python values.
+fn plain(v: &Value) -> bool {
+    let text = |s: &str| s.bytes().all(|c| (0x20..0x7f).contains(&c) && !matches!(c, b'"' | b'\\' | b'~' | b'/'));
+    match v {
+        Value::Number(n) => !n.is_f64(),
+        Value::String(s) => text(s),
+        Value::Array(a) => a.iter().all(plain),
+        Value::Object(m) => m.iter().all(|(k, x)| text(k) && plain(x)),
+        _ => true,
+    }
+}
+
+/// `evaluate._schema_verdict` for an instance `schema` refuses, or `Fallback::Schema` where its message might not
+/// be jsonschema-rs's over Python values.
+fn schema_verdict(schema: &Schema, value: &Value, name: &str, what: &str) -> Result<Verdict, Fallback> {
+    if schema.floats || !plain(value) {
+        return Err(Fallback::Schema);
+    }
+    let error = schema.validator.iter_errors(value).next().ok_or(Fallback::Schema)?;
+    let at = error.instance_path().to_string();
+    let at = if at.is_empty() { "/".to_string() } else { at };
+    let rule = format!("{name}:{}", if what == "document" { "create_schema" } else { "patch_schema" });
+    Ok(violated(&rule, &format!("{what} does not match the schema at {at}: {error}"), &[at.clone()],
+                Reason::RuleViolated))
 }
 
 impl Rules {
@@ -120,6 +157,7 @@ impl Rules {
                 name: name.clone(),
                 create_schema: schema(field(t, "create_schema")?)?,
                 patch_schema: schema(field(t, "patch_schema")?)?,
+                schema_mode: text(t, "schema_mode")?,
                 pointers: tracked.iter().map(|x| x.pointer.clone()).collect(),
                 first_tokens: tracked.iter().filter_map(|x| x.tokens.first().cloned()).collect(),
                 tracked,
@@ -285,15 +323,21 @@ fn apply(rules: Option<&Rules>, state: Option<&State>, c: &Command, object_type:
     let new: Values = match c.kind {
         Kind::Create => {
             let payload = parse(c.payload)?;
-            if t.create_schema.as_ref().is_some_and(|v| !v.is_valid(&payload)) {
-                return Err(Fallback::Schema);
+            if let Some(sch) = t.create_schema.as_ref().filter(|x| !x.validator.is_valid(&payload)) {
+                let v = failed(Some(schema_verdict(sch, &payload, &t.name, "document")?), &t.schema_mode, warnings);
+                if v.is_some() {
+                    return Ok((v, None));
+                }
             }
             t.tracked.iter().map(|x| (x.pointer.clone(), value_at(&payload, &x.tokens))).collect()
         }
         Kind::Update => {
             let payload = parse(c.payload)?;
-            if t.patch_schema.as_ref().is_some_and(|v| !v.is_valid(&payload)) {
-                return Err(Fallback::Schema);
+            if let Some(sch) = t.patch_schema.as_ref().filter(|x| !x.validator.is_valid(&payload)) {
+                let v = failed(Some(schema_verdict(sch, &payload, &t.name, "patch")?), &t.schema_mode, warnings);
+                if v.is_some() {
+                    return Ok((v, None));
+                }
             }
             let Value::Object(p) = &payload else { return Err(Fallback::Payload) };
             if p.keys().all(|k| !t.first_tokens.contains(k)) && old.keys().all(|k| t.pointers.contains(k))

@@ -229,8 +229,11 @@ def test_the_core_itself_decides_every_rule_reason_warnings_and_the_tracked_boun
     at_bound = doc('{"status": "draft", "tags": ["' + "x" * 32 + '"]}')
     plan = [  # (kind, object, type, document or patch): under v1
         (0, 1, TYPES.index("gone"), 0), (0, 1, TYPES.index("bad type!"), 0), (0, 1, order, 1),
+        (0, 1, order, doc('{"amount": 2}')), (0, 1, order, doc('{"status": "draft", "level": "top"}')),
+        (0, 1, order, doc('{"status": ["draft", {"a": 1}]}')), (0, 1, order, doc('{"status": "draft", "tags": [1, "x"]}')),
         (0, 1, order, at_bound + 1), (0, 1, order, at_bound + 2), (0, 1, order, at_bound), (0, 2, order, 4),
         (1, 0, 0, patch('{"status": "submitted"}')), (1, 0, 0, patch('{"status": "draft"}')),
+        (1, 0, 0, patch('{"status": {"a": [1, "b"]}}')), (1, 0, 0, patch('{"amount": "x", "status": 1}')),
         (1, 0, 0, patch('{"status": null}')), (1, 0, 0, patch('{"title": "t"}')),
         (1, 0, 0, patch('{"meta": {"owner": {"name": "bob"}}}')), (1, 0, 0, patch('{"meta": {"owner": "x"}}')),
         (1, 0, 0, patch('{"level": "mid"}')), (1, 0, 0, patch('{"amount": 7.0}')), (1, 0, 0, 12), (1, 0, 0, 18),
@@ -238,7 +241,8 @@ def test_the_core_itself_decides_every_rule_reason_warnings_and_the_tracked_boun
         (1, 3, 0, patch('{"phase": "open", "level": "low"}')), (1, 0, 0, patch('{"status": "approved"}')),
         (1, 0, 0, patch('{"status": "archived"}'))]
     later = [  # under v2: the ticket's type is gone, an approved order may be archived
-        (1, 3, 0, patch('{"phase": "closed"}')), (1, 0, 0, patch('{"status": "archived"}')), (0, 4, order, 0),
+        (1, 3, 0, patch('{"phase": "closed"}')), (1, 0, 0, patch('{"status": "archived"}')),
+        (0, 4, order, doc('{"amount": 2}')),
         (1, 4, 0, patch('{"status": "approved"}')), (2, 3, 0, 0), (2, 0, 0, 0)]
     stream = [_typed(0, 0, 0, order, 0, deploy=True)]  # rules v1 and an order: the batch switches (the fold's)
     stream += [_typed(i + 1, *p) for i, p in enumerate(plan)]
@@ -259,5 +263,7 @@ def test_the_core_itself_decides_every_rule_reason_warnings_and_the_tracked_boun
             elif isinstance(outcome, Event):
                 warned |= {(w.rule, w.mode, w.reason) for w in outcome.warnings}
     assert rules == {(ReasonCode.RULE_VIOLATED, "types"), (ReasonCode.RULE_VIOLATED, "order:status-flow"),
-                     (ReasonCode.TOO_LARGE, "order:max_tracked_bytes")}, rules
-    assert warned == {("order:level-flow", "warn", "RULE_VIOLATED"), ("ticket:phase", "audit", "RULE_VIOLATED")}, warned
+                     (ReasonCode.TOO_LARGE, "order:max_tracked_bytes"), (ReasonCode.RULE_VIOLATED, "order:create_schema"),
+                     (ReasonCode.RULE_VIOLATED, "order:patch_schema")}, rules
+    assert warned == {("order:level-flow", "warn", "RULE_VIOLATED"), ("ticket:phase", "audit", "RULE_VIOLATED"),
+                      ("order:create_schema", "warn", "RULE_VIOLATED")}, warned
