@@ -11,6 +11,11 @@ of the realistic case). One process, one sitting: the ratios are to the no-rules
 
 Each is measured for ``decide`` alone and for the validator's whole step (decode command and state, decide, encode
 outcome and state), in CPU time (best of five).
+
+``--core``: the shard server's step through the compiled core instead (``app.validator.rocks.core_step``): one
+``decide_batch`` call over a batch of 500 keys, each a stored state and one command, plus the Python step for every
+key the core hands back, per decision; the realistic set is also measured without its guards (schema, transition
+map, tracked fields: what the core decides itself since issue 49; a kind with guards goes back to the Python fold).
 """
 
 from __future__ import annotations
@@ -106,6 +111,64 @@ def measure(rules: RuleSet | None, n: int) -> tuple[float, float]:
     return per_call_us(lambda: decide(state, cmd, rules=rules), n), per_call_us(step, n)
 
 
+def measure_core(rules: RuleSet | None, n: int, keys: int = 500) -> tuple[float, int]:
+    """Return CPU microseconds per decision of the shard's core step over ``keys`` copies of the setting's update,
+    and how many of the batch's keys the core handed back."""
+    import inspect
+    import struct
+    import tempfile
+
+    from app.native import core as core_loader
+    from app.settings import Settings
+    from app.validator.fold import InputRecord
+    from app.validator.murmur2 import partition_for
+    from app.validator.rocks import core_step
+
+    core = core_loader.load("auto")
+    if core is None:
+        raise SystemExit(f"no compiled core: {core_loader.status()}")
+    state, cmd = setting(rules)
+    now_ms = 1_800_000_000_000
+    raw = struct.pack(">q", now_ms) + codec.encode_state(state)
+    value = codec.encode_command(cmd)
+    record = InputRecord(b"obj-1", value, "commands", 0, 0, None)
+    settings = Settings(var_dir=tempfile.mkdtemp(prefix="bench-core-"), allow_unsigned_commands=True)
+    partition = partition_for(b"obj-1", settings.partitions)  # the record's own partition: the core decides it
+    if "ruleset" in inspect.signature(core_step.core_config).parameters:  # this commit's signature
+        config = core_step.core_config(core, settings, partition, now_ms, rules)
+    else:  # before issue 49's typed objects (main at 3f1938e): the version only
+        config = core_step.core_config(settings, partition, now_ms, rules.version if rules is not None else None)
+    names, raws, groups = [b"obj-1"] * keys, [raw] * keys, [[record]] * keys
+
+    def batch() -> int:
+        back = 0
+        for result in core_step.decide_keys(core, config, names, raws, groups):
+            if type(result) is int:  # the Python fold's step, as the shard runs it for a key handed back
+                back += 1
+                decision = decide(codec.decode_state(raw[8:]), codec.decode_command(value), rules=rules)
+                assert decision.state is not None
+                codec.encode_outcome(decision.outcome), codec.encode_state(decision.state)
+        return back
+
+    return per_call_us(batch, max(1, n // keys)) / keys, batch()
+
+
+def main_core(n: int) -> None:
+    """Print CPU per decision of the shard's core step with no rules, the realistic set and it without guards."""
+    from app.native import core as core_loader
+
+    unguarded = {"rules": 1, "types": {"order": {k: v for k, v in REALISTIC["types"]["order"].items()  # type: ignore[index]
+                                                 if k != "guards"}}}
+    cases = {"no rules": None, "realistic (1 schema, 1 map, 5 guards)": compile_rules(json.dumps(REALISTIC), version=1),
+             "realistic without its guards (1 schema, 1 map)": compile_rules(json.dumps(unguarded), version=1)}
+    print(f"python {platform.python_version()}; {core_loader.status()}")
+    base = None
+    for label, rules in cases.items():
+        us, back = measure_core(rules, n)
+        base = base or us
+        print(f"  {label:<50} {us:7.2f} us {us / base:5.2f}x  (keys handed back: {back} of 500)")
+
+
 def main() -> None:
     """Print CPU per decision for the three cases and their ratios to no rules."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -113,7 +176,12 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile the realistic case's decide")
     parser.add_argument("--print-realistic", action="store_true",
                         help="print the realistic rules document (JSON) and exit: for bench.validator --rules FILE")
+    parser.add_argument("--core", action="store_true",
+                        help="measure the shard server's step through the compiled core instead (see the module)")
     args = parser.parse_args()
+    if args.core:
+        main_core(args.number)
+        return
     if args.print_realistic:
         print(json.dumps(REALISTIC, indent=1))
         return

@@ -4,11 +4,15 @@
 ``tests/unit/test_core_differential.py`` draws its streams with Hypothesis from the same pools (``Step``). A stream
 covers every generic reason code, the id, payload and grant limits at the boundary and one past, the dedup window
 (duplicates, reused keys, expiry), deletes and tombstone expiry, groups, and the records the core hands back:
-unsigned, mis-signed, undecodable, keyless, misaddressed and traced ones.
+unsigned, mis-signed, undecodable, keyless, misaddressed and traced ones. Typed steps (``Step.typed``) run under the
+two documents of ``TYPED_RULES``, deployed mid-stream (``Step.deploy``): every reason a rule gives (unknown types,
+transitions from null and between states, the tracked bound at the limit and one past, rules in warn and audit
+mode), and what the core hands back (guards, schema errors, integers past 64 bits).
 """
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
 import tempfile
@@ -63,6 +67,56 @@ RULES_DOCUMENT = canonical_rules('{"rules": 1, "types": {"note": {"create_schema
                                  '"kinds": ["create", "update", "delete"], "message": "a note is watched"}]}}}')
 
 
+TYPES = ("order", "ticket", "gone", "bad type!")
+# Tracked text at the bound of 64 bytes (v1's order): {"/status":"draft","/tags":["x…x"]} is 32 bytes and the tag's.
+_AT = 64 - len('{"/status":"draft","/tags":[""]}')
+_ORDER_V1: dict[str, Any] = {
+    "create_schema": {"type": "object", "required": ["status"], "properties": {
+        "status": {"type": "string"}, "amount": {"type": "number"}, "tags": {"type": "array", "items": {"type": "string"}},
+        "level": {"enum": ["low", "high", "mid"]}}},
+    "patch_schema": {"type": "object", "properties": {"status": {"type": ["string", "null"]},
+                                                      "amount": {"type": ["number", "null"]}}},
+    "tracked": {"status": "/status", "amount": "/amount", "who": "/meta/owner/name", "tags": "/tags", "level": "/level"},
+    "max_tracked_bytes": 64,
+    "transitions": [
+        {"name": "status-flow", "field": "status", "initial": ["draft"], "message": "draft, submitted, then approved or rejected",
+         "allowed": {"draft": ["submitted"], "submitted": ["approved", "rejected"], "approved": [], "rejected": []}},
+        {"name": "level-flow", "field": "level", "mode": "warn", "allowed": {"low": ["high"], "high": ["low"]}}],
+    "guards": [{"name": "approved-stays", "kinds": ["delete"], "expr": "state.status != 'approved'",
+                "message": "approved orders stay"}]}
+# Two documents a typed stream deploys in turn (versions 1, 2, ...): the second drops a type, tracks fewer fields under
+# a lower bound, warns by default and lets an approved order be archived.
+TYPED_RULES = (
+    canonical_rules(json.dumps({"rules": 1, "types": {"order": _ORDER_V1, "ticket": {
+        "tracked": {"phase": "/phase"},
+        "transitions": [{"name": "phase", "field": "phase", "mode": "audit", "allowed": {"open": ["closed"], "closed": []}}]}}})),
+    canonical_rules(json.dumps({"rules": 1, "mode": "warn", "types": {"order": {
+        "create_schema": _ORDER_V1["create_schema"], "patch_schema": _ORDER_V1["patch_schema"],
+        "tracked": {"status": "/status", "amount": "/amount"}, "max_tracked_bytes": 40,
+        "transitions": [{"name": "status-flow", "field": "status", "mode": "enforce", "allowed": {
+            "draft": ["submitted"], "submitted": ["approved", "rejected", "draft"], "approved": ["archived"],
+            "rejected": [], "archived": []}}]}}})))
+TYPED_DOCS = (
+    '{"status": "draft", "amount": 5}', '{"status": "submitted", "amount": 1}', '{"amount": 2}',
+    '{"status": "draft", "meta": {"owner": {"name": "ann"}}, "tags": ["a"]}',
+    '{"status": "draft", "amount": 1.5e-7, "level": "mid"}',
+    '{"status": "draft", "tags": ["' + "x" * _AT + '"]}', '{"status": "draft", "tags": ["' + "x" * (_AT + 1) + '"]}',
+    '{"status": "draft", "tags": ["' + "é" + "x" * (_AT - 1) + '"]}',
+    '{"status": "draft", "amount": -0, "x": 1e16, "level": "low", "y": [1.0, 0.1, 1e-5, 123456789012345678]}',
+    '{"status": "draft", "amount": 123456789012345678901}', '{"phase": "open"}', '{"phase": "closed", "status": "draft"}',
+    "not json", '{"status": "draft", "status": "submitted", "amount": 18446744073709551615}', "{}",
+    '{"status": "draft", "level": "top"}', '{"status": ["draft", {"a": 1}]}', '{"status": "draft", "tags": [1, "x"]}',
+    '{"status": "draft", "tags": "a~b/c"}')
+TYPED_PATCHES = (
+    '{"status": "submitted"}', '{"status": "approved"}', '{"status": "draft"}', '{"status": null}', '{"amount": 7}',
+    '{"amount": 7.0}', '{"meta": {"owner": {"name": "bob"}}}', '{"meta": null}', '{"meta": {"owner": "x"}}',
+    '{"title": "t"}', '{"level": "high"}', '{"level": "mid"}', '{"tags": ["' + "x" * (_AT - 4) + '"]}',
+    '{"status": 5}', '{"phase": "closed"}', '{"phase": "open", "level": "low"}', '{"status": "rejected", "amount": -0.0}',
+    '{"status": "archived"}', '{"tags": null, "meta": {"owner": {"name": "\\u00e9\\n\\"q\\u0001"}}}',
+    '{"status": {"a": [1, "b"]}}', '{"amount": "x", "status": 1}', '{"amount": 1.5, "status": 2}', '{"status": "é"}',
+    '{"meta": {"owner": {"name": "\u00e9\n"}}}')
+
+
 @dataclass(frozen=True)
 class Step:
     """One command record of a stream, as indices into the pools above (Hypothesis draws them)."""
@@ -77,6 +131,8 @@ class Step:
     groups: int
     mangle: int
     cut: bool  # end the batch after this record
+    typed: int = -1  # >= 0: a typed step, TYPES[typed] on create, TYPED_DOCS / TYPED_PATCHES[payload]
+    deploy: bool = False  # deploy the next of TYPED_RULES (as the next version) before this record
 
 
 def settings_for(var_dir: Path, core: str, **extra: Any) -> Settings:  # noqa: ANN401
@@ -103,9 +159,14 @@ def batches_of(steps: list[Step], settings: Settings) -> list[list[InputRecord]]
         cid = f"c{s.cid}" if s.cid < 6 else f"u{s.cid}-{s.kind}-{s.obj}-{s.principal}-{s.version}"
         common: dict[str, Any] = {"groups": GROUPS[s.groups % len(GROUPS)], "jti": "j" if s.groups == 2 else None}
         version = VERSIONS[s.version % len(VERSIONS)]
-        if kind is CreateObject:
+        if kind is CreateObject and s.typed >= 0:
+            cmd: Any = kind(cid, oid, who, at, version, document=TYPED_DOCS[s.payload % len(TYPED_DOCS)],
+                            object_type=TYPES[s.typed % len(TYPES)], **common)
+        elif kind is UpdateObject and s.typed >= 0:
+            cmd = kind(cid, oid, who, at, version, patch=TYPED_PATCHES[s.payload % len(TYPED_PATCHES)], **common)
+        elif kind is CreateObject:
             typed = "note" if s.payload % 7 == 3 else None  # the rules' type (RULES_DOCUMENT): the fold decides it
-            cmd: Any = kind(cid, oid, who, at, version, document=docs[s.payload % len(docs)], object_type=typed, **common)
+            cmd = kind(cid, oid, who, at, version, document=docs[s.payload % len(docs)], object_type=typed, **common)
         elif kind is UpdateObject:
             cmd = kind(cid, oid, who, at, version, patch=docs[s.payload % len(docs)], **common)
         elif kind is DeleteObject:
@@ -116,6 +177,13 @@ def batches_of(steps: list[Step], settings: Settings) -> list[list[InputRecord]]
             cmd = kind(cid, oid, who, at, version, reader=GRANTEES[s.payload % len(GRANTEES)], **common)
         key, value = oid.encode(), codec.encode_command(cmd)
         mangle = MANGLES[s.mangle % len(MANGLES)]
+        if s.deploy:
+            document = TYPED_RULES[deployed % len(TYPED_RULES)]
+            deployed += 1
+            control = encode_control(Deploy(deployed, rules_digest(document), document, "ops", T0))
+            batch.append(InputRecord(CONTROL_KEY, control, TOPIC, 0, offset, controls.sign(CONTROL_KEY, control), None,
+                                     None, RULES_CONTROL))
+            offset += 1
         sig: bytes | None = signer.sign(key, value)
         trace = None
         if mangle == "unsigned":
@@ -160,6 +228,19 @@ def random_steps(rng: random.Random, n: int) -> list[Step]:
             steps[i] = replace(steps[rng.randrange(max(0, i - 3), i)], seconds=rng.randrange(4), cut=steps[i].cut)
             if rng.random() < 0.3:  # the same id for another request: IDEMPOTENCY_KEY_REUSED
                 steps[i] = replace(steps[i], payload=rng.randrange(120))
+    return steps
+
+
+def typed_steps(rng: random.Random, n: int) -> list[Step]:
+    """Return ``n`` typed steps drawn with ``rng`` over three objects: the first deploys TYPED_RULES' first document,
+    one in forty the next; creates, updates, deletes and grants by the owner mostly, some retried."""
+    steps = [Step(rng.choice((0, 0, 1, 1, 1, 1, 2, 3)), rng.choice((0, 0, 1, 2)), rng.choice((0, 0, 0, 1)),
+                  rng.randrange(6, 12), rng.randrange(4), 0, rng.randrange(60), rng.randrange(3), 0,
+                  rng.random() < 0.2, rng.choice((0, 0, 0, 1, 2, 3)), i == 0 or rng.random() < 0.025)
+             for i in range(n)]
+    for i in range(1, n):
+        if rng.random() < 0.05:
+            steps[i] = replace(steps[rng.randrange(max(0, i - 3), i)], deploy=False, cut=steps[i].cut)
     return steps
 
 
@@ -209,7 +290,9 @@ def report(core: ModuleType, streams: int = 12, length: int = 400) -> dict[str, 
     totals: dict[str, int] = {"streams": streams, "differences": 0, "core_records": 0, "core_fallback_records": 0}
     try:
         for seed in range(streams):
-            same, counters = compare(core, random_steps(random.Random(seed), length), tmp / str(seed))  # noqa: S311
+            rng = random.Random(seed)  # noqa: S311
+            steps = random_steps(rng, length) if seed % 2 == 0 else typed_steps(rng, length)
+            same, counters = compare(core, steps, tmp / str(seed))
             totals["differences"] += not same
             totals["core_records"] += counters.get("core_records", 0)
             totals["core_fallback_records"] += counters.get("core_fallback_records", 0)

@@ -4,7 +4,9 @@ Runs one partition's batches (``bench.validator.shard_task``'s workload, or the 
 a shard held open (``Shard.run``: sweep, state lookup, decide, WriteBatch, changelog upload to a local checkpoint), once
 with ``ARBITER_CORE=off`` and once through the core, in fresh directories, alternating; prints process seconds per
 command of the batches after the first (state already there) and checks that both wrote the same outputs and states.
-No Arrow, no socket: what the core replaces plus the shard's own I/O around it.
+No Arrow, no socket: what the core replaces plus the shard's own I/O around it. ``--rules FILE``: the same workload
+with its creates typed (``--rules-type``, ``bench.validator.workload.TYPED_MEMBERS``) and the document deployed by a
+control record in front of the first (untimed) batch, so every timed command is decided under it.
 """
 
 from __future__ import annotations
@@ -55,6 +57,21 @@ def run(records: list[InputRecord], batch: int, partitions: int, mode: str) -> t
     return times, digest.hexdigest(), counters
 
 
+def deployed(document: str, records: list[InputRecord]) -> list[InputRecord]:
+    """Return ``records`` behind the control record deploying ``document`` as version 1 (offsets shifted by one)."""
+    from app.rules.control import CONTROL_KEY, RULES_CONTROL, Deploy, encode_control
+    from app.signing import CONTROL_DOMAIN
+    from bench.validator.workload import T0
+    from commands.rules import canonical_rules, rules_digest
+
+    canonical = canonical_rules(document)
+    control = encode_control(Deploy(1, rules_digest(canonical), canonical, "ops", T0))
+    sig = signer_for(Settings(), CONTROL_DOMAIN).sign(CONTROL_KEY, control)
+    first = records[0]
+    return [InputRecord(CONTROL_KEY, control, first.topic, first.partition, first.offset, sig, None, None, RULES_CONTROL),
+            *(r._replace(offset=r.offset + 1) for r in records)]
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--objects", type=int, default=12_500, help="objects per partition")
@@ -64,11 +81,16 @@ def main() -> None:
     p.add_argument("--partitions", type=int, default=8)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--peer", type=Path, metavar="JSONL", help="the peers' commands.jsonl instead of the synthetic one")
+    p.add_argument("--rules", type=Path, metavar="FILE", help="a rules document in force for every timed command")
+    p.add_argument("--rules-type", default="order", help="the type the workload's creates name with --rules")
     a = p.parse_args()
     if core_loader.load("auto") is None:
         raise SystemExit(f"no core: {core_loader.status()}")
     records = signed(peer_records(a.peer, a.batch * a.batches, a.partitions) if a.peer is not None
-                     else partition_records(a.objects, a.batch * a.batches, a.partitions, 0, a.seed))
+                     else partition_records(a.objects, a.batch * a.batches, a.partitions, 0, a.seed,
+                                            a.rules_type if a.rules is not None else None))
+    if a.rules is not None:
+        records = deployed(a.rules.read_text("utf-8"), records)[:-1]  # as many records, so as many batches
     runs: dict[str, list[Any]] = {"off": [], "auto": []}
     for r in range(a.repeat):
         for mode in ("off", "auto") if r % 2 == 0 else ("auto", "off"):

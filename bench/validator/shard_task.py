@@ -46,7 +46,8 @@ TOPIC = "commands"
 NOW_MS = 1_750_000_000_000
 
 
-def partition_records(objects: int, count: int, partitions: int, partition: int, seed: int) -> list[InputRecord]:
+def partition_records(objects: int, count: int, partitions: int, partition: int, seed: int,
+                      object_type: str | None = None) -> list[InputRecord]:
     """Return ``count`` records of ``partition``: the workload's commands on its keys plus a realistic rest.
 
     About 2 % are resent commands (DUPLICATE), 2 % updates naming a stale version (VERSION_CONFLICT) and
@@ -55,7 +56,7 @@ def partition_records(objects: int, count: int, partitions: int, partition: int,
     rng = random.Random(seed)
     cmds = []
     foreign = []
-    for c in commands(objects * partitions, count * partitions * 2, seed):
+    for c in commands(objects * partitions, count * partitions * 2, seed, object_type):
         if partition_for(c.object_id.encode(), partitions) == partition:
             cmds.append(c)
         elif len(foreign) < count:

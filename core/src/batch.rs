@@ -1,4 +1,5 @@
-//! One key's records of a partition batch, as `app.validator.fold.fold` decides them with no rules in force.
+//! One key's records of a partition batch, as `app.validator.fold.fold` decides them under the rules in force
+//! for the whole batch (or none).
 //!
 //! Everything a record needs that the core does not implement makes the whole key `Fallback`: the shard
 //! server then folds that key in Python, so every output stays the specification's.
@@ -6,6 +7,7 @@
 use crate::decide::{decide, Limits, Outcome};
 use crate::ids::{partition_for, signature_valid};
 use crate::model::{self, decode_command, decode_state, State};
+use crate::rules::Rules;
 
 pub struct Config {
     pub partition: i64,
@@ -22,9 +24,10 @@ pub struct Config {
     pub state_header: [u8; 5],
     pub event_header: [u8; 5],
     pub rejection_header: [u8; 5],
-    /// the team's rules version in force for the whole batch (None: no rules); only untyped objects come here,
-    /// for which `commands.decide` under rules differs only in naming the version
+    /// the team's rules version in force for the whole batch (None: no rules)
     pub rules_version: Option<i64>,
+    /// that version's rules (`crate::rules`), None when none are in force
+    pub rules: Option<std::sync::Arc<Rules>>,
 }
 
 /// Why a key went back to the Python path (the shard server counts them).
@@ -34,14 +37,18 @@ pub enum Fallback {
     Record = 1,
     /// a payload or value whose answer the core does not compute (see `json`)
     Payload = 2,
-    /// a stored state the core does not read (typed, tracked, another schema)
+    /// a stored state the core does not read (another schema, a tracked text it does not parse)
     State = 3,
     /// an output over the record bound: `TOO_LARGE` by `outputs.too_large`
     TooLarge = 4,
     /// a record with trace context to copy onto its output
     Traced = 5,
-    /// a create naming an object type (the team's rules)
+    /// (no longer given: typed objects are decided here, `crate::rules`)
     Typed = 6,
+    /// a typed object whose type has guards for the command's kind: cel-cpp and the guard budget decide them
+    Guards = 7,
+    /// a document or patch its type's schema refuses: the message of the first error is jsonschema-rs's
+    Schema = 8,
 }
 
 pub struct Output {
@@ -100,9 +107,6 @@ pub fn decide_key(key: &[u8], raw_state: Option<&[u8]>, records: &[Record], cfg:
             return Err(Fallback::Record);
         }
         let c = decode_command(value).ok_or(Fallback::Record)?;
-        if c.typed {
-            return Err(Fallback::Typed);
-        }
         if c.object_id.as_bytes() != key {
             return Err(Fallback::Record);
         }
@@ -121,7 +125,7 @@ pub fn decide_key(key: &[u8], raw_state: Option<&[u8]>, records: &[Record], cfg:
     let mut changed = false;
     let mut outputs = Vec::with_capacity(records.len());
     for c in &commands {
-        let outcome = decide(state.as_ref(), c, &cfg.limits).map_err(|_| Fallback::Payload)?;
+        let outcome = decide(state.as_ref(), c, &cfg.limits, cfg.rules.as_deref())?;
         let (value, event, id, ce_type, new_state) = match outcome {
             Outcome::Accepted(ev, st) => {
                 let mut v = cfg.event_header.to_vec();

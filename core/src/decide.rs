@@ -1,8 +1,11 @@
-//! `commands.decide` for untyped objects with no rules in force: the same checks, order and messages.
+//! `commands.decide`: the same checks, order and messages; typed objects under the team's rules through
+//! `crate::rules` (without guards: a kind with guards is the Python path's, `Fallback::Guards`).
 
+use crate::batch::Fallback;
 use crate::ids::{command_rejection_id, event_id, fingerprint};
 use crate::json::{object_problem, Unsure};
 use crate::model::{Command, Event, EventType, Kind, Reason, Recent, Rejection, State};
+use crate::rules::{clip_bytes, watched_rules, Rules, Verdict, MAX_RULE_BYTES, MAX_WARNINGS};
 
 pub struct Limits {
     pub max_editors: usize,
@@ -44,6 +47,21 @@ fn reject_at(c: &Command, reason: Reason, message: String, version: i64, origina
         message,
         current_version: version,
         original,
+        rule: None,
+    })
+}
+
+/// `decide._rule_reject`.
+fn rule_reject(state: Option<&State>, c: &Command, v: Verdict) -> Outcome<'static> {
+    let version = state.map_or(0, |s| s.version);
+    let rule = clip_bytes(&v.rule, MAX_RULE_BYTES);
+    Outcome::Rejected(Rejection {
+        rejection_id: command_rejection_id(c.command_id, c.object_id, version, v.reason.name(), c.principal),
+        reason: v.reason,
+        message: clip(&format!("rule {rule}: {}", v.message), 1000),
+        current_version: version,
+        original: None,
+        rule: Some((rule, v.message, v.pointers)),
     })
 }
 
@@ -58,7 +76,24 @@ fn may_read(c: &Command, st: &State) -> bool {
 }
 
 fn fp(c: &Command) -> i64 {
-    fingerprint(c.kind.class_name(), c.object_id, c.expected_version, c.payload)
+    match c.object_type {
+        // the type is part of what a create asks for (commands.command.fingerprint)
+        Some(t) => fingerprint(c.kind.class_name(), c.object_id, c.expected_version, &format!("{t}\0{}", c.payload)),
+        None => fingerprint(c.kind.class_name(), c.object_id, c.expected_version, c.payload),
+    }
+}
+
+/// `commands.rules.bounds.type_name_problem`.
+fn type_name_problem(name: &str) -> Option<String> {
+    let b = name.as_bytes();
+    let ok = !b.is_empty() && b.len() <= 64 && b[0].is_ascii_alphabetic()
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'.'));
+    if ok {
+        None
+    } else {
+        Some("object_type must be an ASCII letter followed by letters, digits, '_', '-' or '.', at most 64 \
+              characters".into())
+    }
 }
 
 fn ids_problem(c: &Command, limits: &Limits) -> Option<String> {
@@ -110,6 +145,11 @@ fn check_payload(c: &Command, limits: &Limits) -> Result<Option<(Reason, String)
         return Ok(Some((Reason::TooLarge, format!("payload is {size} bytes, over the limit of {}",
                                                   limits.max_document_bytes))));
     }
+    if let Some(t) = c.object_type {
+        if let Some(p) = type_name_problem(t) {
+            return Ok(Some((Reason::Malformed, p)));
+        }
+    }
     match c.kind {
         Kind::Create => Ok(object_problem(c.payload, limits.max_json_depth)?
             .map(|p| (Reason::Malformed, format!("document must be the JSON text of an object: {p}")))),
@@ -146,9 +186,29 @@ fn remember(recent: &[Recent], entry: Recent, limits: &Limits) -> Vec<Recent> {
     kept
 }
 
+/// What `_accept` keeps of the object besides its roles: its type and tracked text.
+struct Kept {
+    object_type: Option<String>,
+    tracked: Option<String>,
+}
+
 #[allow(clippy::too_many_arguments)]
-fn accept<'a>(state: Option<&State>, c: &Command<'a>, etype: EventType, limits: &Limits, owner: String,
-              editors: Vec<String>, readers: Vec<String>, document_size: i64, deleted: bool) -> Outcome<'a> {
+fn accept<'a>(state: Option<&State>, c: &Command<'a>, etype: EventType, limits: &Limits, rules: Option<&Rules>,
+              kept: Kept, owner: String, editors: Vec<String>, readers: Vec<String>, document_size: i64,
+              deleted: bool) -> Result<Outcome<'a>, Fallback> {
+    let Kept { object_type, mut tracked } = kept;
+    let mut warnings = Vec::new();
+    if let Some(t) = &object_type {
+        if rules.is_some() || etype == EventType::Created {
+            let (verdict, text, watched) = watched_rules(rules, state, c, t)?;
+            if let Some(v) = verdict {
+                return Ok(rule_reject(state, c, v));
+            }
+            tracked = text;
+            warnings = watched.into_iter().take(MAX_WARNINGS)
+                .map(|w| Verdict { rule: clip_bytes(&w.rule, MAX_RULE_BYTES), ..w }).collect();
+        }
+    }
     let at = c.issued_at;
     let version = state.map_or(1, |s| s.version + 1);
     let entry = Recent { command_id: c.command_id.to_owned(), outcome: "ACCEPTED".into(), version, at,
@@ -165,6 +225,8 @@ fn accept<'a>(state: Option<&State>, c: &Command<'a>, etype: EventType, limits: 
         document_size,
         recent: remember(state.map_or(&[][..], |s| &s.recent), entry, limits),
         readers,
+        object_type: object_type.clone(),
+        tracked,
     };
     let p = Some(c.payload);
     let event = Event {
@@ -176,14 +238,23 @@ fn accept<'a>(state: Option<&State>, c: &Command<'a>, etype: EventType, limits: 
         patch: if etype == EventType::Updated { p } else { None },
         editor: if matches!(etype, EventType::EditorGranted | EventType::EditorRevoked) { p } else { None },
         reader: if matches!(etype, EventType::ReaderGranted | EventType::ReaderRevoked) { p } else { None },
+        object_type,
+        warnings,
     };
-    Outcome::Accepted(event, new_state)
+    Ok(Outcome::Accepted(event, new_state))
 }
 
-/// `commands.decide(state, command, limits)` with no rules: `Err(Unsure)` where the Python path must decide.
-pub fn decide<'a>(state: Option<&State>, c: &Command<'a>, limits: &Limits) -> Result<Outcome<'a>, Unsure> {
+impl From<Unsure> for Fallback {
+    fn from(_: Unsure) -> Fallback {
+        Fallback::Payload
+    }
+}
+
+/// `commands.decide(state, command, limits, rules)`: `Err` where the Python path must decide, and why.
+pub fn decide<'a>(state: Option<&State>, c: &Command<'a>, limits: &Limits, rules: Option<&Rules>)
+    -> Result<Outcome<'a>, Fallback> {
     if state.is_some_and(|s| s.version == i64::MAX) {
-        return Err(Unsure);
+        return Err(Fallback::Payload);
     }
     if let Some(p) = ids_problem(c, limits) {
         return Ok(reject(state, c, Reason::Malformed, p));
@@ -212,8 +283,9 @@ pub fn decide<'a>(state: Option<&State>, c: &Command<'a>, limits: &Limits) -> Re
         if let Some((reason, message)) = check_payload(c, limits)? {
             return Ok(reject(state, c, reason, message));
         }
-        return Ok(accept(state, c, EventType::Created, limits, c.principal.to_owned(), vec![], vec![],
-                         c.payload.len() as i64, false));
+        let kept = Kept { object_type: c.object_type.map(str::to_owned), tracked: None };
+        return accept(state, c, EventType::Created, limits, rules, kept, c.principal.to_owned(), vec![], vec![],
+                      c.payload.len() as i64, false);
     }
     let st = match state {
         Some(s) if s.exists || s.deleted => s,
@@ -245,53 +317,56 @@ pub fn decide<'a>(state: Option<&State>, c: &Command<'a>, limits: &Limits) -> Re
     }
     let (owner, editors, readers, size) = (st.owner.clone(), &st.editors, &st.readers, st.document_size);
     let g = c.payload;
-    Ok(match c.kind {
+    // a change keeps the type; only a rule-checked update moves tracked
+    let kept = || Kept { object_type: st.object_type.clone(), tracked: st.tracked.clone() };
+    let accept = |etype, owner, editors, readers, deleted| {
+        accept(state, c, etype, limits, rules, kept(), owner, editors, readers, size, deleted)
+    };
+    match c.kind {
         Kind::Create => unreachable!("decided above"),
-        Kind::Update => accept(state, c, EventType::Updated, limits, owner, editors.clone(), readers.clone(), size,
-                               false),
-        Kind::Delete => accept(state, c, EventType::Deleted, limits, owner, editors.clone(), readers.clone(), size,
-                               true),
+        Kind::Update => accept(EventType::Updated, owner, editors.clone(), readers.clone(), false),
+        Kind::Delete => accept(EventType::Deleted, owner, editors.clone(), readers.clone(), true),
         Kind::GrantEditor => {
             if g == owner || editors.iter().any(|e| e == g) {
-                reject(state, c, Reason::AlreadyExists, format!("{} may already edit", c200(g)))
+                Ok(reject(state, c, Reason::AlreadyExists, format!("{} may already edit", c200(g))))
             } else if editors.len() >= limits.max_editors {
-                reject(state, c, Reason::TooLarge,
-                       format!("object already has the maximum of {} editors", limits.max_editors))
+                Ok(reject(state, c, Reason::TooLarge,
+                          format!("object already has the maximum of {} editors", limits.max_editors)))
             } else {
                 let mut e = editors.clone();
                 e.push(g.to_owned());
-                accept(state, c, EventType::EditorGranted, limits, owner, e, readers.clone(), size, false)
+                accept(EventType::EditorGranted, owner, e, readers.clone(), false)
             }
         }
         Kind::RevokeEditor => {
             if !editors.iter().any(|e| e == g) {
-                reject(state, c, Reason::NotFound, format!("{} is not an editor", c200(g)))
+                Ok(reject(state, c, Reason::NotFound, format!("{} is not an editor", c200(g))))
             } else {
                 let e = editors.iter().filter(|e| *e != g).cloned().collect();
-                accept(state, c, EventType::EditorRevoked, limits, owner, e, readers.clone(), size, false)
+                accept(EventType::EditorRevoked, owner, e, readers.clone(), false)
             }
         }
         Kind::GrantReader => {
             if g == owner || readers.iter().any(|r| r == g) {
-                reject(state, c, Reason::AlreadyExists, format!("{} may already read", c200(g)))
+                Ok(reject(state, c, Reason::AlreadyExists, format!("{} may already read", c200(g))))
             } else if readers.len() >= limits.max_readers {
-                reject(state, c, Reason::TooLarge,
-                       format!("object already has the maximum of {} readers", limits.max_readers))
+                Ok(reject(state, c, Reason::TooLarge,
+                          format!("object already has the maximum of {} readers", limits.max_readers)))
             } else {
                 let mut r = readers.clone();
                 r.push(g.to_owned());
-                accept(state, c, EventType::ReaderGranted, limits, owner, editors.clone(), r, size, false)
+                accept(EventType::ReaderGranted, owner, editors.clone(), r, false)
             }
         }
         Kind::RevokeReader => {
             if !readers.iter().any(|r| r == g) {
-                reject(state, c, Reason::NotFound, format!("{} is not a reader", c200(g)))
+                Ok(reject(state, c, Reason::NotFound, format!("{} is not a reader", c200(g))))
             } else {
                 let r = readers.iter().filter(|r| *r != g).cloned().collect();
-                accept(state, c, EventType::ReaderRevoked, limits, owner, editors.clone(), r, size, false)
+                accept(EventType::ReaderRevoked, owner, editors.clone(), r, false)
             }
         }
-    })
+    }
 }
 
 #[cfg(test)]

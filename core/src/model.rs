@@ -2,6 +2,7 @@
 //! (`schemas/compiled.py`: command v4, state v3, event v5, rejection v4).
 
 use crate::avro::{self, Reader};
+use crate::rules::Verdict;
 
 pub const MIN_MICROS: i64 = -62_135_596_800_000_000; // datetime(1, 1, 1, tzinfo=UTC)
 pub const MAX_MICROS: i64 = 253_402_300_799_999_999; // datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
@@ -43,8 +44,8 @@ pub struct Command<'a> {
     pub groups: Vec<&'a str>,
     pub issuer: Option<&'a str>,
     pub jti: Option<&'a str>,
-    /// a create naming an object type: the team's rules decide it (commands.rules), not this core
-    pub typed: bool,
+    /// the type a create names (the team's rules, `crate::rules`); None for every other kind
+    pub object_type: Option<&'a str>,
 }
 
 /// Decode a command v4 body (after the 5-byte header); `None` for anything the core does not decide.
@@ -79,9 +80,9 @@ pub fn decode_command(data: &[u8]) -> Option<Command<'_>> {
         Kind::GrantEditor | Kind::RevokeEditor => editor?,
         Kind::GrantReader | Kind::RevokeReader => reader?,
     };
-    let typed = kind == Kind::Create && object_type.is_some();
+    let object_type = if kind == Kind::Create { object_type } else { None };
     Some(Command { kind, command_id, object_id, principal, issued_at, expected_version, payload, groups, issuer, jti,
-                   typed })
+                   object_type })
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -109,13 +110,16 @@ pub struct State {
     pub document_size: i64,
     pub recent: Vec<Recent>,
     pub readers: Vec<String>,
+    pub object_type: Option<String>,
+    /// the canonical JSON text of the tracked fields (`commands.rules.tracked`)
+    pub tracked: Option<String>,
 }
 
 fn in_range(v: Option<i64>) -> bool {
     v.is_none_or(|v| (MIN_MICROS..=MAX_MICROS).contains(&v))
 }
 
-/// Decode a state v3 body; `None` for a typed or tracked state (the rules' business) or anything odd.
+/// Decode a state v3 body; `None` for anything odd.
 pub fn decode_state(data: &[u8]) -> Option<State> {
     let mut r = Reader::new(data, 5);
     let exists = r.boolean()?;
@@ -137,7 +141,7 @@ pub fn decode_state(data: &[u8]) -> Option<State> {
     let object_type = r.opt_string()?;
     let tracked = r.opt_string()?;
     let n = ids.len();
-    if !r.at_end() || object_type.is_some() || tracked.is_some() || outcomes.len() != n || versions.len() != n
+    if !r.at_end() || outcomes.len() != n || versions.len() != n
         || ats.len() != n || !(principals.is_empty() || principals.len() == n)
         || !(prints.is_empty() || prints.len() == 8 * n)
         || ![created_at, updated_at, deleted_at].into_iter().all(in_range)
@@ -159,7 +163,7 @@ pub fn decode_state(data: &[u8]) -> Option<State> {
         })
         .collect();
     Some(State { exists, deleted, version, owner, editors, created_at, updated_at, deleted_at, document_size, recent,
-                 readers })
+                 readers, object_type: object_type.map(str::to_owned), tracked: tracked.map(str::to_owned) })
 }
 
 pub fn encode_state(out: &mut Vec<u8>, st: &State) {
@@ -183,8 +187,8 @@ pub fn encode_state(out: &mut Vec<u8>, st: &State) {
     avro::write_strings(out, &who);
     let prints: Vec<u8> = st.recent.iter().flat_map(|r| r.fingerprint.to_be_bytes()).collect();
     avro::write_bytes(out, &prints);
-    out.push(0); // object_type: None (typed states go to the Python path)
-    out.push(0); // tracked: None
+    avro::write_opt_string(out, st.object_type.as_deref());
+    avro::write_opt_string(out, st.tracked.as_deref());
 }
 
 /// `EventType`'s declaration order, which is the Avro enum's.
@@ -225,6 +229,8 @@ pub enum Reason {
     TooLarge = 6,
     Malformed = 7,
     IdempotencyKeyReused = 10,
+    RuleViolated = 12,
+    RuleError = 13,
 }
 
 impl Reason {
@@ -239,6 +245,8 @@ impl Reason {
             Reason::TooLarge => "TOO_LARGE",
             Reason::Malformed => "MALFORMED",
             Reason::IdempotencyKeyReused => "IDEMPOTENCY_KEY_REUSED",
+            Reason::RuleViolated => "RULE_VIOLATED",
+            Reason::RuleError => "RULE_ERROR",
         }
     }
 }
@@ -252,6 +260,9 @@ pub struct Event<'a> {
     pub patch: Option<&'a str>,
     pub editor: Option<&'a str>,
     pub reader: Option<&'a str>,
+    pub object_type: Option<String>,
+    /// rules in warn or audit mode that would have refused the command (event v5)
+    pub warnings: Vec<Verdict>,
 }
 
 pub struct Rejection {
@@ -260,6 +271,8 @@ pub struct Rejection {
     pub message: String,
     pub current_version: i64,
     pub original: Option<(String, i64)>,
+    /// the rule that refused it: (its qualified name, its message, its pointers)
+    pub rule: Option<(String, String, Vec<String>)>,
 }
 
 pub fn encode_event(out: &mut Vec<u8>, ev: &Event, c: &Command, rules_version: Option<i64>) {
@@ -277,9 +290,19 @@ pub fn encode_event(out: &mut Vec<u8>, ev: &Event, c: &Command, rules_version: O
     avro::write_opt_string(out, ev.reader);
     avro::write_opt_string(out, c.issuer);
     avro::write_opt_string(out, c.jti);
-    out.push(0); // object_type: untyped (typed objects go to the Python path)
+    avro::write_opt_string(out, ev.object_type.as_deref());
     avro::write_opt_long(out, rules_version);
-    out.push(0); // warnings (event v5): none, only rules in warn or audit mode give them, and only typed objects
+    if !ev.warnings.is_empty() {
+        avro::write_long(out, ev.warnings.len() as i64);
+        for w in &ev.warnings {
+            avro::write_string(out, &w.rule);
+            avro::write_string(out, &w.mode);
+            avro::write_string(out, w.reason.name());
+            avro::write_string(out, &w.message);
+            avro::write_strings(out, &w.pointers);
+        }
+    }
+    out.push(0); // the end of the warnings array (or an empty one)
 }
 
 pub fn encode_rejection(out: &mut Vec<u8>, rej: &Rejection, c: &Command, rules_version: Option<i64>) {
@@ -297,9 +320,14 @@ pub fn encode_rejection(out: &mut Vec<u8>, rej: &Rejection, c: &Command, rules_v
     avro::write_opt_string(out, c.issuer);
     avro::write_opt_string(out, c.jti);
     avro::write_opt_long(out, rules_version); // decide() names the rules version on every rejection under rules
-    out.push(0); // rule
-    out.push(0); // rule_message
-    out.push(0); // rule_pointers: empty array
+    match &rej.rule {
+        None => out.extend_from_slice(&[0, 0, 0]), // rule, rule_message, rule_pointers: none
+        Some((rule, message, pointers)) => {
+            avro::write_opt_string(out, Some(rule));
+            avro::write_opt_string(out, Some(message));
+            avro::write_strings(out, pointers);
+        }
+    }
 }
 
 /// `app.validator.headers.ce_time`: RFC 3339 in UTC with microseconds and a Z.
@@ -340,7 +368,7 @@ mod tests {
                          created_at: Some(1), updated_at: Some(2), deleted_at: None, document_size: 10,
                          recent: vec![Recent { command_id: "c".into(), outcome: "ACCEPTED".into(), version: 3,
                                                at: 2, principal: "a".into(), fingerprint: -5 }],
-                         readers: vec![] };
+                         readers: vec![], object_type: Some("order".into()), tracked: Some("{}".into()) };
         let mut out = vec![0, 0, 0, 0, 9];
         encode_state(&mut out, &st);
         assert_eq!(decode_state(&out), Some(st));

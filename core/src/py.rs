@@ -6,6 +6,26 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 
 use crate::batch::{decide_key, Config, Record};
 use crate::decide::Limits;
+use crate::rules::Rules;
+
+/// One version of the team's rules, compiled once from `app.native.core_rules.export`'s JSON.
+#[pyclass(frozen, name = "Rules")]
+struct PyRules {
+    inner: std::sync::Arc<Rules>,
+}
+
+#[pymethods]
+impl PyRules {
+    #[new]
+    fn new(export: &str) -> PyResult<Self> {
+        Ok(PyRules { inner: std::sync::Arc::new(Rules::from_json(export).map_err(PyValueError::new_err)?) })
+    }
+
+    #[getter]
+    fn version(&self) -> i64 {
+        self.inner.version
+    }
+}
 
 fn header(d: &Bound<PyDict>, name: &str) -> PyResult<[u8; 5]> {
     let v: Vec<u8> = get(d, name)?;
@@ -40,6 +60,10 @@ fn config(d: &Bound<PyDict>) -> PyResult<Config> {
         event_header: header(d, "event_header")?,
         rejection_header: header(d, "rejection_header")?,
         rules_version: get(d, "rules_version")?,
+        rules: match d.get_item("rules")? {
+            Some(r) if !r.is_none() => Some(r.downcast::<PyRules>()?.get().inner.clone()),
+            _ => None,
+        },
     })
 }
 
@@ -61,6 +85,9 @@ fn decide_batch<'py>(py: Python<'py>, cfg: &Bound<'py, PyDict>, keys: &Bound<'py
                      starts: Vec<usize>, values: &Bound<'py, PyList>, signatures: &Bound<'py, PyList>,
                      traceparents: &Bound<'py, PyList>) -> PyResult<Bound<'py, PyList>> {
     let c = config(cfg)?;
+    if c.rules.as_ref().map(|r| r.version) != c.rules_version {
+        return Err(PyValueError::new_err("rules and rules_version differ"));
+    }
     let events: Bound<PyAny> = cfg.get_item("topic_events")?.ok_or_else(|| PyValueError::new_err("topic_events"))?;
     let rejections = cfg.get_item("topic_rejections")?.ok_or_else(|| PyValueError::new_err("topic_rejections"))?;
     let source: Vec<u8> = get(cfg, "ce_source")?;
@@ -134,6 +161,7 @@ fn decide_batch<'py>(py: Python<'py>, cfg: &Bound<'py, PyDict>, keys: &Bound<'py
 #[pymodule]
 fn arbiter_core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decide_batch, m)?)?;
+    m.add_class::<PyRules>()?;
     m.add("SPEC", crate::SPEC)?;
     Ok(())
 }

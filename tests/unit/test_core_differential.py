@@ -27,6 +27,9 @@ from app.native.core_check import (
     PRINCIPALS,
     SECONDS,
     T0,
+    TYPED_DOCS,
+    TYPED_PATCHES,
+    TYPES,
     VERSIONS,
     Step,
     both,
@@ -34,6 +37,7 @@ from app.native.core_check import (
     random_steps,
     run,
     settings_for,
+    typed_steps,
 )
 from app.native.core_check import MAX_MESSAGE_BYTES as MESSAGE_BYTES
 from app.signing import signer_for
@@ -153,7 +157,8 @@ def test_under_rules_in_force_the_core_decides_untyped_objects_and_names_the_ver
         pure, compiled = both(CORE, stream, Path(d))
     assert compiled[:3] == pure[:3]
     counters = compiled[3]
-    assert counters["core_records"] == 12 and counters["core_fallback_rules"] == 1 and counters["core_fallback_typed"] == 1
+    # the typed create: "note" has a guard (in warn mode) on create, so cel-cpp decides it in the fold
+    assert counters["core_records"] == 12 and counters["core_fallback_rules"] == 1 and counters["core_fallback_guards"] == 1
     decided = [o for batch in compiled[0][1:-1] for o in batch]
     assert all(("ce_rulesversion", b"1") in headers for _, _, _, _, headers in decided)
     assert all(codec.decode_outcome(value).rules_version == 1 for _, _, value, _, _ in decided)
@@ -189,3 +194,76 @@ def test_the_cores_json_check_answers_as_json_text_for_generated_documents(texts
         pure = run(pure_settings, str(base / "pc"), [records], None)
         compiled = run(settings_for(base / "core", "auto"), str(base / "cc"), [records], CORE)
     assert compiled[:3] == pure[:3]
+
+
+typed = st.builds(
+    Step, kind=st.sampled_from((0, 1, 1, 2, 3)), obj=st.integers(0, 2), principal=st.sampled_from((0, 0, 1)),
+    cid=st.integers(6, 11), seconds=st.integers(0, 3), version=st.just(0), payload=st.integers(0, 60),
+    groups=st.integers(0, 2), mangle=st.just(0), cut=st.booleans(), typed=st.integers(0, len(TYPES) - 1),
+    deploy=st.integers(0, 14).map(lambda n: n == 0))  # one in fifteen deploys the next document
+
+
+@needs_core
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(typed, min_size=1, max_size=60))
+def test_core_writes_the_python_folds_bytes_under_rules_deployed_mid_stream(stream: list[Step]) -> None:
+    assert_same([Step(0, 0, 0, 6, 0, 0, 0, 0, 0, True, 0, True), *stream])
+
+
+@needs_core
+@pytest.mark.parametrize("seed", range(4))
+def test_seeded_typed_streams_write_the_same_bytes_and_use_the_core(seed: int) -> None:
+    counters = assert_same(typed_steps(random.Random(seed), 300))  # noqa: S311
+    assert counters["core_records"] > 100, counters
+
+
+def _typed(i: int, kind: int, obj: int, object_type: int, payload: int, *, deploy: bool = False) -> Step:
+    """Return step ``i`` by alice, alone in its batch, with its own command id (cid > 11 is nobody else's)."""
+    return Step(kind, obj, 0, 100 + i, 2, 0, payload, 0, 0, True, object_type, deploy)
+
+
+@needs_core
+def test_the_core_itself_decides_every_rule_reason_warnings_and_the_tracked_bound() -> None:
+    doc, patch = TYPED_DOCS.index, TYPED_PATCHES.index
+    order, ticket = TYPES.index("order"), TYPES.index("ticket")
+    at_bound = doc('{"status": "draft", "tags": ["' + "x" * 32 + '"]}')
+    plan = [  # (kind, object, type, document or patch): under v1
+        (0, 1, TYPES.index("gone"), 0), (0, 1, TYPES.index("bad type!"), 0), (0, 1, order, 1),
+        (0, 1, order, doc('{"amount": 2}')), (0, 1, order, doc('{"status": "draft", "level": "top"}')),
+        (0, 1, order, doc('{"status": ["draft", {"a": 1}]}')), (0, 1, order, doc('{"status": "draft", "tags": [1, "x"]}')),
+        (0, 1, order, at_bound + 1), (0, 1, order, at_bound + 2), (0, 1, order, at_bound), (0, 2, order, 4),
+        (1, 0, 0, patch('{"status": "submitted"}')), (1, 0, 0, patch('{"status": "draft"}')),
+        (1, 0, 0, patch('{"status": {"a": [1, "b"]}}')), (1, 0, 0, patch('{"amount": "x", "status": 1}')),
+        (1, 0, 0, patch('{"status": null}')), (1, 0, 0, patch('{"title": "t"}')),
+        (1, 0, 0, patch('{"meta": {"owner": {"name": "bob"}}}')), (1, 0, 0, patch('{"meta": {"owner": "x"}}')),
+        (1, 0, 0, patch('{"level": "mid"}')), (1, 0, 0, patch('{"amount": 7.0}')), (1, 0, 0, 12), (1, 0, 0, 18),
+        (3, 0, 0, 0), (0, 3, ticket, 10), (1, 3, 0, patch('{"phase": "closed"}')),
+        (1, 3, 0, patch('{"phase": "open", "level": "low"}')), (1, 0, 0, patch('{"status": "approved"}')),
+        (1, 0, 0, patch('{"status": "archived"}'))]
+    later = [  # under v2: the ticket's type is gone, an approved order may be archived
+        (1, 3, 0, patch('{"phase": "closed"}')), (1, 0, 0, patch('{"status": "archived"}')),
+        (0, 4, order, doc('{"amount": 2}')),
+        (1, 4, 0, patch('{"status": "approved"}')), (2, 3, 0, 0), (2, 0, 0, 0)]
+    stream = [_typed(0, 0, 0, order, 0, deploy=True)]  # rules v1 and an order: the batch switches (the fold's)
+    stream += [_typed(i + 1, *p) for i, p in enumerate(plan)]
+    stream += [_typed(50, 1, 0, 0, patch('{"title": "t"}'), deploy=True)]  # v2 (the fold's batch)
+    stream += [_typed(51 + i, *p) for i, p in enumerate(later)]
+    with tempfile.TemporaryDirectory() as d:
+        pure, compiled = both(CORE, stream, Path(d))
+    assert compiled[:3] == pure[:3]
+    counters = compiled[3]
+    # every command but the two in the deploys' batches is the core's
+    assert counters["core_fallback_records"] == 2 and counters["core_records"] == len(stream) - 2, counters
+    rules, warned = set(), set()
+    for batch in compiled[0]:
+        for _, _, value, _, _ in batch:
+            outcome = codec.decode_outcome(value)
+            if isinstance(outcome, Rejection) and outcome.rule is not None:
+                rules.add((outcome.reason, outcome.rule))
+            elif isinstance(outcome, Event):
+                warned |= {(w.rule, w.mode, w.reason) for w in outcome.warnings}
+    assert rules == {(ReasonCode.RULE_VIOLATED, "types"), (ReasonCode.RULE_VIOLATED, "order:status-flow"),
+                     (ReasonCode.TOO_LARGE, "order:max_tracked_bytes"), (ReasonCode.RULE_VIOLATED, "order:create_schema"),
+                     (ReasonCode.RULE_VIOLATED, "order:patch_schema")}, rules
+    assert warned == {("order:level-flow", "warn", "RULE_VIOLATED"), ("ticket:phase", "audit", "RULE_VIOLATED"),
+                      ("order:create_schema", "warn", "RULE_VIOLATED")}, warned

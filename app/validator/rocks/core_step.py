@@ -1,8 +1,8 @@
 """The shard's decision step through the compiled core (``core/``, ``app.native.core``): one call per batch.
 
-The core decides the keys it can (untyped objects, records that decode into signed commands; under the rules in
-force, if any, for the whole batch) and hands the others back by reason; the shard folds those in Python, so every
-output is the pure domain's.
+The core decides the keys it can (records that decode into signed commands, under the rules in force, if any, for
+the whole batch: typed objects too, short of guards and schema errors) and hands the others back by reason; the
+shard folds those in Python, so every output is the pure domain's.
 """
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ from types import ModuleType
 from typing import Any
 
 from app.limits import size_limits
+from app.native.core_rules import core_rules
 from app.settings import Settings
 from app.signing import checker_for
 from app.validator.fold import InputRecord, limits_for
 from app.validator.headers import source
+from commands.rules import RuleSet
 from schemas.catalog import COMMAND, EVENT, REJECTION, STATE, SchemaCatalog
 from schemas.codec import default_codec
 from schemas.compiled import COMPILED
@@ -25,7 +27,7 @@ from schemas.wire import header
 CORE_SCHEMAS = {COMMAND: 4, EVENT: 5, REJECTION: 4, STATE: 3}
 # batch::Fallback in core/src/batch.rs: why a key went back to the Python fold (the shard counts them, and
 # ``rules`` for every record of a batch decided under rules, ``no_key`` for keyless records).
-FALLBACKS = {1: "record", 2: "payload", 3: "state", 4: "too_large", 5: "traced", 6: "typed"}
+FALLBACKS = {1: "record", 2: "payload", 3: "state", 4: "too_large", 5: "traced", 6: "typed", 7: "guards", 8: "schema"}
 
 KeyResult = int | tuple[list[Any], bytes | None, bool]
 
@@ -39,9 +41,10 @@ def unusable(catalog: SchemaCatalog = default_codec.catalog) -> str | None:
     return None
 
 
-def core_config(settings: Settings, partition: int, now_ms: int, rules_version: int | None) -> dict[str, Any]:
-    """Return what the core needs of ``settings`` for one partition's batch decided at ``now_ms`` under the team's
-    rules ``rules_version`` (None: none in force)."""
+def core_config(core: ModuleType, settings: Settings, partition: int, now_ms: int,
+                ruleset: RuleSet | None) -> dict[str, Any]:
+    """Return what ``core`` needs of ``settings`` for one partition's batch decided at ``now_ms`` under the team's
+    rules ``ruleset`` (None: none in force)."""
     limits = limits_for(settings)
     sizes = size_limits(settings.max_message_bytes)
     catalog = default_codec.catalog
@@ -58,7 +61,8 @@ def core_config(settings: Settings, partition: int, now_ms: int, rules_version: 
         "command_header": header(catalog.latest(COMMAND).schema_id), "state_header": header(catalog.latest(STATE).schema_id),
         "event_header": header(catalog.latest(EVENT).schema_id),
         "rejection_header": header(catalog.latest(REJECTION).schema_id),
-        "rules_version": rules_version, "topic_events": settings.topic_events, "topic_rejections": settings.topic_rejections,
+        "rules_version": ruleset.version if ruleset is not None else None, "rules": core_rules(core, ruleset),
+        "topic_events": settings.topic_events, "topic_rejections": settings.topic_rejections,
         "ce_source": source(settings.topic_commands_source or settings.topic_commands),
     }
 

@@ -307,7 +307,7 @@ class Shard:
         cached: dict[bytes, tuple[int, ObjectState]] = {}
         keys: list[bytes] = []
         # Rules deployed or withdrawn within this batch (records tagged with two versions): every key in Python. Under
-        # rules in force for the whole batch the core decides untyped objects (typed ones come back as "typed"/"state").
+        # rules in force for the whole batch the core decides (typed objects whose kind has guards come back as "guards").
         core = self._core(settings)
         if core is not None and self._switched:
             core = None
@@ -320,7 +320,8 @@ class Shard:
             keys = [k for k in by_key if k is not None]
             raw_states = self.db.get([STATE + k for k in keys]) if keys else []
             partition = next(iter(by_key.values()))[1][0].partition if by_key else 0
-            results = decide_keys(core, core_config(settings, partition, now_ms, rules.active), keys, raw_states,
+            config = core_config(core, settings, partition, now_ms, rules.ruleset(rules.active))
+            results = decide_keys(core, config, keys, raw_states,
                                   [by_key[k][1] for k in keys])
             by_core = dict(zip(keys, results, strict=True))
         else:
