@@ -37,9 +37,10 @@ CONTROL_DOMAIN = b"arbiter-rules-control-v2\x00"  # a control record on the comm
 CLAIM_DOMAIN = b"arbiter-rules-claim-v2\x00"  # a deploy's claim of a version on the catalog (app.rules.catalog)
 PLACED_DOMAIN = b"arbiter-rules-placed-v2\x00"  # where a deploy's control records landed, on the catalog
 GENERATION_DOMAIN = b"arbiter-generation-v2\x00"  # a generation record (app.rescale.generation)
+MULTI_DOMAIN = b"arbiter-multi-object-v1\x00"  # the validator's protocol record between keys (app.validator.multi)
 #: What the control plane's records were signed in before they had their own domains (the command domain).
 LEGACY_DOMAIN = COMMAND_DOMAIN
-DOMAINS = (COMMAND_DOMAIN, CONTROL_DOMAIN, CLAIM_DOMAIN, PLACED_DOMAIN, GENERATION_DOMAIN)
+DOMAINS = (COMMAND_DOMAIN, CONTROL_DOMAIN, CLAIM_DOMAIN, PLACED_DOMAIN, GENERATION_DOMAIN, MULTI_DOMAIN)
 _NO_KEY = b"\xff\xff\xff\xff"
 
 
