@@ -306,7 +306,7 @@ class Shard:
                 entries: list[Entry], decided: list[tuple[bytes, int, ObjectState, int]]) -> list[OutputRecord]:
         """Fold each key's records over its state; append the writes to ``entries`` and the new states to ``decided``."""
         outputs: list[OutputRecord | None] = [None] * len(records)
-        records, rules = self._apply_controls(records, settings, entries, outputs)
+        records, rules, multi = self._apply_controls(records, settings, entries, outputs)
         # Group by key keeping offset order (check_order has verified it), so fold need not sort.
         by_key: dict[bytes | None, tuple[list[int], list[InputRecord]]] = {}
         for i, r in enumerate(records):
@@ -319,8 +319,7 @@ class Shard:
                 group[0].append(i)
                 group[1].append(r)
         holds = self.holds()
-        if holds or any(r is not None and is_multi(r.control) for r in records) or (
-                rules.active is not None and uses_multi(rules, (r.rules for r in records if r is not None))):
+        if holds or multi or (rules.active is not None and uses_multi(rules, {r.rules for r in records if r is not None})):
             return self._decide_multi(by_key, holds, rules, settings, now_ms, entries, decided, outputs)
         cache = self.cache
         cached: dict[bytes, tuple[int, ObjectState]] = {}
@@ -456,20 +455,23 @@ class Shard:
         return self._core_module or None
 
     def _apply_controls(self, records: Sequence[InputRecord], settings: Settings, entries: list[Entry],
-                        outputs: list[OutputRecord | None]) -> tuple[list[InputRecord | None], ShardRules]:
+                        outputs: list[OutputRecord | None]) -> tuple[list[InputRecord | None], ShardRules, bool]:
         """Apply the batch's control records in offset order; tag each command with the rules version at its offset.
 
-        Returns the records with each control record replaced by None (its output is in ``outputs``) and the
-        shard's rules after the batch; a switch adds the new rules to ``entries``, so it is written, logged and
-        snapshotted with the states it decided.
+        Returns the records with each control record replaced by None (its output is in ``outputs``), the
+        shard's rules after the batch and whether a protocol record (``app.validator.multi``) is among them; a
+        switch adds the new rules to ``entries``, so it is written, logged and snapshotted with the states it decided.
         """
         rules = self.rules()
         if rules.active is None and not any(r.control for r in records):
-            return list(records), rules  # the common case: no rules, nothing to tag
+            return list(records), rules, False  # the common case: no rules, nothing to tag, no protocol record
         checker, keep = rules_checker(settings), size_limits(settings.max_message_bytes).keep_bytes
         tagged: list[InputRecord | None] = []
         before = rules
+        multi = False
         for i, r in enumerate(records):
+            if r.control is not None and is_multi(r.control):
+                multi = True
             if is_control(r.control):
                 step = control_step(rules, r.key, r.value, r.signature, r.topic, r.partition, r.offset, checker, keep)
                 rules = step.rules
@@ -481,7 +483,7 @@ class Shard:
         if rules is not before:
             self._switched = True  # re-read after the batch's write: the stored rules are the truth
             entries.append((M_RULES, encode_shard_rules(rules)))
-        return tagged, rules
+        return tagged, rules, multi
 
     def _load(self, key: bytes | None, raw: bytes | None, now_ms: int, settings: Settings) -> ObjectState | None:
         """Return ``load_state`` of ``raw``; keep the state as decoded in the cache."""
