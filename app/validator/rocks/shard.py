@@ -404,7 +404,10 @@ class Shard:
                       decided: list[tuple[bytes, int, ObjectState, int]],
                       outputs: list[OutputRecord | None]) -> list[OutputRecord]:
         """``_decide`` for a batch with multi-object work (app.validator.multi): every key in Python, with its hold."""
-        self.counters["core_fallback_multi"] += sum(len(idx) for idx, _ in by_key.values())
+        if self._core(settings) is not None:  # the core could have run: these records are its fallbacks, so counted
+            held_back = sum(len(idx) for idx, _ in by_key.values())
+            self.counters["core_fallback_records"] += held_back
+            self.counters["core_fallback_multi"] += held_back
         keys = [k for k in by_key if k is not None and self.cache.get(k) is None]
         stored = dict(zip(keys, self.db.get([STATE + k for k in keys]) if keys else [], strict=True))
         limits = limits_for(settings)
