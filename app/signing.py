@@ -39,9 +39,11 @@ CLAIM_DOMAIN = b"arbiter-rules-claim-v2\x00"  # a deploy's claim of a version on
 PLACED_DOMAIN = b"arbiter-rules-placed-v2\x00"  # where a deploy's control records landed, on the catalog
 GENERATION_DOMAIN = b"arbiter-generation-v2\x00"  # a generation record (app.rescale.generation)
 KEY_CLAIM_DOMAIN = b"arbiter-key-claim-v1\x00"  # an API's claim of an Idempotency-Key (app.api.writes.claims)
+MULTI_DOMAIN = b"arbiter-multi-object-v1\x00"  # the validator's protocol record between keys (app.validator.multi)
 #: What the control plane's records were signed in before they had their own domains (the command domain).
 LEGACY_DOMAIN = COMMAND_DOMAIN
-DOMAINS = (COMMAND_DOMAIN, CONTROL_DOMAIN, CLAIM_DOMAIN, PLACED_DOMAIN, GENERATION_DOMAIN, KEY_CLAIM_DOMAIN)
+DOMAINS = (COMMAND_DOMAIN, CONTROL_DOMAIN, CLAIM_DOMAIN, PLACED_DOMAIN, GENERATION_DOMAIN, KEY_CLAIM_DOMAIN,
+           MULTI_DOMAIN)
 _NO_KEY = b"\xff\xff\xff\xff"
 
 

@@ -23,6 +23,8 @@ class ReasonCode(StrEnum):
     RULE_VIOLATED = "RULE_VIOLATED"  # a rule of the team's rules document refused it (commands.rules)
     RULE_ERROR = "RULE_ERROR"  # a rule failed at run time (missing field, type error): the command is refused
     RULES_VERSION_UNKNOWN = "RULES_VERSION_UNKNOWN"  # the validator was asked to decide under rules it lacks
+    UNIQUE_VIOLATION = "UNIQUE_VIOLATION"  # a value its type declares unique is held by another object (commands.unique)
+    OBJECT_HELD = "OBJECT_HELD"  # the object waits for a decision that spans objects; retry (commands.unique)
 
 
 class ArbiterError(Exception):

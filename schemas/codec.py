@@ -3,8 +3,10 @@
 The module-level functions use the repository's schema ids (``schemas/ids.json``), which every adapter
 writes; with ``ARBITER_SCHEMA_REGISTRY_URL`` set, ``app.contract.registry`` makes the registry hold the same
 ids at start (and the API serves them read-only otherwise, ``app.api.routes.registry``). Data is
-always written with the newest version of its subject; data written with an older version (any id the
-catalog knows) is read with the newest schema through Avro schema resolution.
+written with the newest version of its subject, except a value an older version whose body is the same holds
+(``schemas.compiled.PREDECESSORS``: a rejection with a reason rejection v4 has is written as v4, so its bytes
+stay what they were); data written with an older version (any id the catalog knows) is read with the newest
+schema through Avro schema resolution.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import fastavro
 from commands import Command, Event, ObjectState, ReasonCode, Rejection
 from schemas import records
 from schemas.catalog import COMMAND, EVENT, REJECTION, STATE, SchemaCatalog, SchemaVersion, subject_of
-from schemas.compiled import COMPILED, CompiledCodec
+from schemas.compiled import COMPILED, PREDECESSORS, CompiledCodec
 from schemas.wire import HEADER_SIZE, DecodeError, header, schema_id_of
 
 __all__ = ["Codec", "DecodeError", "decode_command", "decode_event", "decode_outcome", "decode_rejection",
@@ -57,6 +59,16 @@ def _compiled(version: SchemaVersion) -> CompiledCodec | None:
     return compiled if compiled is not None and compiled.schema == version.schema else None
 
 
+def _checked(decode: Callable[[bytes], Any], holds: Callable[[Any], bool]) -> Callable[[bytes], Any]:
+    """Return ``decode`` refusing a value its writer schema (a predecessor) cannot hold."""
+    def checked(data: bytes) -> Any:  # noqa: ANN401 - a decoded record
+        value = decode(data)
+        if not holds(value):
+            raise ValueError("an enum symbol its writer schema does not have")
+        return value
+    return checked
+
+
 class Codec:
     """Encoder and decoder over one ``SchemaCatalog``; unknown ids may be fetched once from a registry.
 
@@ -74,11 +86,18 @@ class Codec:
             compiled = _compiled(latest)
             self._writers[subject] = (header(latest.schema_id), latest.parsed,
                                       compiled.encode if compiled is not None else None)
+        # Per subject whose compiled writer has a predecessor the catalog knows: its header and what it holds.
+        self._older: dict[str, tuple[bytes, Callable[[Any], bool]]] = {}
+        for subject, pred in PREDECESSORS.items():
+            older = [v for v in catalog.versions() if v.subject == subject and v.schema == pred.schema]
+            if older and self._writers[subject][2] is not None:
+                self._older[subject] = (header(older[0].schema_id), pred.holds)
 
     def _encode(self, subject: str, value: Any) -> bytes:
         head, parsed, compiled = self._writers[subject]
         if compiled is not None:
-            out = bytearray(head)
+            older = self._older.get(subject)
+            out = bytearray(older[0] if older is not None and older[1](value) else head)
             compiled(out, value)
             return bytes(out)
         buf = io.BytesIO()
@@ -95,8 +114,11 @@ class Codec:
             latest = self.catalog.latest(version.subject)
             resolved = None if latest.schema_id == schema_id else latest.parsed
             compiled = _compiled(version) if resolved is None else None
-            reader = self._readers[schema_id] = _Reader(version.subject, version.parsed, resolved,
-                                                        compiled.decode if compiled is not None else None)
+            decode = compiled.decode if compiled is not None else None
+            pred = PREDECESSORS.get(version.subject)
+            if pred is not None and pred.schema == version.schema and _compiled(latest) is not None:
+                resolved, decode = None, _checked(COMPILED[version.subject].decode, pred.holds)
+            reader = self._readers[schema_id] = _Reader(version.subject, version.parsed, resolved, decode)
         return reader
 
     def _fetched(self, schema_id: int) -> SchemaVersion | None:

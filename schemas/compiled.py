@@ -351,11 +351,34 @@ def _symbols(schema: Schema, field: str) -> list[str]:
 COMPILED: dict[str, CompiledCodec] = {
     COMMAND: CompiledCodec(_load("command.v4.avsc"), encode_command, decode_command),
     EVENT: CompiledCodec(_load("event.v5.avsc"), encode_event, decode_event),
-    REJECTION: CompiledCodec(_load("rejection.v4.avsc"), encode_rejection, decode_rejection),
+    REJECTION: CompiledCodec(_load("rejection.v5.avsc"), encode_rejection, decode_rejection),
     STATE: CompiledCodec(_load("state.v3.avsc"), encode_state, decode_state),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Predecessor:
+    """An older version whose bodies are the compiled codec's own for the values it ``holds``.
+
+    Its schema differs from the compiled one only by enum symbols the compiled one added at the end, so a value
+    it holds has the same body in both: the codec writes such a value with the older version (its bytes, schema id
+    included, stay what they were: a rejection with a reason v4 has is still a v4 record), and reads data written
+    with it through the compiled decoder.
+    """
+
+    schema: Schema
+    holds: Callable[[Any], bool]
+
+
+_V4_REJECTION = _load("rejection.v4.avsc")
+_V4_REASONS = len(_symbols(_V4_REJECTION, "reason"))
+PREDECESSORS: dict[str, Predecessor] = {
+    REJECTION: Predecessor(_V4_REJECTION, lambda rej: _REASON_INDEX[rej.reason] < _V4_REASONS << 1),
 }
 
 if _symbols(COMPILED[EVENT].schema, "type") != [t.value for t in _EVENT_TYPES] or _symbols(
         COMPILED[COMMAND].schema, "kind") != list(_KIND_NAMES.values()) or _symbols(
-        COMPILED[REJECTION].schema, "reason") != [r.value for r in _REASONS]:
+        COMPILED[REJECTION].schema, "reason") != [r.value for r in _REASONS] or _symbols(
+        _V4_REJECTION, "reason") != [r.value for r in _REASONS[:_V4_REASONS]] or {
+        **_V4_REJECTION, "doc": None, "fields": None} != {**COMPILED[REJECTION].schema, "doc": None, "fields": None}:
     raise ImportError("schemas.compiled's enum orders differ from the committed schemas")

@@ -34,6 +34,8 @@ STATUS: dict[str, int] = {
     ReasonCode.RULE_VIOLATED: 422,
     ReasonCode.RULE_ERROR: 422,
     ReasonCode.RULES_VERSION_UNKNOWN: 422,  # the validator lacked the rules it was to decide under: refused, final
+    ReasonCode.UNIQUE_VIOLATION: 409,  # another object holds the value (commands.unique)
+    ReasonCode.OBJECT_HELD: 409,  # the object waits for a decision that spans objects: send it again
     "RESERVED_ID": 422,  # an object id in the namespace of Arbiter's own records (commands.ids.reserved)
     "RULES_INVALID": 422,
     "RULES_CONFLICT": 409,
@@ -78,6 +80,8 @@ _TITLES: dict[str, str] = {
     ReasonCode.IDEMPOTENCY_KEY_REUSED: "The Idempotency-Key was already used for a different request",
     ReasonCode.RULE_VIOLATED: "A rule of the team's rules refused the command",
     ReasonCode.RULE_ERROR: "A rule of the team's rules failed on the command, which is refused",
+    ReasonCode.UNIQUE_VIOLATION: "A value its type declares unique is held by another object",
+    ReasonCode.OBJECT_HELD: "The object waits for a decision that spans objects; send the command again",
     "RULES_INVALID": "The rules document does not compile",
     "RULES_CONFLICT": "A concurrent deploy took this rules version",
     "RULES_NOT_DEPLOYED": "No rules have been deployed",

@@ -17,6 +17,12 @@ class NotDrained(RescaleError):
     code = "RESCALE_NOT_DRAINED"
 
 
+class HoldsInFlight(RescaleError):
+    """A shard holds objects waiting for a decision that spans objects (app.validator.multi): not drained yet."""
+
+    code = "RESCALE_HOLDS_IN_FLIGHT"
+
+
 class RulesDiverged(RescaleError):
     """The old shards are on different rules versions (a deploy is half way), so no single version fits a new shard."""
 

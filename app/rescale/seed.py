@@ -19,7 +19,7 @@ from pyarrow import fs as pafs
 
 from app.errors import BrokerUnavailable
 from app.rescale.errors import NotDrained
-from app.rescale.split import M_RULES, merged_rules, route, seed_meta
+from app.rescale.split import M_HOLDS, M_RULES, merged_rules, refuse_holds, route, seed_meta
 from app.settings import Settings
 from app.validator.rocks.checkpoint import ShardStore, filesystem_of
 from app.validator.rocks.memory import shard_options
@@ -114,6 +114,7 @@ def split_into_seeds(settings: Settings, source: str, shards: int, target: str, 
     opts = shard_options(settings.rocks_memory_mb, settings.rocks_write_buffer_mb)
     new: dict[int, rocksdict.Rdict] = {}
     try:
+        refuse_holds((p, s.db.get(M_HOLDS)) for p, s in old.items())
         rules = [s.db.get(M_RULES) for s in old.values()]
         meta = seed_meta(merged_rules({} if r is None else {M_RULES: bytes(r)} for r in rules))
         todo = [p for p in range(partitions) if not ShardStore(target, p).has_seed()]  # done before a kill: kept

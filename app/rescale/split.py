@@ -7,18 +7,21 @@ id's commands to, so the write time (and with it the TTLs) and the dedup window 
 bookkeeping only ``m:rules`` carries over: every new shard gets the union of the versions the old shards have
 seen, and the version in force, which must be the same on every old shard (a deploy writes a control record
 to every partition; after a drain they agree unless a deploy is half way, refused as ``RESCALE_RULES_DIVERGED``).
-The rest (batch id, offsets, outputs of the last batch, lineage) belongs to the old checkpoint and is dropped.
-Any other key is refused (``RESCALE_UNKNOWN_KEY``): nothing is silently lost.
+The rest (batch id, offsets, outputs of the last batch, lineage) belongs to the old checkpoint and is dropped, but
+a shard that still holds objects for a decision spanning objects (``m:holds``, ``app.validator.multi``) is refused
+(``RESCALE_HOLDS_IN_FLIGHT``): its conversation has records to come. Any other key is refused
+(``RESCALE_UNKNOWN_KEY``): nothing is silently lost.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from itertools import islice
 
 import numpy as np
 
-from app.rescale.errors import RulesDiverged, UnknownShardKey
+from app.rescale.errors import HoldsInFlight, RulesDiverged, UnknownShardKey
 from app.validator.murmur2 import partition_for, positive_hashes
 from app.validator.rules import NO_RULES, ShardRules, decode_shard_rules, encode_shard_rules
 
@@ -26,6 +29,7 @@ STATE = b"s:"
 TOMB = b"t:"
 META = b"m:"
 M_RULES = b"m:rules"
+M_HOLDS = b"m:holds"  # objects waiting for decisions that span objects (``app.validator.rocks.shard``)
 M_SEEDED = b"m:seeded"  # written into every new shard: it came from a rescale (``app.validator.rocks.shard``)
 _EXPIRY = 8  # bytes of the big-endian expiry time in a tombstone key
 
@@ -41,6 +45,15 @@ def object_id_of(key: bytes) -> bytes | None:
     if key.startswith(META):
         return None
     raise UnknownShardKey(f"shard key {key[:40]!r} is neither state, tombstone index nor bookkeeping")
+
+
+def refuse_holds(holds: Iterable[tuple[int, bytes | None]]) -> None:
+    """Raise ``HoldsInFlight`` if any shard's ``m:holds`` (old partition, its value) holds an object."""
+    held = {p: len(json.loads(raw)) for p, raw in holds if raw is not None and json.loads(raw)}
+    if held:
+        raise HoldsInFlight(f"shards {sorted(held)} hold {sum(held.values())} objects waiting for decisions that span "
+                            "objects: let the validator run until their records are decided "
+                            "(docs/concepts/multi-object.md), then rescale")
 
 
 def merged_rules(shards: Iterable[Entries]) -> ShardRules:
@@ -106,6 +119,7 @@ def split(shards: Mapping[int, Entries], partitions: int, old: int | None = None
     """
     if partitions < 1:
         raise ValueError("partitions must be >= 1")
+    refuse_holds((p, entries.get(M_HOLDS)) for p, entries in shards.items())
     meta = seed_meta(merged_rules(shards.values()))
     out: dict[int, dict[bytes, bytes]] = {p: dict(meta) for p in range(partitions)}
     count = old if old is not None else max(shards, default=-1) + 1

@@ -80,7 +80,14 @@ def deploy(settings: Settings, text: str | bytes, *, principal: str, issuer: str
     """Check ``text``, claim the next version, and write its control record to every partition of ``commands``."""
     from app.rescale.generation import current_generation_settings
 
-    canonical = check(text, settings).document  # refuse before anything is written
+    compiled = check(text, settings)  # refuse before anything is written
+    canonical = compiled.document
+    if settings.state_backend != "rocksdb" and any(t.unique for t in compiled.types.values()):
+        # decisions that span objects run in the rocksdb shards only (app.validator.multi): the spark backend would
+        # decide such a document as if it declared no unique field, so it is refused here rather than ignored there
+        raise RulesInvalid(["/types: unique fields are enforced by the rocksdb state backend only; this deployment's "
+                            f"validator uses ARBITER_STATE_BACKEND={settings.state_backend}, which would not enforce "
+                            "them (docs/concepts/multi-object.md)"])
     current_generation_settings(settings)  # and during a rescale's cut-over (WRITES_PAUSED), before the claim
     digest = rules_digest(canonical)
     ensure_rules_topic(settings)

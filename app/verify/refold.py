@@ -18,9 +18,11 @@ from app.settings import Settings
 from app.signing import SIGNATURE_HEADER
 from app.traces import TRACEPARENT, TRACESTATE
 from app.validator.fold import InputRecord, OutputRecord, fold, limits_for
+from app.validator.multi import MULTI_CONTROL, fold_multi, is_multi, uses_multi
 from app.verify.generations import CommandTopics
 from app.verify.timeline import RulesTimeline
 from commands import Limits, ObjectState
+from commands.unique import Hold
 from schemas import parked as parked_codec
 
 
@@ -91,6 +93,7 @@ def refold(commands: Iterable[Row], timeline: RulesTimeline, settings: Settings,
     parked: list[OutputRecord] = []
     late: set[tuple[str, int, int]] = set()
     state: ObjectState | None = None
+    hold: Hold | None = None  # a decision spanning objects the key waits for (app.validator.multi)
     for topic, run in groupby(rows, key=lambda r: r.topic):
         records: list[InputRecord] = []
         cmd_rows: list[Row] = []
@@ -109,13 +112,15 @@ def refold(commands: Iterable[Row], timeline: RulesTimeline, settings: Settings,
                     outputs.append((out, (r.topic, r.partition, r.offset, r.timestamp_ms)))
                 continue
             records.append(InputRecord(r.key, r.value, r.topic, r.partition, r.offset, h.get(SIGNATURE_HEADER),
-                                       h.get(TRACEPARENT), h.get(TRACESTATE), None,
+                                       h.get(TRACEPARENT), h.get(TRACESTATE),
+                                       MULTI_CONTROL if is_multi(h.get(CONTROL_HEADER)) else None,
                                        timeline.version_at(r.topic, r.partition, r.offset, r.timestamp_ms)))
             cmd_rows.append(r)
-        decided, state = _fold_from(state, records, topics.settings(topic), limits, parked, timeline)
-        outputs += [(o, (r.topic, r.partition, r.offset, r.timestamp_ms)) for o, r in zip(decided, cmd_rows,
-                                                                                           strict=True)]
-        decisions += zip(cmd_rows, decided, strict=True)
+        decided, state, hold = _fold_from(state, hold, records, topics.settings(topic), limits, parked, timeline)
+        # A record may decide nothing yet (a held command, a claim): its command's outcome comes with the answer.
+        pairs = [(o, r) for o, r in zip(decided, cmd_rows, strict=True) if o is not None]
+        outputs += [(o, (r.topic, r.partition, r.offset, r.timestamp_ms)) for o, r in pairs]
+        decisions += [(r, o) for o, r in pairs]
     at = {(r.topic, r.partition, r.offset): r.timestamp_ms for r in rows}
     for copy in parked:  # a parked copy names its source record
         p = parked_codec.decode(copy[2])
@@ -125,9 +130,12 @@ def refold(commands: Iterable[Row], timeline: RulesTimeline, settings: Settings,
     return Refolded(outputs, decisions, frozenset(late), state)
 
 
-def _fold_from(state: ObjectState | None, records: list[InputRecord], settings: Settings, limits: Limits,
-               parked: list[OutputRecord], timeline: RulesTimeline) -> tuple[list[OutputRecord], ObjectState | None]:
-    """Fold one generation's records from ``state`` (the object's state where the previous generation left it)."""
+def _fold_from(state: ObjectState | None, hold: Hold | None, records: list[InputRecord], settings: Settings,
+               limits: Limits, parked: list[OutputRecord], timeline: RulesTimeline,
+               ) -> tuple[Sequence[OutputRecord | None], ObjectState | None, Hold | None]:
+    """Fold one generation's records from ``state`` and ``hold`` (where the previous generation left them), as the
+    validator's shard does: through ``fold_multi`` where the key is held, a record is a protocol record or the rules
+    declare a unique field."""
     loaded = False
 
     def load() -> ObjectState | None:
@@ -135,8 +143,12 @@ def _fold_from(state: ObjectState | None, records: list[InputRecord], settings: 
         loaded = True
         return state
 
-    decided, after, _ = fold(load, records, settings, limits, ordered=True, parked=parked, rules=timeline.shard_rules())
-    return decided, after if loaded else state  # no record decoded: the state is what it was
+    rules = timeline.shard_rules()
+    if hold is not None or any(is_multi(r.control) for r in records) or uses_multi(rules, {r.rules for r in records}):
+        done = fold_multi(load, hold, records, settings, limits, rules, parked)
+        return done.outputs, done.state if loaded else state, done.hold
+    decided, after, _ = fold(load, records, settings, limits, ordered=True, parked=parked, rules=rules)
+    return decided, after if loaded else state, None  # no record decoded: the state is what it was
 
 
 def _stored(r: Row) -> OutputRecord:

@@ -121,6 +121,15 @@ META_SCHEMA: dict[str, Any] = {
                         "additionalProperties": _POINTER,
                         "description": "Field name (as CEL sees it in state and next) to JSON pointer.",
                     },
+                    "unique": {
+                        "type": "array",
+                        "items": _NAME,
+                        "uniqueItems": True,
+                        "maxItems": MAX_TRACKED_FIELDS,
+                        "description": "Tracked fields whose non-null values one object of the type holds at a time: "
+                                       "a create or patch taking a value another object holds is refused "
+                                       "UNIQUE_VIOLATION (docs/concepts/multi-object.md).",
+                    },
                     "transitions": {
                         "type": "array",
                         "items": {

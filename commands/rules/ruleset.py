@@ -110,6 +110,7 @@ class TypeRules:
     # ``reads`` of the enforced guards alone: what they are handed (cel-cpp converts every member it is given, and
     # refuses an integer beyond 64 bits in any of them, so a member only a watching guard reads must not reach them).
     enforced_reads: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    unique: tuple[tuple[str, str], ...] = ()  # (tracked field name, pointer) of its unique fields (commands.unique)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +214,10 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str
             problems.append(f"{at}/tracked/{field_name}: pointer {ptr} is tracked as {seen_pointers[ptr]} too")
         seen_pointers[ptr] = field_name
     tracked = tuple((n, p, parse_pointer(p)) for n, p in sorted(tracked_spec.items()))
+    for i, unique_name in enumerate(spec.get("unique", ())):
+        if unique_name not in tracked_spec:
+            problems.append(f"{at}/unique/{i}: {unique_name!r} is not a tracked field of {name}")
+    unique = tuple((n, tracked_spec[n]) for n in sorted(spec.get("unique", ())) if n in tracked_spec)
     names: set[str] = set()
 
     def rule_name(local: str, where: str) -> str:
@@ -300,7 +305,8 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str
     return TypeRules(name, create, patch, tracked, spec.get("max_tracked_bytes", default_bound), tuple(transitions),
                      tuple(guards), needs_document, needs_patch, needs_times, by_kind, reads,
                      frozenset(p for _, p, _ in tracked), frozenset(t[0] for _, _, t in tracked), in_python,
-                     weighed, cost_caps, mode, {k: v for k, v in watching.items() if v}, enforced_reads)
+                     weighed, cost_caps, mode, {k: v for k, v in watching.items() if v}, enforced_reads,
+                     unique)
 
 
 def _free(weights: Mapping[str, int]) -> int:

@@ -19,12 +19,14 @@ from app.signing import SIGNATURE_HEADER, checker_for
 from app.validator.decode import decode_record
 from app.validator.fold import limits_for
 from app.validator.headers import ce_headers
+from app.validator.multi import is_multi
 from app.validator.murmur2 import partition_for
 from app.validator.outputs import outcome_record, record_size, too_large
 from app.validator.parking import park
 from app.validator.rules import NO_RULES, ShardRules, control_step, rules_checker
 from app.validator.topic_io import Record, produce, read_all
 from commands import Command, Event, ObjectState, Rejection, decide
+from commands.unique import Answer, Hold, answer_step, home_step, index_step, uniques_of
 from schemas import codec
 
 Out = tuple[str, bytes | None, bytes | None, int, tuple[tuple[str, bytes], ...]]
@@ -210,7 +212,8 @@ def assert_restart_decided_the_rest(settings: Settings, commands: list[Command])
 
 def expected_from_records(records: list[Record], settings: Settings, parked: list[Out] | None = None, *,
                           states: dict[str, ObjectState | None] | None = None,
-                          rules: dict[int, ShardRules] | None = None, start: ShardRules = NO_RULES) -> list[Out]:
+                          rules: dict[int, ShardRules] | None = None, start: ShardRules = NO_RULES,
+                          holds: dict[str, Hold] | None = None) -> list[Out]:
     """What the validator must write for the raw ``records`` of the commands topic, garbage and misrouted included.
 
     Its own loop, not ``app.validator.fold``: every record in (partition, offset) order is decoded
@@ -224,10 +227,15 @@ def expected_from_records(records: list[Record], settings: Settings, parked: lis
     ``states`` and ``rules`` (per partition: the versions seen, the one in force), when given, carry on across
     calls, and a partition not in ``rules`` starts from ``start``: a rescaled generation (``app.rescale``) goes
     on from the objects' states of the one before, each new partition with the rules all old ones were on.
+
+    Commands go through ``commands.unique.home_step`` (``decide``, holding an object that claims a unique value) and
+    protocol records (``arbiter-control: multi``) through its index and answer steps; ``holds`` carries on too. Each
+    key's records decide its state alone, so (partition, offset) order is the validator's for every key.
     """
     sizes, limits = size_limits(settings.max_message_bytes), limits_for(settings)
     states = {} if states is None else states
     rules = {} if rules is None else rules
+    holds = {} if holds is None else holds
     checker = rules_checker(settings)
     command_checker = checker_for(settings)
     out: list[Out] = []
@@ -242,6 +250,9 @@ def expected_from_records(records: list[Record], settings: Settings, parked: lis
                 out.append(outcome_record(step.outcome, settings, r.partition))
             continue
         signature = next((v for k, v in r.headers if k == SIGNATURE_HEADER), None)
+        if is_multi(headers.get(CONTROL_HEADER)):  # a protocol record between keys (app.validator.multi)
+            out += _protocol_step(r, signature, shard, states, holds, settings)
+            continue
         item, signed = decode_record(r.key, r.value, r.topic, r.partition, r.offset, partitions=settings.partitions,
                                      keep=sizes.keep_bytes, id_bytes=sizes.max_id_bytes, signature=signature,
                                      checker=command_checker)
@@ -252,16 +263,57 @@ def expected_from_records(records: list[Record], settings: Settings, parked: lis
             out.append(outcome_record(item, settings, r.partition))
             continue
         ruleset = shard.ruleset(shard.active)
-        d = decide(states.get(item.object_id), item, limits) if ruleset is None else \
-            decide(states.get(item.object_id), item, limits, rules=ruleset)
-        rec = outcome_record(d.outcome, settings, r.partition)
-        if record_size(rec) > sizes.max_record_bytes:
-            rec = too_large(d.outcome, record_size(rec), sizes, settings, r.key, r.value, r.topic, r.partition,
-                            r.offset)
-        elif d.accepted:
-            states[item.object_id] = d.state
-        out.append(rec)
+        state, hold = states.get(item.object_id), holds.get(item.object_id)
+        home = home_step(state, hold, item, uniques_of(ruleset), limits, ruleset)
+        if home.hold is not None and hold is None:  # held: its event must fit a record, checked before any claim
+            would = decide(state, item, limits, ruleset).outcome
+            if record_size(outcome_record(would, settings, r.partition)) > sizes.max_record_bytes:
+                out.append(too_large(would, record_size(outcome_record(would, settings, r.partition)), sizes,
+                                     settings, r.key, r.value, r.topic, r.partition, r.offset))
+                continue
+        if home.outcome is not None:
+            rec = outcome_record(home.outcome, settings, r.partition)
+            if record_size(rec) > sizes.max_record_bytes:
+                out.append(too_large(home.outcome, record_size(rec), sizes, settings, r.key, r.value, r.topic,
+                                     r.partition, r.offset))
+                continue
+            out.append(rec)
+            if isinstance(home.outcome, Event):
+                states[item.object_id] = home.state
+        _hold(holds, item.object_id, home.hold)
     return out
+
+
+def _hold(holds: dict[str, Hold], key: str, hold: Hold | None) -> None:
+    if hold is None:
+        holds.pop(key, None)
+    else:
+        holds[key] = hold
+
+
+def _protocol_step(r: Record, signature: bytes | None, shard: ShardRules, states: dict[str, ObjectState | None],
+                   holds: dict[str, Hold], settings: Settings) -> list[Out]:
+    """What one protocol record decides (``commands.unique``'s steps), with the validator's own signature check."""
+    from app.validator.fold import InputRecord
+    from app.validator.multi import read_message
+
+    keep = size_limits(settings.max_message_bytes).keep_bytes
+    message = read_message(InputRecord(r.key, r.value, r.topic, r.partition, r.offset, signature), settings, keep)
+    if isinstance(message, Rejection):
+        return [outcome_record(message, settings, r.partition)]
+    if not isinstance(message, Answer):
+        step = index_step(states.get(message.index), message)
+        states[message.index] = step.entry
+        return []
+    hold = holds.get(message.home)
+    ruleset = shard.ruleset(hold.rules_version if hold is not None else shard.active)
+    result = answer_step(states.get(message.home), hold, message, uniques_of(ruleset), limits_for(settings), ruleset)
+    _hold(holds, message.home, result.hold)
+    if result.outcome is None:
+        return []
+    if isinstance(result.outcome, Event):
+        states[message.home] = result.state
+    return [outcome_record(result.outcome, settings, r.partition)]
 
 
 def stop_validator(job: subprocess.Popen[bytes]) -> None:

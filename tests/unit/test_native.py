@@ -85,10 +85,11 @@ def test_compiled_build_writes_the_pure_sources_bytes(built: str) -> None:
 def test_the_corpus_covers_every_path() -> None:
     digest, seen = run()
     # MISROUTED and UNAUTHENTICATED come from app.validator.decode (a record's partition and signature), not decide,
-    # and RULES_VERSION_UNKNOWN from the validator's rules versions
+    # RULES_VERSION_UNKNOWN from the validator's rules versions, UNIQUE_VIOLATION and OBJECT_HELD from commands.unique
     outcomes = {t.value for t in EventType} | {r.value for r in ReasonCode
                                                if r not in (ReasonCode.MISROUTED, ReasonCode.UNAUTHENTICATED,
-                                                            ReasonCode.RULES_VERSION_UNKNOWN)}
+                                                            ReasonCode.RULES_VERSION_UNKNOWN,
+                                                            ReasonCode.UNIQUE_VIOLATION, ReasonCode.OBJECT_HELD)}
     outcomes.discard(ReasonCode.UNSUPPORTED_SCHEMA.value)  # only undecodable records have it
     assert outcomes <= set(seen), outcomes - set(seen)
     assert {"undecodable MALFORMED", "undecodable UNSUPPORTED_SCHEMA", "recent 4", "recent 16", "pickled"} <= set(seen)

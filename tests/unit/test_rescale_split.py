@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.rescale.errors import RulesDiverged, UnknownShardKey
-from app.rescale.split import M_RULES, M_SEEDED, merged_rules, split
+from app.rescale.errors import HoldsInFlight, RulesDiverged, UnknownShardKey
+from app.rescale.split import M_HOLDS, M_RULES, M_SEEDED, merged_rules, split
 from app.validator.murmur2 import partition_for
 from app.validator.rules import ShardRules, decode_shard_rules, encode_shard_rules
 
@@ -95,6 +95,14 @@ def test_shards_on_different_versions_are_refused() -> None:
         merged_rules([a, {}])  # a shard with no rules beside one with: also a deploy half way
     with pytest.raises(RulesDiverged, match="different documents"):
         merged_rules([a, {M_RULES: encode_shard_rules(ShardRules({1: "z"}, 1))}])
+
+
+def test_a_shard_holding_objects_for_a_decision_in_flight_is_refused() -> None:
+    """Holds are the old checkpoint's bookkeeping, not split: a rescale waits until no conversation is in flight."""
+    held = {M_HOLDS: b'{"user-1":{}}', b"s:user-1": b"x" * 9}
+    with pytest.raises(HoldsInFlight, match=r"shards \[1\] hold 1 objects"):
+        split({0: {M_HOLDS: b"{}"}, 1: held}, 3)
+    assert split({0: {M_HOLDS: b"{}"}, 1: {}}, 2)  # holds that all ended: nothing to wait for
 
 
 def test_no_rules_anywhere_gives_new_shards_without_rules() -> None:

@@ -43,8 +43,15 @@ CASES: list[tuple[Any, str, Callable[[Any], bytes], Callable[[Any], records.Reco
 IDS = ["command", "event", "state", "rejection"]
 
 
+#: Rejection v4: what a rejection whose reason v4 has is written with (v5 only added reasons: issue 53).
+REJECTION_V4 = next(v for v in CATALOG.versions() if v.subject == REJECTION and v.version == 4)
+V4_REASONS = {s for f in REJECTION_V4.schema["fields"] if f["name"] == "reason" for s in f["type"]["symbols"]}
+
+
 def fastavro_bytes(subject: str, record: records.Record) -> bytes:
     version = CATALOG.latest(subject)
+    if subject == REJECTION and record["reason"] in V4_REASONS:
+        version = REJECTION_V4
     buf = io.BytesIO()
     buf.write(b"\x00" + struct.pack(">I", version.schema_id))
     fastavro.schemaless_writer(buf, version.parsed, record)

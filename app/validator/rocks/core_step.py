@@ -18,9 +18,9 @@ from app.signing import checker_for
 from app.validator.fold import InputRecord, limits_for
 from app.validator.headers import source
 from commands.rules import RuleSet
-from schemas.catalog import COMMAND, EVENT, REJECTION, STATE, SchemaCatalog
+from schemas.catalog import COMMAND, EVENT, REJECTION, STATE, SchemaCatalog, SchemaVersion
 from schemas.codec import default_codec
-from schemas.compiled import COMPILED
+from schemas.compiled import COMPILED, PREDECESSORS
 from schemas.wire import header
 
 # The schema versions the core reads and writes (core/src/model.rs); another newest version turns the core off.
@@ -32,11 +32,24 @@ FALLBACKS = {1: "record", 2: "payload", 3: "state", 4: "too_large", 5: "traced",
 KeyResult = int | tuple[list[Any], bytes | None, bool]
 
 
+def written(catalog: SchemaCatalog, subject: str) -> SchemaVersion:
+    """Return the version the codec writes the core's values of ``subject`` with: the newest, or its predecessor
+    (``schemas.compiled.PREDECESSORS``: the core writes none of the reasons a newer rejection schema added)."""
+    latest = catalog.latest(subject)
+    pred = PREDECESSORS.get(subject)
+    if pred is not None and COMPILED[subject].schema == latest.schema:
+        older = [v for v in catalog.versions() if v.subject == subject and v.schema == pred.schema]
+        if older:
+            return older[0]
+    return latest
+
+
 def unusable(catalog: SchemaCatalog = default_codec.catalog) -> str | None:
     """Return why the core cannot decide with this codec's schemas (not the versions it implements), or None."""
     for subject, version in CORE_SCHEMAS.items():
         latest = catalog.latest(subject)
-        if latest.version != version or COMPILED[subject].schema != latest.schema:
+        wrote = written(catalog, subject)
+        if wrote.version != version or COMPILED[subject].schema != latest.schema:
             return f"{subject}'s newest schema is v{latest.version}, the core implements v{version}"
     return None
 
@@ -60,7 +73,7 @@ def core_config(core: ModuleType, settings: Settings, partition: int, now_ms: in
         "max_id_bytes": limits.max_id_bytes, "max_json_depth": limits.max_json_depth, "record_keys": keys,
         "command_header": header(catalog.latest(COMMAND).schema_id), "state_header": header(catalog.latest(STATE).schema_id),
         "event_header": header(catalog.latest(EVENT).schema_id),
-        "rejection_header": header(catalog.latest(REJECTION).schema_id),
+        "rejection_header": header(written(catalog, REJECTION).schema_id),
         "rules_version": ruleset.version if ruleset is not None else None, "rules": core_rules(core, ruleset),
         "topic_events": settings.topic_events, "topic_rejections": settings.topic_rejections,
         "ce_source": source(settings.topic_commands_source or settings.topic_commands),

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 
 from app.traces import TRACEPARENT, TRACESTATE
 from app.validator.fold import OutputRecord
-from app.validator.headers import ce_headers
+from app.validator.headers import Headers, ce_headers
 from app.validator.rocks.checkpoint import CheckpointCorrupt
 from schemas import codec
 from schemas.parked import MAGICS as PARKED_MAGIC
@@ -80,13 +80,19 @@ def encode_outputs(outputs: Sequence[OutputRecord]) -> bytes:
     return b"".join(parts)
 
 
-def decode_outputs(data: bytes, commands_topic: str) -> list[OutputRecord]:
+def decode_outputs(data: bytes, commands_topic: str,
+                   protocol: Callable[[bytes, bytes], Headers] | None = None) -> list[OutputRecord]:
     """Parse ``encode_outputs``' bytes (headers derived from each value, as decided from ``commands_topic``), or
-    an earlier version's framing: with stored headers, or headerless (64- or 32-bit lengths)."""
+    an earlier version's framing: with stored headers, or headerless (64- or 32-bit lengths).
+
+    ``protocol`` gives the headers of a protocol record (``app.validator.multi``: JSON, never an Avro outcome) from
+    its key and value."""
     # a parked record (schemas.parked, never an Avro outcome: no magic byte 0) is written without headers
     if data.startswith(OUTPUTS_V5):
-        return [(t, k, v, p, () if v.startswith(PARKED_MAGIC) else ce_headers(codec.decode_outcome(v), commands_topic)
-                 + trace) for t, k, v, p, trace in _decode(data, len(OUTPUTS_V5), _Q, with_trace=True)]
+        return [(t, k, v, p, () if v.startswith(PARKED_MAGIC) else
+                 protocol(k or b"", v) if protocol is not None and v[:1] == b"{" else
+                 ce_headers(codec.decode_outcome(v), commands_topic) + trace)
+                for t, k, v, p, trace in _decode(data, len(OUTPUTS_V5), _Q, with_trace=True)]
     if data.startswith(OUTPUTS_V4):
         return [(t, k, v, p, () if v.startswith(PARKED_MAGIC) else ce_headers(codec.decode_outcome(v), commands_topic))
                 for t, k, v, p, _ in _decode(data, len(OUTPUTS_V4), _Q)]

@@ -35,6 +35,7 @@ from app.rules.control import is_control
 from app.settings import Settings
 from app.validator.fold import InputRecord, OutputRecord, fold, limits_for
 from app.validator.lock import FileLock, rocks_root
+from app.validator.multi import decode_holds, encode_holds, fold_multi, is_multi, message_headers, uses_multi
 from app.validator.outputs import outcome_record, source_topic
 from app.validator.rocks.checkpoint import Changelog, CheckpointCorrupt, Entry, ShardStore, encode_changelog
 from app.validator.rocks.core_step import FALLBACKS, KeyResult, core_config, decide_keys
@@ -43,6 +44,7 @@ from app.validator.rocks.frames import chunk_entries, decode_outputs, encode_out
 from app.validator.rocks.memory import shard_options
 from app.validator.rules import ShardRules, control_step, decode_shard_rules, encode_shard_rules, rules_checker
 from commands import ObjectState
+from commands.unique import Hold
 from schemas import codec
 
 STATE = b"s:"
@@ -56,6 +58,7 @@ M_LINEAGE = b"m:lineage"  # this local database's id for incremental snapshots (
 M_SEED = b"m:seed"        # the SST list of the snapshot it was restored from (local only)
 M_RULES = b"m:rules"      # the rules versions this shard has seen and the one in force (app.validator.rules)
 M_SEEDED = b"m:seeded"    # in a database restored from a rescale's seed (app.rescale.split): do not fetch it again
+M_HOLDS = b"m:holds"      # objects waiting for decisions that span objects (app.validator.multi)
 
 _Q = struct.Struct(">q")
 _QQ = struct.Struct(">qq")
@@ -192,6 +195,8 @@ class Shard:
         self.counters: Counter[str] = Counter()
         self.cache = StateCache(cache_mb << 20)
         self._rules: ShardRules | None = None  # as stored under M_RULES, read on first use
+        self._holds: dict[str, Hold] | None = None  # as stored under M_HOLDS, read on first use
+        self._holds_next: dict[str, Hold] | None = None  # what the batch being written leaves held
         self._switched = False
         self._core_module: ModuleType | None | bool = False  # False: not looked up yet
 
@@ -218,6 +223,12 @@ class Shard:
             self._rules = decode_shard_rules(self.db.get(M_RULES))
         return self._rules
 
+    def holds(self) -> dict[str, Hold]:
+        """Return the objects of this shard held by a decision that spans objects, by id."""
+        if self._holds is None:
+            self._holds = decode_holds(self.db.get(M_HOLDS))
+        return self._holds
+
     def last_batch(self) -> int:
         raw = self.db.get(M_BATCH)
         return -1 if raw is None else _Q.unpack(raw)[0]
@@ -226,6 +237,7 @@ class Shard:
         """Replay a changelog from the checkpoint location into the local database."""
         self.cache.clear()  # the states change under the cache
         self._rules = None  # and maybe the rules
+        self._holds = None  # and the holds
         wb = rocksdict.WriteBatch(raw_mode=True)
         _put_all(wb, log.entries)
         _put_all(wb, chunk_entries(M_LOG, data, self.db.get(M_LOG)))
@@ -246,7 +258,8 @@ class Shard:
                                       f"{_QQ.unpack(span)}: refusing to decide one batch twice")
             if batch_id not in self.store.changelogs():
                 self.store.put_changelog(self._read(M_LOG))
-            return ShardResult(decode_outputs(self._read(M_OUT), source_topic(settings)), True, self.restored_from)
+            return ShardResult(decode_outputs(self._read(M_OUT), source_topic(settings), partial(message_headers, settings)),
+                               True, self.restored_from)
         if last > batch_id:
             raise ShardStateError(f"shard {records[0].partition} has applied batch {last}, Spark asks for older "
                                   f"batch {batch_id}: the state belongs to another checkpoint or run")
@@ -265,6 +278,8 @@ class Shard:
         self.db.write(wb)  # one atomic write, WAL on: states, outputs and batch id together or not at all
         if self._switched:
             self._rules, self._switched = None, False
+        if self._holds_next is not None:
+            self._holds, self._holds_next = self._holds_next, None
         for key, written, state, size in decided:  # stored now: the cache may hold them as decoded
             self.cache.put(key, written, state, size)
         self.store.put_changelog(log)
@@ -291,7 +306,7 @@ class Shard:
                 entries: list[Entry], decided: list[tuple[bytes, int, ObjectState, int]]) -> list[OutputRecord]:
         """Fold each key's records over its state; append the writes to ``entries`` and the new states to ``decided``."""
         outputs: list[OutputRecord | None] = [None] * len(records)
-        records, rules = self._apply_controls(records, settings, entries, outputs)
+        records, rules, multi = self._apply_controls(records, settings, entries, outputs)
         # Group by key keeping offset order (check_order has verified it), so fold need not sort.
         by_key: dict[bytes | None, tuple[list[int], list[InputRecord]]] = {}
         for i, r in enumerate(records):
@@ -303,6 +318,9 @@ class Shard:
             else:
                 group[0].append(i)
                 group[1].append(r)
+        holds = self.holds()
+        if holds or multi or (rules.active is not None and uses_multi(rules, {r.rules for r in records if r is not None})):
+            return self._decide_multi(by_key, holds, rules, settings, now_ms, entries, decided, outputs)
         cache = self.cache
         cached: dict[bytes, tuple[int, ObjectState]] = {}
         keys: list[bytes] = []
@@ -382,6 +400,57 @@ class Shard:
                     entries.append((TOMB + _Q.pack(now_ms + settings.tombstone_ttl_ms) + key, b""))
         return [o for o in outputs if o is not None] + parked
 
+    def _decide_multi(self, by_key: dict[bytes | None, tuple[list[int], list[InputRecord]]], holds: dict[str, Hold],
+                      rules: ShardRules, settings: Settings, now_ms: int, entries: list[Entry],
+                      decided: list[tuple[bytes, int, ObjectState, int]],
+                      outputs: list[OutputRecord | None]) -> list[OutputRecord]:
+        """``_decide`` for a batch with multi-object work (app.validator.multi): every key in Python, with its hold."""
+        if self._core(settings) is not None:  # the core could have run: these records are its fallbacks, so counted
+            held_back = sum(len(idx) for idx, _ in by_key.values())
+            self.counters["core_fallback_records"] += held_back
+            self.counters["core_fallback_multi"] += held_back
+        keys = [k for k in by_key if k is not None and self.cache.get(k) is None]
+        stored = dict(zip(keys, self.db.get([STATE + k for k in keys]) if keys else [], strict=True))
+        limits = limits_for(settings)
+        parked: list[OutputRecord] = []
+        sent: list[OutputRecord] = []  # protocol records, after every outcome
+        stamp = _Q.pack(now_ms)
+        after = dict(holds)
+        for key, (idx, recs) in by_key.items():
+            hit = self.cache.get(key) if key is not None else None
+            if hit is not None:
+                load = partial(aged_state, hit[1], hit[0], now_ms, settings)
+            else:
+                load = partial(self._load, key, stored.get(key) if key is not None else None, now_ms, settings)
+            name = key.decode("utf-8", "surrogateescape") if key is not None else None
+            done = fold_multi(load, after.get(name) if name is not None else None, recs, settings, limits, rules,
+                              parked)
+            if len(done.outputs) != len(idx):
+                raise ShardStateError(f"fold_multi returned {len(done.outputs)} outcomes for {len(idx)} records")
+            for i, o in zip(idx, done.outputs, strict=True):
+                outputs[i] = o
+            sent += done.sent
+            if name is not None and done.hold_changed:
+                if done.hold is None:
+                    after.pop(name, None)
+                else:
+                    after[name] = done.hold
+            if done.changed and key is not None:
+                self.cache.discard(key)
+                if done.state is None:
+                    entries.append((STATE + key, None))
+                    continue
+                value = stamp + codec.encode_state(done.state)
+                entries.append((STATE + key, value))
+                if cacheable(done.state):
+                    decided.append((key, now_ms, done.state, len(value)))
+                if done.state.deleted:
+                    entries.append((TOMB + _Q.pack(now_ms + settings.tombstone_ttl_ms) + key, b""))
+        if after != holds:
+            entries.append((M_HOLDS, encode_holds(after)))
+            self._holds_next = after
+        return [o for o in outputs if o is not None] + parked + sent
+
     def _core(self, settings: Settings) -> ModuleType | None:
         """Return the compiled core when ``settings.core`` allows it, a verified build exists and the schemas fit."""
         if self._core_module is False:
@@ -390,20 +459,23 @@ class Shard:
         return self._core_module or None
 
     def _apply_controls(self, records: Sequence[InputRecord], settings: Settings, entries: list[Entry],
-                        outputs: list[OutputRecord | None]) -> tuple[list[InputRecord | None], ShardRules]:
+                        outputs: list[OutputRecord | None]) -> tuple[list[InputRecord | None], ShardRules, bool]:
         """Apply the batch's control records in offset order; tag each command with the rules version at its offset.
 
-        Returns the records with each control record replaced by None (its output is in ``outputs``) and the
-        shard's rules after the batch; a switch adds the new rules to ``entries``, so it is written, logged and
-        snapshotted with the states it decided.
+        Returns the records with each control record replaced by None (its output is in ``outputs``), the
+        shard's rules after the batch and whether a protocol record (``app.validator.multi``) is among them; a
+        switch adds the new rules to ``entries``, so it is written, logged and snapshotted with the states it decided.
         """
         rules = self.rules()
         if rules.active is None and not any(r.control for r in records):
-            return list(records), rules  # the common case: no rules, nothing to tag
+            return list(records), rules, False  # the common case: no rules, nothing to tag, no protocol record
         checker, keep = rules_checker(settings), size_limits(settings.max_message_bytes).keep_bytes
         tagged: list[InputRecord | None] = []
         before = rules
+        multi = False
         for i, r in enumerate(records):
+            if r.control is not None and is_multi(r.control):
+                multi = True
             if is_control(r.control):
                 step = control_step(rules, r.key, r.value, r.signature, r.topic, r.partition, r.offset, checker, keep)
                 rules = step.rules
@@ -415,7 +487,7 @@ class Shard:
         if rules is not before:
             self._switched = True  # re-read after the batch's write: the stored rules are the truth
             entries.append((M_RULES, encode_shard_rules(rules)))
-        return tagged, rules
+        return tagged, rules, multi
 
     def _load(self, key: bytes | None, raw: bytes | None, now_ms: int, settings: Settings) -> ObjectState | None:
         """Return ``load_state`` of ``raw``; keep the state as decoded in the cache."""

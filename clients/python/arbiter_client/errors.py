@@ -217,7 +217,7 @@ CODES: dict[str, type[ArbiterError]] = {
 }
 CODES.update({"RULE_VIOLATED": RuleViolated, "RULE_ERROR": RuleError, "RULES_VERSION_UNKNOWN": Rejected,
               "RULES_INVALID": BadRequest, "RULES_CONFLICT": RulesConflict, "RULES_NOT_DEPLOYED": NotFound,
-              "RESERVED_ID": BadRequest})
+              "RESERVED_ID": BadRequest, "UNIQUE_VIOLATION": Rejected, "OBJECT_HELD": Rejected})
 #: Codes the client knows ahead of the server (none now).
 PENDING_CODES: frozenset[str] = frozenset()
 
