@@ -200,7 +200,7 @@ def test_the_rules_quick_starts_run_as_printed(history: Settings) -> None:
     history (last in this module: they deploy a new version)."""
     env = _env(history, 0)
     out = run_shell("rules-quick-start.sh", env)  # bash -e: verify replay's exit 1 on a divergence fails it
-    assert "orders.yaml: OK, digest" in out and re.search(r"^rules version \d+ \([^)]+\) deployed, by", out, re.M), out
+    assert "orders.yaml: OK, digest" in out and re.search(r"^rules version \d+ \([^)]+\) deployed, deployed_by ", out, re.M), out
     assert (ROOT / "var" / "flips.html").is_file()
     out = run_shell("rules-deploy.sh", env)
     assert "already the newest version" in out and "finance-approves-large" in out, out
