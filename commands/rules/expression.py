@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from commands.rules.bounds import MAX_EXPRESSION_CHARS, MAX_EXPRESSION_DEPTH
+from commands.rules.bounds import MAX_EXPRESSION_CHARS, MAX_EXPRESSION_DEPTH, MAX_INLINED_CHARS
 from commands.rules.checked_ast import (
     CALL,
     COMPREHENSION,
@@ -209,12 +209,20 @@ def compile_expression(env: Any, expr: str, *, int_result: bool = False,  # noqa
 
 
 def compile_guard(env: Any, expr: str, tracked: tuple[str, ...], *,  # noqa: ANN401
-                  message: bool = False) -> tuple[Any, Node | None, list[str]]:
+                  message: bool = False, written: str | None = None) -> tuple[Any, Node | None, list[str]]:
     """Return a guard's program, its checked AST and its problems (its text's, then cel-cpp's, then the AST's).
 
-    With ``message``, the guard's ``message_expression``: the same bounds and variables, a string result.
+    With ``message``, the guard's ``message_expression``: the same bounds and variables, a string result. With
+    ``written``, ``expr`` is that text with its parameters' values inline (``commands.rules.params``): the text
+    bounds are checked on the text as written.
     """
-    problems = text_problems(expr)
+    problems = text_problems(expr if written is None else written)
+    if not problems and written is not None:
+        if len(expr) > MAX_INLINED_CHARS:
+            problems = [f"with its parameters' values inline the expression has {len(expr)} characters, over "
+                        f"{MAX_INLINED_CHARS}"]
+        elif _depth(expr) > MAX_EXPRESSION_DEPTH:
+            problems = [f"with its parameters' values inline, brackets are nested deeper than {MAX_EXPRESSION_DEPTH}"]
     if problems:
         return None, None, problems
     program, why = compile_expression(env, expr, string_result=message)
