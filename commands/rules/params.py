@@ -23,7 +23,8 @@ import json
 import re
 from typing import Any
 
-from commands.rules.document import RulesInvalid, canonical_json, parse_rules
+from commands.rules.document import RulesInvalid, canonical_json, json_value, parse_rules
+from commands.rules.expression import code_spans
 
 #: The variable a guard reads parameters through.
 PARAMS = "params"
@@ -50,35 +51,6 @@ def cel_literal(value: Any) -> str:  # noqa: ANN401 - any JSON value
     raise TypeError(f"not a JSON value: {value!r}")
 
 
-def _code_spans(expr: str) -> list[tuple[int, int, bool]]:
-    """Return ``expr`` cut into (start, end, is_code) spans: code, and string literals and ``//`` comments (CEL's
-    lexis, as ``commands.rules.expression._depth`` reads it)."""
-    from commands.rules.expression import _raw_prefix
-
-    spans: list[tuple[int, int, bool]] = []
-    start = i = 0
-    n = len(expr)
-    while i < n:
-        ch = expr[i]
-        if ch == "/" and expr.startswith("//", i):
-            end = expr.find("\n", i)
-            end = n if end < 0 else end + 1
-        elif ch in "'\"":
-            quote = ch * 3 if expr.startswith(ch * 3, i) else ch
-            raw = _raw_prefix(expr, i)
-            end = i + len(quote)
-            while end < n and not expr.startswith(quote, end):
-                end += 2 if expr[end] == "\\" and not raw else 1
-            end = min(n, end + len(quote))
-        else:
-            i += 1
-            continue
-        spans += [(start, i, True), (i, end, False)]
-        start = i = end
-    spans.append((start, n, True))
-    return [s for s in spans if s[0] < s[1]]
-
-
 def substitute(expr: str, params: dict[str, Any]) -> tuple[str, set[str], list[str]]:
     """Return ``expr`` with each ``params.<name>`` in its code replaced by ``(<literal>)``, the names it reads, and a
     problem for each name ``params`` does not declare."""
@@ -93,7 +65,7 @@ def substitute(expr: str, params: dict[str, Any]) -> tuple[str, set[str], list[s
             return m.group(0)
         return f"({cel_literal(params[name])})"
 
-    out = "".join(_READ.sub(literal, expr[a:b]) if code else expr[a:b] for a, b, code in _code_spans(expr))
+    out = "".join(_READ.sub(literal, expr[a:b]) if code else expr[a:b] for a, b, code in code_spans(expr))
     return out, names, list(dict.fromkeys(problems))
 
 
@@ -122,17 +94,7 @@ def schema_problems(value: dict[str, Any]) -> list[str]:
 def parameters_file(text: str | bytes) -> dict[str, Any]:
     """Return the ``parameters`` of a parameters file: a YAML or JSON document holding only a ``parameters`` map (a
     rules document's section, deployable alone); raise RulesInvalid."""
-    import yaml
-
-    from commands.rules.document import _loader, _plain_json_problems
-
-    try:
-        value = yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader, refusing aliases and depth
-    except yaml.YAMLError as e:
-        raise RulesInvalid([f"(parameters): not YAML or JSON text: {e}"]) from e
-    problems = _plain_json_problems(value)
-    if problems:
-        raise RulesInvalid(problems)
+    value = json_value(text, "(parameters)")
     if not isinstance(value, dict) or set(value) != {"parameters"} or not isinstance(value["parameters"], dict):
         raise RulesInvalid(["(parameters): a parameters file is one map, `parameters: {name: value, ...}`, and "
                             "nothing else"])
