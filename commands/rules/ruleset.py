@@ -69,7 +69,10 @@ class Guard:
     reads: frozenset[tuple[str, str]] = frozenset()  # (variable, member) it reads: a trace's inputs
     message_program: Any = None  # its ``message_expression`` compiled (a string-valued CEL program), or None
     message_cost: CostFunction | None = None  # that expression's bound, priced as a guard's
-    params: frozenset[str] = frozenset()  # the parameters it (or its message expression) reads: ``params.<name>``
+    # The parameters it (or its message expression) reads, ``params.<name>``: (name, canonical JSON of the value
+    # inlined), in name order (``commands.rules.params``; a trace lists them with its inputs).
+    params: tuple[tuple[str, str], ...] = ()
+    text: str = ""  # its expression as compiled: with its parameters' values inline (what another evaluator runs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +288,8 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str
                 message_cost = cost_function(message_tree)
         guards.append(Guard(rule, program, g["message"], frozenset(g.get("kinds", DEFAULT_KINDS)), pointers, cost,
                             g.get("mode", mode), frozenset(reads_of), message_program, message_cost,
-                            frozenset(read_params)))
+                            tuple((n, canonical_json(params[n])) for n in sorted(read_params) if params is not None
+                                  and n in params), expr))
         exprs[rule] = expr
     needs_document = ("command", "document") in read
     needs_patch = ("command", "patch") in read

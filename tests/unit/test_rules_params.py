@@ -63,7 +63,21 @@ def test_a_guard_reads_the_parameter_and_its_message_names_it() -> None:
         else:
             assert isinstance(last.outcome, Rejection) and last.outcome.rule == "order:finance-approves-large"
             assert last.outcome.rule_message == f"approval over {limit} needs finance"
-    assert _with_limit(10000).types["order"].guards[0].params == frozenset({"finance_limit"})
+    guard = _with_limit(10000).types["order"].guards[0]
+    assert guard.params == (("finance_limit", "10000"),) and "> (10000)" in guard.text and "params" not in guard.text
+
+
+def test_explain_lists_the_parameters_a_guard_read() -> None:
+    from commands.rules.trace import RuleTrace
+
+    rules = _with_limit(10000)
+    state = _run(rules, [("create", 20000, ()), ("update", "submitted", ())])
+    trace = RuleTrace()
+    decision = decide(state, UpdateObject("u9", "o1", "alice", T0, patch=json.dumps({"status": "approved"})),
+                      rules=rules, trace=trace)
+    assert isinstance(decision.outcome, Rejection)
+    [step] = [s for s in trace.steps if s.rule == "order:finance-approves-large"]
+    assert step.inputs["params.finance_limit"] == 10000 and step.inputs["next.amount"] == 20000, step.inputs
 
 
 def test_a_parameter_change_is_another_digest() -> None:
