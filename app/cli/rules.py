@@ -30,6 +30,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         help="who deploys (deployed_by in the catalog, GET /rules and the audit trail; default: "
                         "cli:<OS user>)")
     deploy.set_defaults(handler=_deploy)
+    params = actions.add_parser("params", help="the named parameters guards read as params.<name>: deploy a "
+                                "parameters file (`parameters: {...}`) as the next version, or show those in force")
+    params_actions = params.add_subparsers(dest="params_action", required=True)
+    params_deploy = params_actions.add_parser("deploy", help="the newest document with its parameters replaced by "
+                                              "FILE's, checked and deployed as the next version (a control record "
+                                              "on every partition); run what-if --params FILE first")
+    params_deploy.add_argument("file", type=Path)
+    params_deploy.add_argument("--deployed-by", "--operator", dest="operator",
+                               help="who deploys (deployed_by; default: cli:<OS user>)")
+    params_deploy.set_defaults(handler=_params_deploy)
+    params_show = params_actions.add_parser("show", help="print the parameters of the newest version (JSON)")
+    params_show.set_defaults(handler=_params_show)
     show = actions.add_parser("show", help="print the newest deployed version (with --document, its document; "
                               "with --all, every version: who deployed it, when)")
     show.add_argument("--document", action="store_true")
@@ -38,6 +50,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     what_if = actions.add_parser("what-if", help="fold the archive with the rules in force and with CANDIDATE "
                                  "switched in; report every decision that flips (README \"Verify\")")
     what_if.add_argument("file", type=Path)
+    what_if.add_argument("--params", action="store_true", help="FILE is a parameters file: the candidate is the "
+                         "newest deployed document with its parameters replaced (what rules params deploy would "
+                         "deploy)")
     what_if.add_argument("--since", help="switch the candidate in at this RFC 3339 time (default: the beginning)")
     what_if.add_argument("--html", type=Path, help="also write the self-contained HTML report here")
     what_if.add_argument("--tail", action="store_true", help="also the records the topics hold past the archive (a "
@@ -105,7 +120,7 @@ def _test(args: argparse.Namespace) -> int:
 
 
 def _deploy(args: argparse.Namespace) -> int:
-    from app.rules.deploy import deploy
+    from app.rules.deploy import deploy, deploy_parameters
     from commands.rules import RulesInvalid
 
     text = _read(args.file)
@@ -113,7 +128,8 @@ def _deploy(args: argparse.Namespace) -> int:
         return 2
     operator = args.operator or f"cli:{getpass.getuser()}"
     try:
-        done = deploy(get_settings(), text, principal=operator)
+        done = (deploy_parameters if getattr(args, "params_action", None) else deploy)(
+            get_settings(), text, principal=operator)
     except RulesInvalid as e:
         _print_problems(args.file, e)
         return 1
@@ -125,6 +141,24 @@ def _deploy(args: argparse.Namespace) -> int:
               "(arbiter rules what-if FILE shows first which past decisions a document flips)")
     for partition, offset in sorted(done.offsets.items()):
         print(f"  {get_settings().topic_commands}[{partition}]@{offset}")
+    return 0
+
+
+def _params_deploy(args: argparse.Namespace) -> int:
+    return _deploy(args)
+
+
+def _params_show(args: argparse.Namespace) -> int:
+    from app.rules.catalog import current
+    from commands.rules.document import parse_rules
+    from commands.rules.params import parameters_of
+
+    newest = current(get_settings())
+    if newest is None:
+        print("no rules deployed")
+        return 0
+    print(json.dumps({"version": newest.version, "digest": newest.digest, "deployed_by": newest.principal,
+                      "parameters": parameters_of(parse_rules(newest.document))}, sort_keys=True, ensure_ascii=False))
     return 0
 
 

@@ -74,7 +74,12 @@ def what_if_command(args: argparse.Namespace) -> int:
     from commands.rules import RulesInvalid, canonical_rules, compile_rules
 
     try:
-        candidate = canonical_rules(args.file.read_bytes())
+        if getattr(args, "params", False):  # the newest document with the file's parameters
+            from app.rules.deploy import parameters_candidate
+
+            candidate = parameters_candidate(get_settings(), args.file.read_bytes())[1]
+        else:
+            candidate = canonical_rules(args.file.read_bytes())
         compile_rules(candidate, version=1)  # refuse what no shard would switch to
     except OSError as e:
         print(f"arbiter: cannot read {args.file}: {e}", file=sys.stderr)

@@ -76,8 +76,12 @@ def check(text: str | bytes, settings: Settings | None = None) -> RuleSet:
 
 
 def deploy(settings: Settings, text: str | bytes, *, principal: str, issuer: str | None = None,
-           now: datetime | None = None) -> Deployed:
-    """Check ``text``, claim the next version, and write its control record to every partition of ``commands``."""
+           now: datetime | None = None, base: int | None = None) -> Deployed:
+    """Check ``text``, claim the next version, and write its control record to every partition of ``commands``.
+
+    With ``base``, ``text`` was made from version ``base`` (a parameter deploy): refused ``RULES_CONFLICT`` unless
+    that is still the newest, so a parameter deploy never undoes a document deployed since it read the newest.
+    """
     from app.rescale.generation import current_generation_settings
 
     compiled = check(text, settings)  # refuse before anything is written
@@ -95,6 +99,9 @@ def deploy(settings: Settings, text: str | bytes, *, principal: str, issuer: str
     versions = winners(records, settings)
     newest = versions[-1] if versions else None
     at = (now or datetime.now(UTC)).astimezone(UTC)
+    if base is not None and (newest.version if newest is not None else 0) != base:
+        raise RulesConflict(f"the newest rules version is {newest.version if newest is not None else 'none'}, not "
+                            f"{base}, which these parameters were applied to: nothing was written; deploy them again")
     if newest is not None and newest.digest == digest:
         return Deployed(newest, False, _write_controls(settings, newest, principal, at))
     if newest is not None and newest.version not in placed_versions(records, settings):
@@ -132,3 +139,26 @@ def _write_controls(settings: Settings, claim: Deploy, principal: str, at: datet
     placed = encode_placed(Placed(claim.version, claim.digest, principal, at, settings.topic_commands, offsets))
     produce_with_headers(settings, [(CONTROL_KEY, placed, placed_headers(settings, placed), None)], settings.rules_topic)
     return offsets
+
+
+def parameters_candidate(settings: Settings, text: str | bytes) -> tuple[int, str]:
+    """Return the newest deployed version and its document with ``parameters`` replaced by those of the parameters
+    file ``text`` (``commands.rules.params``); raise RulesInvalid if no rules are deployed or the file is no
+    parameters file. ``arbiter rules what-if --params`` folds this candidate; ``deploy_parameters`` deploys it."""
+    from app.rules.catalog import deployed
+    from commands.rules.params import parameters_file, with_parameters
+
+    params = parameters_file(text)
+    versions = deployed(settings)
+    if not versions:
+        raise RulesInvalid(["(parameters): no rules are deployed: deploy a rules document that declares its "
+                            "parameters first"])
+    return versions[-1].version, with_parameters(versions[-1].document, params)
+
+
+def deploy_parameters(settings: Settings, text: str | bytes, *, principal: str, issuer: str | None = None,
+                      now: datetime | None = None) -> Deployed:
+    """Deploy a parameters file: the newest document with its ``parameters`` replaced, as the next version (checked,
+    claimed, signed and placed as every deploy is; refused ``RULES_CONFLICT`` if another version lands first)."""
+    base, candidate = parameters_candidate(settings, text)
+    return deploy(settings, candidate, principal=principal, issuer=issuer, now=now, base=base)

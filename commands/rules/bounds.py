@@ -43,10 +43,15 @@ MAX_RULE_BYTES = 2 * MAX_NAME_BYTES + 1
 MAX_TYPES = 256
 MAX_TRACKED_FIELDS = 64
 MAX_GUARDS = 32
+#: The most named parameters a rules document may declare (``commands.rules.params``).
+MAX_PARAMETERS = 64
 MAX_TRANSITION_STATES = 256
 #: The longest CEL expression (characters) and the deepest nesting of brackets in one.
 MAX_EXPRESSION_CHARS = 1024
 MAX_EXPRESSION_DEPTH = 16
+#: The most characters a guard (or message expression) may have with its parameters' values inline
+#: (``commands.rules.params``): a literal is priced node by node, as any constant.
+MAX_INLINED_CHARS = 4 * MAX_EXPRESSION_CHARS
 #: The highest ``max_tracked_bytes`` a document may set.
 MAX_TRACKED_BYTES_BOUND = 64 * 1024
 #: The most a command's guards may cost together, in the units of ``commands.rules.cost`` (about a list element

@@ -119,8 +119,6 @@ def parse_rules(document: str | bytes) -> dict[str, Any]:
 def parsed_rules(document: str | bytes) -> tuple[Any, list[tuple[str, str]]]:  # noqa: ANN401
     """Return the parsed document and every place the published JSON Schema refuses, as (JSON pointer, message) in
     document order; raise RulesInvalid if it is no YAML or JSON text of plain JSON values at all."""
-    import yaml
-
     if isinstance(document, bytes):
         if len(document) > MAX_DOCUMENT_BYTES:
             raise RulesInvalid([f"(document): over {MAX_DOCUMENT_BYTES} bytes"])
@@ -130,15 +128,24 @@ def parsed_rules(document: str | bytes) -> tuple[Any, list[tuple[str, str]]]:  #
             raise RulesInvalid([f"(document): not UTF-8 text ({e})"]) from e
     if len(document) > MAX_DOCUMENT_BYTES:
         raise RulesInvalid([f"(document): over {MAX_DOCUMENT_BYTES} characters"])
+    value = json_value(document, "(document)")
+    errors = sorted(_META_VALIDATOR.iter_errors(value), key=lambda e: [str(t) for t in e.instance_path])
+    return value, [(pointer(*e.instance_path), _clip(e.message)) for e in errors]
+
+
+def json_value(text: str | bytes, what: str) -> Any:  # noqa: ANN401 - any JSON value
+    """Return YAML or JSON ``text`` read as a plain JSON value (no anchors or aliases, nesting bounded); raise
+    RulesInvalid naming ``what`` if it is not one."""
+    import yaml
+
     try:
-        value = yaml.load(document, Loader=_loader())  # noqa: S506 - a SafeLoader, refusing aliases and depth
+        value = yaml.load(text, Loader=_loader())  # noqa: S506 - a SafeLoader, refusing aliases and depth
     except yaml.YAMLError as e:
-        raise RulesInvalid([f"(document): not YAML or JSON text: {e}"]) from e
+        raise RulesInvalid([f"{what}: not YAML or JSON text: {e}"]) from e
     problems = _plain_json_problems(value)
     if problems:
         raise RulesInvalid(problems)
-    errors = sorted(_META_VALIDATOR.iter_errors(value), key=lambda e: [str(t) for t in e.instance_path])
-    return value, [(pointer(*e.instance_path), _clip(e.message)) for e in errors]
+    return value
 
 
 def _clip(text: str, limit: int = 300) -> str:

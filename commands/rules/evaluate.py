@@ -246,6 +246,7 @@ def _trace_guards(scope: _Scope, verdict: Verdict | None, index: int, watched: d
     position = 0
     for g in scope.rules.guards:
         inputs = {f"{var}.{m}": data[var].get(m) for var, m in sorted(g.reads)}
+        inputs.update((f"params.{name}", json.loads(value)) for name, value in g.params)  # the values inlined
         if scope.kind not in g.kinds:
             scope.trace.add(RuleStep(g.rule, "guard", g.mode, NOT_APPLICABLE, {"command.kind": scope.kind}))
             continue

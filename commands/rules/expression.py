@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from commands.rules.bounds import MAX_EXPRESSION_CHARS, MAX_EXPRESSION_DEPTH
+from commands.rules.bounds import MAX_EXPRESSION_CHARS, MAX_EXPRESSION_DEPTH, MAX_INLINED_CHARS
 from commands.rules.checked_ast import (
     CALL,
     COMPREHENSION,
@@ -57,31 +57,43 @@ def _raw_prefix(expr: str, quote_at: int) -> bool:
     return "r" in prefix and not (start > 0 and (expr[start - 1].isalnum() or expr[start - 1] == "_"))
 
 
-def _depth(expr: str) -> int:
-    """Return the deepest nesting of brackets in ``expr`` outside string literals and ``//`` comments (CEL's lexis:
-    quotes ' " and their triples, the r/b prefixes, backslash escapes outside raw strings)."""
-    deepest = depth = i = 0
+def code_spans(expr: str) -> list[tuple[int, int, bool]]:
+    """Return ``expr`` cut into (start, end, is_code) spans: code, and string literals and ``//`` comments (CEL's
+    lexis: quotes ' " and their triples, the r/b prefixes, backslash escapes outside raw strings)."""
+    spans: list[tuple[int, int, bool]] = []
+    start = i = 0
     n = len(expr)
     while i < n:
         ch = expr[i]
         if ch == "/" and expr.startswith("//", i):
             end = expr.find("\n", i)
-            i = n if end < 0 else end + 1
-            continue
-        if ch in "'\"":
+            end = n if end < 0 else end + 1
+        elif ch in "'\"":
             quote = ch * 3 if expr.startswith(ch * 3, i) else ch
             raw = _raw_prefix(expr, i)
-            i += len(quote)
-            while i < n and not expr.startswith(quote, i):
-                i += 2 if expr[i] == "\\" and not raw else 1
-            i += len(quote)
+            end = i + len(quote)
+            while end < n and not expr.startswith(quote, end):
+                end += 2 if expr[end] == "\\" and not raw else 1
+            end = min(n, end + len(quote))
+        else:
+            i += 1
             continue
-        if ch in "([{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in ")]}" and depth:
-            depth -= 1
-        i += 1
+        spans += [(start, i, True), (i, end, False)]
+        start = i = end
+    spans.append((start, n, True))
+    return [s for s in spans if s[0] < s[1]]
+
+
+def _depth(expr: str) -> int:
+    """Return the deepest nesting of brackets in ``expr`` outside string literals and ``//`` comments."""
+    deepest = depth = 0
+    for a, b, code in code_spans(expr):
+        for ch in expr[a:b] if code else "":
+            if ch in "([{":
+                depth += 1
+                deepest = max(deepest, depth)
+            elif ch in ")]}" and depth:
+                depth -= 1
     return deepest
 
 
@@ -209,12 +221,20 @@ def compile_expression(env: Any, expr: str, *, int_result: bool = False,  # noqa
 
 
 def compile_guard(env: Any, expr: str, tracked: tuple[str, ...], *,  # noqa: ANN401
-                  message: bool = False) -> tuple[Any, Node | None, list[str]]:
+                  message: bool = False, written: str | None = None) -> tuple[Any, Node | None, list[str]]:
     """Return a guard's program, its checked AST and its problems (its text's, then cel-cpp's, then the AST's).
 
-    With ``message``, the guard's ``message_expression``: the same bounds and variables, a string result.
+    With ``message``, the guard's ``message_expression``: the same bounds and variables, a string result. With
+    ``written``, ``expr`` is that text with its parameters' values inline (``commands.rules.params``): the text
+    bounds are checked on the text as written.
     """
-    problems = text_problems(expr)
+    problems = text_problems(expr if written is None else written)
+    if not problems and written is not None:
+        if len(expr) > MAX_INLINED_CHARS:
+            problems = [f"with its parameters' values inline the expression has {len(expr)} characters, over "
+                        f"{MAX_INLINED_CHARS}"]
+        elif _depth(expr) > MAX_EXPRESSION_DEPTH:
+            problems = [f"with its parameters' values inline, brackets are nested deeper than {MAX_EXPRESSION_DEPTH}"]
     if problems:
         return None, None, problems
     program, why = compile_expression(env, expr, string_result=message)

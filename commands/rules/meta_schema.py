@@ -14,6 +14,7 @@ from commands.rules.bounds import (
     MAX_GUARDS,
     MAX_MESSAGE_BYTES,
     MAX_NAME_BYTES,
+    MAX_PARAMETERS,
     MAX_POINTER_BYTES,
     MAX_POINTERS,
     MAX_TRACKED_BYTES_BOUND,
@@ -30,6 +31,8 @@ COMMAND_KINDS = ("create", "update", "delete", "grant_editor", "revoke_editor", 
 MODES = ("enforce", "warn", "audit")
 
 _NAME = {"type": "string", "pattern": NAME_PATTERN, "maxLength": MAX_NAME_BYTES}
+#: A parameter's name: a CEL identifier (a guard reads it as ``params.<name>``).
+_IDENTIFIER = {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$", "maxLength": MAX_NAME_BYTES}
 _POINTER = {"type": "string", "pattern": "^(/([^~]|~[01])*)+$", "maxLength": MAX_POINTER_BYTES,
             "description": "An RFC 6901 JSON pointer into the object's document, not the root (\"\")."}
 _MESSAGE = {"type": "string", "minLength": 1, "maxLength": MAX_MESSAGE_BYTES // 4,
@@ -99,6 +102,13 @@ META_SCHEMA: dict[str, Any] = {
                               "default": DEFAULT_MAX_TRACKED_BYTES,
                               "description": "Default bound on an object's tracked fields (UTF-8 bytes of their "
                                              "canonical JSON); over it a command is TOO_LARGE."},
+        "parameters": {"type": "object", "maxProperties": MAX_PARAMETERS, "propertyNames": _IDENTIFIER,
+                       "description": "Named values the guards read as params.<name> (commands/rules/params.py): "
+                                      "part of the document, its digest and version; a parameter change is a "
+                                      "deploy (`arbiter rules params deploy FILE`)."},
+        "parameter_schema": {**_SCHEMA, "description": "A JSON Schema (Draft 2020-12) the parameters object must "
+                                                       "satisfy: a document or parameter deploy it refuses is not "
+                                                       "deployable."},
         "tests": {"type": "array", "items": _CASE, "maxItems": MAX_CASES,
                   "description": "The document's own test cases, given-when-then on one object (`arbiter rules test`); "
                                  "a document whose cases fail is not deployed."},

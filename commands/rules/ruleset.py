@@ -29,6 +29,7 @@ from commands.rules.expression import (
     references,
 )
 from commands.rules.meta_schema import COMMAND_KINDS
+from commands.rules.params import PARAMS, parameters_of, schema_problems, substitute
 from commands.rules.python_guards import Run, translate
 from commands.rules.tracked import parse_pointer
 
@@ -68,6 +69,10 @@ class Guard:
     reads: frozenset[tuple[str, str]] = frozenset()  # (variable, member) it reads: a trace's inputs
     message_program: Any = None  # its ``message_expression`` compiled (a string-valued CEL program), or None
     message_cost: CostFunction | None = None  # that expression's bound, priced as a guard's
+    # The parameters it (or its message expression) reads, ``params.<name>``: (name, canonical JSON of the value
+    # inlined), in name order (``commands.rules.params``; a trace lists them with its inputs).
+    params: tuple[tuple[str, str], ...] = ()
+    text: str = ""  # its expression as compiled: with its parameters' values inline (what another evaluator runs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +143,9 @@ class RuleSet:
         problems: list[str] = []
         default_bound = value.get("max_tracked_bytes", DEFAULT_MAX_TRACKED_BYTES)
         mode = value.get("mode", ENFORCE)
-        types = {name: _compile_type(name, spec, default_bound, mode, env, problems)
+        params = parameters_of(value)
+        problems += schema_problems(value)
+        types = {name: _compile_type(name, spec, default_bound, mode, env, problems, params=params)
                  for name, spec in sorted(value["types"].items())}
         if problems:
             raise RulesInvalid(problems)
@@ -197,7 +204,8 @@ def _broken(at: str, broken: frozenset[str]) -> bool:
 
 
 def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str, env: Any,  # noqa: ANN401
-                  problems: list[str], broken: frozenset[str] = frozenset()) -> TypeRules:
+                  problems: list[str], broken: frozenset[str] = frozenset(), *,
+                  params: dict[str, Any] | None = None) -> TypeRules:
     """Compile one type's rules, adding each problem to ``problems``; the parts under a pointer in ``broken`` (where
     the published JSON Schema refused the document: ``document_problems``) are not compiled."""
     at = pointer("types", name)
@@ -248,6 +256,7 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str
                                       frozenset(t["initial"]) if "initial" in t else None, allowed, t.get("message"),
                                       t.get("mode", mode)))
     guards = []
+    exprs: dict[str, str] = {}  # each guard's expression as compiled (its parameters' values inline)
     trees: list[Node] = []
     field_names = tuple(tracked_spec)
     read: set[tuple[str, str]] = set()
@@ -257,7 +266,8 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str
         if _broken(where, broken):
             continue
         rule = rule_name(g["name"], where + "/name")
-        program, tree, why = compile_guard(env, g["expr"], field_names)
+        expr, read_params, why = _with_params(g["expr"], params)
+        program, tree, why = compile_guard(env, expr, field_names, written=g["expr"]) if not why else (None, None, why)
         problems += [f"{where}/expr: {p}" for p in why]
         reads_of = references(tree) if tree is not None else set()
         read |= reads_of
@@ -269,7 +279,11 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str
         trees += [tree] if tree is not None else []
         message_program, message_cost = None, None
         if "message_expression" in g:
-            message_program, message_tree, why = compile_guard(env, g["message_expression"], field_names, message=True)
+            text, message_params, why = _with_params(g["message_expression"], params)
+            read_params |= message_params
+            message_program, message_tree, why = compile_guard(env, text, field_names, message=True,
+                                                               written=g["message_expression"]) \
+                if not why else (None, None, why)
             problems += [f"{where}/message_expression: {p}" for p in why]
             if message_tree is not None:
                 read |= references(message_tree)
@@ -278,7 +292,10 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str
                 trees.append(message_tree)
                 message_cost = cost_function(message_tree)
         guards.append(Guard(rule, program, g["message"], frozenset(g.get("kinds", DEFAULT_KINDS)), pointers, cost,
-                            g.get("mode", mode), frozenset(reads_of), message_program, message_cost))
+                            g.get("mode", mode), frozenset(reads_of), message_program, message_cost,
+                            tuple((n, canonical_json(params[n])) for n in sorted(read_params) if params is not None
+                                  and n in params), expr))
+        exprs[rule] = expr
     needs_document = ("command", "document") in read
     needs_patch = ("command", "patch") in read
     needs_times = not read.isdisjoint({("state", "created_at"), ("state", "updated_at"), ("command", "issued_at")})
@@ -286,7 +303,6 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str
     in_python: dict[str, Run | None] = {}
     enforced = [g for g in guards if g.mode == ENFORCE]
     watching = {kind: tuple(g for g in guards if kind in g.kinds and g.mode != ENFORCE) for kind in COMMAND_KINDS}
-    exprs = {g.rule: e["expr"] for g, e in zip(guards, spec.get("guards", []), strict=True)} if not broken else {}
     reads = {var: tuple(sorted(m for v, m in read if v == var)) for var in VARIABLES}
     enforced_reads = {var: tuple(sorted(m for v, m in read_enforced if v == var)) for var in VARIABLES}
     if not problems:
@@ -307,6 +323,14 @@ def _compile_type(name: str, spec: dict[str, Any], default_bound: int, mode: str
                      frozenset(p for _, p, _ in tracked), frozenset(t[0] for _, _, t in tracked), in_python,
                      weighed, cost_caps, mode, {k: v for k, v in watching.items() if v}, enforced_reads,
                      unique)
+
+
+def _with_params(expr: str, params: dict[str, Any] | None) -> tuple[str, set[str], list[str]]:
+    """Return ``expr`` with its parameters' values inline, the parameters it reads, and its problems (a parameter
+    the document does not declare): ``commands.rules.params``."""
+    if params is None or PARAMS not in expr:  # None: the document's parameters are refused, unknown here
+        return expr, set(), []
+    return substitute(expr, params)
 
 
 def _free(weights: Mapping[str, int]) -> int:
@@ -391,7 +415,8 @@ def document_problems(document: str | bytes) -> list[str]:
         if not isinstance(spec, dict) or not isinstance(spec.get("tracked", {}), dict) \
                 or _broken(at + "/tracked", broken):
             continue  # what the rules of this type read is unknown: nothing more to check soundly
-        _compile_type(name, spec, bound, mode, env, problems, broken)
+        _compile_type(name, spec, bound, mode, env, problems, broken,
+                      params=None if _broken("/parameters", broken) else parameters_of(value))
     return list(dict.fromkeys(problems))
 
 
