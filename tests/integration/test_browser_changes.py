@@ -2,7 +2,8 @@
 no proxy injecting a token. The browser's own EventSource survives two cut connections by its own reconnect
 (Last-Event-ID, the same ticket, admitted as a resume) and gets every change exactly once, in order. A reused and an
 expired ticket, and a page on an origin not in ARBITER_CORS_ALLOW_ORIGINS, are refused; no ticket reaches the
-access log. Behind it the live pipeline: the real validator and DB projection (the shared running Arbiter; the
+access log; and after a kill -9 of a real ``arbiter api`` process, the browser's own reconnect resumes the feed on
+the API started again. Behind it the live pipeline: the real validator and DB projection (the shared running Arbiter; the
 test's objects and principal carry its tag), an audit projection and an API of this test's (its CORS origin,
 ticket lifetime and heartbeat) on the shared topics."""
 
@@ -10,6 +11,10 @@ from __future__ import annotations
 
 import http.server
 import logging
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,7 +30,14 @@ from app.local.kafka_broker import free_port
 from arbiter_client import Client
 from tests.integration.browser import chromium
 from tests.integration.tcp_cut import relay_to
-from tests.integration.test_api_support import RunningArbiter, audit_projection_running, served, token
+from tests.integration.test_api_support import (
+    RunningArbiter,
+    audit_projection_running,
+    cli_api_env,
+    served,
+    token,
+)
+from tests.integration.validator_oracle import stop_validator
 
 pytestmark = pytest.mark.integration
 
@@ -207,3 +219,70 @@ def test_a_page_on_another_origin_subscribes_resumes_and_is_refused_what_it_shou
         assert any("GET /changes " in line for line in feed_lines), access_log[-20:]
         leaked = [line for line in access_log if any(t in line or t[:40] in line for t in tickets)]
         assert not leaked and not [line for line in feed_lines if "ticket=" in line], leaked or feed_lines
+
+
+def _answers(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/healthz", timeout=2).status_code in (200, 503)
+    except httpx.TransportError:
+        return False
+
+
+def test_the_browsers_own_reconnect_resumes_its_feed_after_the_api_is_killed(
+        arbiter: RunningArbiter, tmp_path: Path) -> None:
+    """kill -9 of the ``arbiter api`` process serving a page's open stream, then the API started again on its port:
+    the browser's own EventSource reconnect (the same ticket, Last-Event-ID; no page code runs) is admitted as a
+    resume, and the page gets every change exactly once, in order, with its first ticket (issue 50, item 7)."""
+    doc = f"killed-{arbiter.tag}"
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with page_origin() as origin:
+        s = arbiter.settings
+        bearer = token(s, f"alice-{arbiter.tag}")
+        env = {**cli_api_env(s, port), "ARBITER_CORS_ALLOW_ORIGINS": origin, "ARBITER_CHANGES_HEARTBEAT_S": "1"}
+        procs: list[subprocess.Popen[bytes]] = []
+
+        def start_api(n: int) -> subprocess.Popen[bytes]:
+            with (tmp_path / f"api-{n}.log").open("wb") as out:
+                proc = subprocess.Popen([sys.executable, "-m", "app.cli", "api"], env=env, stdout=out,  # noqa: S603
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+            procs.append(proc)
+            until(lambda: proc.poll() is not None or _answers(base), "the API to answer", 120)
+            assert proc.poll() is None, (tmp_path / f"api-{n}.log").read_text()[-3000:]
+            return proc
+
+        try:
+            with audit_projection_running(s), chromium(tmp_path / "profile") as driver:
+                first = start_api(1)
+                with Client(base, bearer, wait_s=30) as alice:
+                    driver.get(f"{origin}/#api={base}&token={bearer}")
+                    ticket = driver.execute_async_script(
+                        "window.ticket().then(arguments[0], e => arguments[0](String(e)))")
+                    assert ticket.startswith("t1."), ticket
+                    driver.execute_script("window.subscribe(arguments[0])", ticket)
+                    until(lambda: driver.execute_script("return window.log.opens") == 1, "the EventSource to open")
+
+                    def seen() -> list[dict[str, Any]]:
+                        return driver.execute_script("return window.log.events")  # type: ignore[no-any-return]
+
+                    alice.create({"n": 0}, doc)
+                    for i in range(3):
+                        alice.update(doc, {"n": i + 1})
+                    until(lambda: len(seen()) >= 4, "4 changes in the page")
+                os.killpg(first.pid, signal.SIGKILL)  # the API dies with the stream open: nothing writes its end
+                first.wait(30)
+                start_api(2)
+                with Client(base, bearer, wait_s=30) as alice:
+                    for i in range(3, 6):
+                        alice.update(doc, {"n": i + 1})
+                    until(lambda: len(seen()) >= 7 and driver.execute_script("return window.log.opens") == 2,
+                          "7 changes over two connections, the second opened by the browser itself")
+                time.sleep(1.0)  # nothing more may come
+                events = seen()
+                got = [(e["data"]["object_id"], e["data"]["version"]) for e in events]
+                assert got == [(doc, v) for v in range(1, 8)], got  # every change once, in order, none lost
+                assert driver.execute_script("return window.es.readyState") == 1  # OPEN: the first ticket's stream
+                assert 2 not in driver.execute_script("return window.log.errors")  # never CLOSED for good
+        finally:
+            for proc in procs:
+                stop_validator(proc)  # SIGTERM, then SIGKILL of its group: any child process, as the validator's
