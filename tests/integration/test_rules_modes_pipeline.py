@@ -1,9 +1,11 @@
 """A rule in warn mode on the real pipeline (API, broker, the Spark validator): the command it would refuse is
 accepted, its event on the topic carries the warning, the status page and ``/metrics`` count it; promoted to
-enforce (a new version), the same move is refused, naming the new version (issue 52)."""
+enforce (a new version), the same move is refused, naming the new version; ``arbiter verify replay`` re-decides the
+whole history clean (issue 52)."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -17,6 +19,7 @@ from app.validator.topic_io import read_all
 from commands import Event, Rejection
 from schemas import codec
 from tests.integration.test_api_support import api_client, auth
+from tests.integration.test_rules_params_pipeline import _cli
 
 pytestmark = pytest.mark.integration
 
@@ -74,3 +77,11 @@ def test_a_warn_mode_rule_lets_a_move_pass_with_a_warning_and_its_promotion_refu
         refused = [r for r in (codec.decode_outcome(x.value) for x in read_all(s, s.topic_rejections))
                    if isinstance(r, Rejection) and r.object_id == "w2"]
         assert [(r.rule, r.rules_version) for r in refused] == [("order:status-flow", enforcing)]
+
+    # the whole history, the watching version's warning and the promotion's refusal, re-decided: no divergence
+    archived = _cli(s, "archive", "run", "--once")
+    assert archived.returncode == 0, archived.stdout[-2000:] + archived.stderr[-3000:]
+    replay = _cli(s, "verify", "replay", "--json")
+    assert replay.returncode == 0, replay.stdout[-4000:] + replay.stderr[-3000:]
+    summary = json.loads(replay.stdout.strip().splitlines()[-1])
+    assert summary["divergences"] == 0 and {watching, enforcing} <= {int(v) for v in summary["rules_versions"]}, summary
